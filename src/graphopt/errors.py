@@ -1,0 +1,39 @@
+"""One error hierarchy for everything graphopt rejects.
+
+The CLI catches :class:`GraphoptError`, prints its message on one line and exits 2,
+so every message must say what is wrong and where (file, node, option), the value
+received and what was expected.
+"""
+
+__all__ = [
+    "GraphoptError",
+    "GraphError",
+    "GraphFormatError",
+    "ClusterError",
+    "PlanError",
+    "ProfileError",
+]
+
+
+class GraphoptError(Exception):
+    """Base class of every error graphopt raises for bad input."""
+
+
+class GraphError(GraphoptError):
+    """A graph breaks the IR's invariants (a cycle, a bad index, a negative size)."""
+
+
+class GraphFormatError(GraphoptError):
+    """A graph file cannot be read: truncated, wrong format, pickled, missing keys."""
+
+
+class ClusterError(GraphoptError):
+    """An unknown preset, a malformed TOML file or an impossible device count."""
+
+
+class PlanError(GraphoptError):
+    """A plan does not fit its problem: wrong length, device index out of range."""
+
+
+class ProfileError(GraphoptError):
+    """A measured-profile file is malformed."""

@@ -1,0 +1,154 @@
+"""Devices, clusters and the links between them.
+
+A :class:`Cluster` is a list of :class:`Device` plus, for every ordered pair of
+devices, the bandwidth and latency of the path between them (DESIGN.md: one directed
+link per pair, carrying one transfer at a time). Topology builders in
+:mod:`graphopt.hardware.topology` fill those matrices; presets in TOML files name
+whole machines.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from graphopt.errors import ClusterError
+
+__all__ = ["Device", "Cluster"]
+
+
+@dataclass(frozen=True)
+class Device:
+    """One accelerator or CPU.
+
+    Parameters
+    ----------
+    name : str
+        Unique within its cluster, e.g. ``"gpu:3"``.
+    kind : str
+        Hardware model, e.g. ``"V100-SXM2-16GB"``; devices of one kind share op costs.
+    peak_flops : dict[str, float]
+        Peak FLOP/s of dense matrix units per dtype (``"float32"``, ``"float16"``, ...).
+    vector_flops : float
+        Peak FLOP/s of the vector units, used for every op that is not a matrix product.
+    mem_bw : float
+        Memory bandwidth in bytes/s.
+    memory : float
+        Memory capacity in bytes.
+    launch_overhead : float
+        Seconds a kernel launch costs on top of its work.
+    """
+
+    name: str
+    kind: str
+    peak_flops: dict[str, float]
+    vector_flops: float
+    mem_bw: float
+    memory: float
+    launch_overhead: float = 5e-6
+
+    def matrix_flops(self, dtype: str) -> float:
+        """Peak matrix FLOP/s for ``dtype``; falls back to float32, then to the vector peak."""
+        p = self.peak_flops
+        if dtype in p:
+            return p[dtype]
+        alias = {"bf16": "bfloat16", "f16": "float16", "f32": "float32", "tfloat32": "float32"}
+        return p.get(alias.get(dtype, ""), p.get("float32", self.vector_flops))
+
+
+@dataclass(frozen=True, eq=False)
+class Cluster:
+    """Devices and the directed links between them.
+
+    Parameters
+    ----------
+    name : str
+        e.g. ``"dgx1-v100:4"``.
+    devices : tuple of Device
+    bandwidth : float array, shape (D, D)
+        Bytes/s from device i to device j (the diagonal is ignored).
+    latency : float array, shape (D, D)
+        Seconds of latency from device i to device j.
+
+    Examples
+    --------
+    >>> from graphopt.hardware import load_cluster
+    >>> c = load_cluster("dgx1-v100:4")
+    >>> c.num_devices, c.devices[0].kind
+    (4, 'V100-SXM2-16GB')
+    """
+
+    name: str
+    devices: tuple[Device, ...]
+    bandwidth: np.ndarray
+    latency: np.ndarray
+    meta: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        d = len(self.devices)
+        if d == 0:
+            raise ClusterError(f"cluster {self.name!r} has no devices")
+        names = [x.name for x in self.devices]
+        if len(set(names)) != d:
+            raise ClusterError(f"cluster {self.name!r}: device names repeat: {names}")
+        for k in ("bandwidth", "latency"):
+            a = np.array(getattr(self, k), dtype=np.float64)
+            if a.shape != (d, d):
+                raise ClusterError(f"cluster {self.name!r}: {k} has shape {a.shape}, expected ({d}, {d})")
+            off = ~np.eye(d, dtype=bool)
+            if not np.isfinite(a[off]).all() or (a[off] < 0).any() or (
+                    k == "bandwidth" and (a[off] <= 0).any()):
+                raise ClusterError(f"cluster {self.name!r}: {k} must be finite and positive "
+                                   "between distinct devices")
+            np.fill_diagonal(a, np.inf if k == "bandwidth" else 0.0)
+            a.setflags(write=False)
+            object.__setattr__(self, k, a)
+        for x in self.devices:
+            for attr in ("vector_flops", "mem_bw", "memory"):
+                if not getattr(x, attr) > 0:
+                    raise ClusterError(f"cluster {self.name!r}: device {x.name!r} has "
+                                       f"{attr}={getattr(x, attr)!r}; expected > 0")
+
+    @property
+    def num_devices(self) -> int:
+        return len(self.devices)
+
+    def __len__(self) -> int:
+        return len(self.devices)
+
+    def __repr__(self) -> str:
+        kinds = sorted({d.kind for d in self.devices})
+        return f"Cluster({self.name!r}, devices={self.num_devices}, kinds={kinds})"
+
+    @property
+    def memory(self) -> np.ndarray:
+        """Memory capacity of each device in bytes (float64, shape (D,))."""
+        return np.array([d.memory for d in self.devices], dtype=np.float64)
+
+    def take(self, count: int) -> "Cluster":
+        """The first ``count`` devices and the links among them."""
+        if not 1 <= count <= self.num_devices:
+            raise ClusterError(f"cluster {self.name!r} has {self.num_devices} devices; "
+                               f"cannot take {count}")
+        base = self.name.split(":")[0]
+        return Cluster(f"{base}:{count}", self.devices[:count], self.bandwidth[:count, :count],
+                       self.latency[:count, :count], dict(self.meta))
+
+    def with_memory(self, memory: float) -> "Cluster":
+        """The same cluster with every device's memory capacity set to ``memory`` bytes."""
+        from dataclasses import replace
+
+        return Cluster(self.name, tuple(replace(d, memory=float(memory)) for d in self.devices),
+                       self.bandwidth, self.latency, dict(self.meta))
+
+    def to_dict(self) -> dict:
+        """JSON-ready description (for reports)."""
+        return {
+            "name": self.name,
+            "devices": [{"name": d.name, "kind": d.kind, "peak_flops": d.peak_flops,
+                         "vector_flops": d.vector_flops, "mem_bw": d.mem_bw, "memory": d.memory,
+                         "launch_overhead": d.launch_overhead} for d in self.devices],
+            "bandwidth": np.where(np.isinf(self.bandwidth), 0, self.bandwidth).tolist(),
+            "latency": self.latency.tolist(),
+        }

@@ -1,0 +1,138 @@
+"""Cluster presets: TOML files beside this module, loaded by name as ``NAME[:COUNT]``.
+
+A preset file names its sources (datasheets, system whitepapers). Units in the files
+are the ones datasheets use: TFLOP/s, GB/s (10^9 bytes/s), GiB, microseconds.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from graphopt.errors import ClusterError
+from graphopt.hardware import topology
+from graphopt.hardware.cluster import Cluster, Device
+
+__all__ = ["load_cluster", "list_presets", "cluster_from_toml"]
+
+_GB, _GIB, _T, _US = 1e9, float(2**30), 1e12, 1e-6
+
+
+def _preset_dir():
+    return resources.files("graphopt.hardware") / "presets"
+
+
+def list_presets() -> list[str]:
+    """Names of the built-in presets."""
+    return sorted(p.name[:-5] for p in _preset_dir().iterdir() if p.name.endswith(".toml"))
+
+
+def load_cluster(spec: str) -> Cluster:
+    """Load a cluster from ``NAME[:COUNT]``: a built-in preset or a path to a TOML file.
+
+    ``COUNT`` takes the first COUNT devices and the links among them.
+
+    Raises
+    ------
+    ClusterError
+        Unknown preset (the message lists the known ones), a bad count, or a malformed file.
+
+    Examples
+    --------
+    >>> load_cluster("h100:2").name
+    'h100:2'
+    """
+    name, count = spec, None
+    if ":" in spec:
+        name, _, c = spec.rpartition(":")
+        try:
+            count = int(c)
+        except ValueError:
+            raise ClusterError(f"cluster {spec!r}: device count {c!r} is not an integer "
+                               "(expected NAME[:COUNT], e.g. dgx1-v100:4)") from None
+    path = Path(name)
+    if name.endswith(".toml"):
+        if not path.is_file():
+            raise ClusterError(f"cluster file {name!r} does not exist")
+        text, source = path.read_text(), str(path)
+    else:
+        f = _preset_dir() / f"{name}.toml"
+        if not f.is_file():
+            raise ClusterError(f"unknown cluster preset {name!r}; known presets: "
+                               f"{', '.join(list_presets())} (or give a path to a .toml file)")
+        text, source = f.read_text(), f"preset {name}"
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise ClusterError(f"{source}: invalid TOML ({err})") from err
+    cluster = cluster_from_toml(data, source)
+    if count is not None:
+        cluster = cluster.take(count)
+    return cluster
+
+
+def _get(d: dict, key: str, source: str, kind: type = float) -> Any:
+    if key not in d:
+        raise ClusterError(f"{source}: missing key {key!r}")
+    try:
+        return kind(d[key])
+    except (TypeError, ValueError):
+        raise ClusterError(f"{source}: key {key!r} = {d[key]!r} is not a {kind.__name__}") from None
+
+
+def cluster_from_toml(data: dict, source: str = "<toml>") -> Cluster:
+    """Build a :class:`Cluster` from a parsed preset (see the files in ``presets/``)."""
+    devices: list[Device] = []
+    groups = data.get("devices")
+    if not isinstance(groups, list) or not groups:
+        raise ClusterError(f"{source}: needs at least one [[devices]] table")
+    for g in groups:
+        count = _get(g, "count", source, int)
+        prefix = g.get("prefix", "gpu")
+        peaks = g.get("peak_tflops", {})
+        if not isinstance(peaks, dict) or not peaks:
+            raise ClusterError(f"{source}: [[devices]] {g.get('kind')!r} needs a peak_tflops table")
+        start = sum(1 for d in devices if d.name.startswith(prefix + ":"))
+        for i in range(count):
+            devices.append(Device(
+                name=f"{prefix}:{start + i}", kind=str(_get(g, "kind", source, str)),
+                peak_flops={k: float(v) * _T for k, v in peaks.items()},
+                vector_flops=_get(g, "vector_tflops", source) * _T,
+                mem_bw=_get(g, "mem_gbps", source) * _GB,
+                memory=_get(g, "memory_gib", source) * _GIB,
+                launch_overhead=float(g.get("launch_overhead_us", 5.0)) * _US))
+    n = len(devices)
+    t = data.get("topology", {})
+    kind = t.get("type")
+    bw = _get(t, "link_gbps", source) * _GB
+    lat = _get(t, "latency_us", source) * _US
+    if kind == "all_to_all":
+        mats = topology.all_to_all(n, bw, lat)
+    elif kind == "pcie_tree":
+        mats = topology.pcie_tree(n, bw, lat, int(t.get("per_switch", 2)),
+                                  float(t.get("root_gbps", bw / _GB)) * _GB)
+    elif kind == "ring":
+        mats = topology.ring(n, bw, lat)
+    elif kind == "torus":
+        dims = tuple(int(x) for x in t.get("dims", [n]))
+        if int(np.prod(dims)) != n:
+            raise ClusterError(f"{source}: torus dims {dims} do not hold {n} devices")
+        mats = topology.torus(dims, bw, lat)
+    elif kind == "links":
+        links = np.asarray(t.get("links", []), dtype=float)
+        if links.shape != (n, n):
+            raise ClusterError(f"{source}: links must be a {n}x{n} matrix, got shape {links.shape}")
+        mats = topology.link_matrix(links, bw, lat, _get(t, "fallback_gbps", source) * _GB,
+                                    _get(t, "fallback_latency_us", source) * _US)
+    elif kind == "host":
+        mats = topology.host_star(n, bw, lat)
+    else:
+        raise ClusterError(f"{source}: topology type {kind!r} is not one of "
+                           "all_to_all, pcie_tree, ring, torus, links, host")
+    return Cluster(str(data.get("name", "cluster")), tuple(devices), mats[0], mats[1],
+                   {"description": data.get("description", ""),
+                    "sources": list(data.get("sources", []))})

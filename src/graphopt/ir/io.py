@@ -1,0 +1,205 @@
+"""Saving and loading graphs: ``.npz`` (no pickle) and JSON; networkx conversion.
+
+Files are written atomically (to a temporary file in the same folder, then renamed),
+so an interrupted save never leaves a half-written graph behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from graphopt.errors import GraphError, GraphFormatError
+from graphopt.ir.graph import MAX_RANK, Graph
+
+__all__ = ["save_graph", "load_graph", "to_networkx", "from_networkx", "atomic_write"]
+
+FORMAT = "graphopt.graph"
+VERSION = 1
+_ARRAYS = ("names", "op", "dtype", "shape", "flops", "bytes_read", "bytes_written", "out_bytes",
+           "persistent_bytes", "temp_bytes", "module", "coloc", "src", "dst", "edge_bytes")
+
+
+def atomic_write(path: str | os.PathLike, write) -> None:
+    """Call ``write(fileobj)`` on a temporary file beside ``path``, then rename it into place."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def save_graph(graph: Graph, path: str | os.PathLike) -> Path:
+    """Save ``graph`` to ``path``: ``.json`` writes JSON, anything else a compressed ``.npz``.
+
+    >>> import tempfile, os
+    >>> from graphopt.ir.generate import layered_graph
+    >>> g = layered_graph(3, 2, seed=0)
+    >>> p = save_graph(g, os.path.join(tempfile.mkdtemp(), "g.npz"))
+    >>> load_graph(p).num_nodes == g.num_nodes
+    True
+    """
+    path = Path(path)
+    if path.suffix == ".json":
+        text = json.dumps(graph_to_dict(graph))
+        atomic_write(path, lambda f: f.write(text.encode()))
+        return path
+    if path.suffix != ".npz":
+        path = path.with_suffix(path.suffix + ".npz")
+    header = json.dumps({"format": FORMAT, "version": VERSION, "name": graph.name,
+                         "meta": graph.meta})
+    arrays = {k: getattr(graph, k) for k in _ARRAYS}
+    atomic_write(path, lambda f: np.savez_compressed(f, header=np.array(header), **arrays))
+    return path
+
+
+def load_graph(path: str | os.PathLike) -> Graph:
+    """Load and validate a graph saved by :func:`save_graph` (``.npz`` or ``.json``).
+
+    Raises
+    ------
+    GraphFormatError
+        The file is missing, truncated, pickled, of another format, or lacks a key.
+    GraphError
+        The file reads but the graph breaks an invariant (see :meth:`Graph.validate`).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise GraphFormatError(f"{path}: no such file")
+    if path.suffix == ".json":
+        try:
+            data = json.loads(path.read_text())
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise GraphFormatError(f"{path}: not valid JSON ({err})") from err
+        return graph_from_dict(data, source=str(path))
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            missing = [k for k in ("header", *_ARRAYS) if k not in z.files]
+            if missing:
+                raise GraphFormatError(f"{path}: not a graphopt graph file; missing keys {missing}")
+            arrays = {k: z[k] for k in _ARRAYS}
+            header = json.loads(str(z["header"]))
+    except ValueError as err:  # numpy refuses object arrays without allow_pickle
+        if "pickle" in str(err):
+            raise GraphFormatError(f"{path}: contains pickled objects, which graphopt never "
+                                   "loads; re-save the graph with graphopt") from err
+        raise GraphFormatError(f"{path}: unreadable npz ({err})") from err
+    except (OSError, zipfile.BadZipFile, EOFError, KeyError, json.JSONDecodeError) as err:
+        raise GraphFormatError(f"{path}: truncated or not an npz file ({err})") from err
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        raise GraphFormatError(f"{path}: header says format {header!r}, expected {FORMAT!r}")
+    if header.get("version", 0) > VERSION:
+        raise GraphFormatError(f"{path}: format version {header['version']} is newer than "
+                               f"this graphopt reads ({VERSION}); upgrade graphopt")
+    try:
+        g = Graph(name=str(header.get("name", path.stem)), meta=dict(header.get("meta") or {}),
+                  **arrays)
+    except GraphError as err:
+        raise GraphError(f"{path}: {err}") from err
+    return _validated(g, path)
+
+
+def _validated(g: Graph, source: Any) -> Graph:
+    try:
+        return g.validate()
+    except GraphError as err:
+        raise GraphError(f"{source}: {err}") from err
+
+
+def graph_to_dict(g: Graph) -> dict:
+    """A JSON-ready dict: header, one record per node, edges as ``[src, dst, bytes]``."""
+    nodes = []
+    for i in range(g.num_nodes):
+        nodes.append({
+            "name": str(g.names[i]), "op": str(g.op[i]), "dtype": str(g.dtype[i]),
+            "shape": list(g.shape_of(i)), "flops": float(g.flops[i]),
+            "bytes_read": float(g.bytes_read[i]), "bytes_written": float(g.bytes_written[i]),
+            "out_bytes": float(g.out_bytes[i]), "persistent_bytes": float(g.persistent_bytes[i]),
+            "temp_bytes": float(g.temp_bytes[i]), "module": str(g.module[i]),
+            "coloc": int(g.coloc[i]),
+        })
+    edges = [[int(s), int(d), float(b)] for s, d, b in zip(g.src, g.dst, g.edge_bytes)]
+    return {"format": FORMAT, "version": VERSION, "name": g.name, "meta": g.meta,
+            "nodes": nodes, "edges": edges}
+
+
+def graph_from_dict(data: Any, source: str = "<dict>") -> Graph:
+    """Inverse of :func:`graph_to_dict`; validates the result."""
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise GraphFormatError(f"{source}: not a graphopt graph (expected format {FORMAT!r})")
+    try:
+        nodes, edges = data["nodes"], data["edges"]
+        n = len(nodes)
+        col = lambda k, default=None: [nd.get(k, default) if default is not None else nd[k]  # noqa: E731
+                                       for nd in nodes]
+        from graphopt.ir.graph import pad_shape
+
+        e = np.asarray(edges, dtype=np.float64).reshape(-1, 3)
+        g = Graph(
+            name=str(data.get("name", "graph")), meta=dict(data.get("meta") or {}),
+            names=np.asarray(col("name"), dtype=np.str_), op=np.asarray(col("op"), dtype=np.str_),
+            dtype=np.asarray(col("dtype", "float32"), dtype=np.str_),
+            shape=np.asarray([pad_shape(s) for s in col("shape", [])],
+                             dtype=np.int64).reshape(n, MAX_RANK),
+            flops=col("flops", 0.0), bytes_read=col("bytes_read", 0.0),
+            bytes_written=col("bytes_written", 0.0), out_bytes=col("out_bytes", 0.0),
+            persistent_bytes=col("persistent_bytes", 0.0), temp_bytes=col("temp_bytes", 0.0),
+            module=np.asarray(col("module", ""), dtype=np.str_), coloc=col("coloc", -1),
+            src=e[:, 0].astype(np.int64), dst=e[:, 1].astype(np.int64), edge_bytes=e[:, 2],
+        )
+    except (KeyError, TypeError, ValueError) as err:
+        raise GraphFormatError(f"{source}: malformed graph record ({type(err).__name__}: {err})") from err
+    return _validated(g, source)
+
+
+def to_networkx(g: Graph):
+    """A ``networkx.DiGraph`` with node and edge attributes (nodes keyed by index)."""
+    import networkx as nx
+
+    G = nx.DiGraph(name=g.name)
+    for i in range(g.num_nodes):
+        G.add_node(i, name=str(g.names[i]), op=str(g.op[i]), dtype=str(g.dtype[i]),
+                   shape=g.shape_of(i), flops=float(g.flops[i]),
+                   bytes_read=float(g.bytes_read[i]), bytes_written=float(g.bytes_written[i]),
+                   out_bytes=float(g.out_bytes[i]), persistent_bytes=float(g.persistent_bytes[i]),
+                   temp_bytes=float(g.temp_bytes[i]), module=str(g.module[i]),
+                   coloc=int(g.coloc[i]))
+    G.add_edges_from((int(s), int(d), {"bytes": float(b)})
+                     for s, d, b in zip(g.src, g.dst, g.edge_bytes))
+    return G
+
+
+def from_networkx(G, name: str | None = None) -> Graph:
+    """Build a :class:`Graph` from a ``networkx.DiGraph``.
+
+    Node attributes are those :func:`to_networkx` writes; missing ones default to
+    zero (``op`` to ``"other"``, ``name`` to the node key). Edge attribute ``bytes``
+    defaults to the producer's ``out_bytes``.
+    """
+    from graphopt.ir.graph import GraphBuilder
+
+    b = GraphBuilder(name or G.graph.get("name", "graph"))
+    key = {}
+    for v, a in G.nodes(data=True):
+        key[v] = b.add_node(str(a.get("name", v)), str(a.get("op", "other")),
+                            shape=a.get("shape", ()), dtype=a.get("dtype", "float32"),
+                            flops=a.get("flops", 0.0), bytes_read=a.get("bytes_read", 0.0),
+                            bytes_written=a.get("bytes_written", 0.0),
+                            out_bytes=a.get("out_bytes", a.get("bytes_written", 0.0)),
+                            persistent_bytes=a.get("persistent_bytes", 0.0),
+                            temp_bytes=a.get("temp_bytes", 0.0), module=a.get("module", ""),
+                            coloc=None if a.get("coloc", -1) in (-1, None) else str(a["coloc"]))
+    for u, v, a in G.edges(data=True):
+        b.add_edge(key[u], key[v], a.get("bytes"))
+    return b.build()

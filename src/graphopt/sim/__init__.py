@@ -1,0 +1,6 @@
+"""The simulator: compile a graph on a cluster into a :class:`Problem`, then price plans."""
+
+from graphopt.sim.plan import Plan
+from graphopt.sim.problem import BatchResult, Problem, SimResult, Timeline, simulate, simulate_batch
+
+__all__ = ["Plan", "Problem", "SimResult", "BatchResult", "Timeline", "simulate", "simulate_batch"]

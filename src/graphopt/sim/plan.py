@@ -1,0 +1,132 @@
+"""Plans: the decisions an optimizer makes, as plain data with an exact JSON form."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from graphopt.errors import PlanError
+from graphopt.ir.io import atomic_write
+
+__all__ = ["Plan"]
+
+FORMAT = "graphopt.plan"
+VERSION = 1
+
+
+@dataclass(frozen=True, eq=False)
+class Plan:
+    """Where each op runs, in what order, and what fuses.
+
+    Parameters
+    ----------
+    placement : int array (N,), optional
+        Device index of every node. Default: everything on device 0.
+    priority : float array (N,), optional
+        Higher runs first among the kernels ready on a device; ties go to the lower
+        node index. Default: first ready, first run (TensorFlow's executor).
+    fusion : float array (N,), optional
+        Fusion priority of every node: the fusion pass tries to fuse a node into its
+        consumer in decreasing order of this value; a value <= 0 never fuses. Default:
+        the compiler's greedy fusion. ``np.zeros(N)`` turns fusion off.
+    meta : dict
+        Free-form provenance (method, seed, search time); kept in the JSON form.
+
+    Examples
+    --------
+    >>> p = Plan(placement=np.array([0, 1, 1]))
+    >>> Plan.from_dict(p.to_dict()) == p
+    True
+    """
+
+    placement: np.ndarray | None = None
+    priority: np.ndarray | None = None
+    fusion: np.ndarray | None = None
+    meta: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for k, t in (("placement", np.int64), ("priority", np.float64), ("fusion", np.float64)):
+            v = getattr(self, k)
+            if v is None:
+                continue
+            try:
+                a = np.array(v, dtype=t)
+            except (TypeError, ValueError, OverflowError) as err:
+                raise PlanError(f"plan {k} is not numeric: {err}") from err
+            if a.ndim != 1:
+                raise PlanError(f"plan {k} must be one value per node (1-D), got shape {a.shape}")
+            if t is np.float64 and not np.isfinite(a).all():
+                j = int(np.flatnonzero(~np.isfinite(a))[0])
+                raise PlanError(f"plan {k}[{j}] = {a[j]}; expected a finite number")
+            a.setflags(write=False)
+            object.__setattr__(self, k, a)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Plan):
+            return NotImplemented
+        for k in ("placement", "priority", "fusion"):
+            a, b = getattr(self, k), getattr(other, k)
+            if (a is None) != (b is None) or (a is not None and not np.array_equal(a, b)):
+                return False
+        return self.meta == other.meta
+
+    def check(self, num_nodes: int, num_devices: int) -> None:
+        """Raise :class:`PlanError` unless the plan fits N nodes and D devices."""
+        for k in ("placement", "priority", "fusion"):
+            a = getattr(self, k)
+            if a is not None and len(a) != num_nodes:
+                raise PlanError(f"plan {k} has {len(a)} entries; the graph has {num_nodes} nodes")
+        p = self.placement
+        if p is not None and len(p):
+            bad = np.flatnonzero((p < 0) | (p >= num_devices))
+            if len(bad):
+                j = int(bad[0])
+                raise PlanError(f"plan places node {j} on device {int(p[j])}; the cluster has "
+                                f"devices 0..{num_devices - 1}")
+
+    def replace(self, **changes: Any) -> "Plan":
+        fields = {"placement": self.placement, "priority": self.priority, "fusion": self.fusion,
+                  "meta": dict(self.meta)}
+        fields.update(changes)
+        return Plan(**fields)
+
+    # -- JSON ---------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        lst = lambda a: None if a is None else a.tolist()  # noqa: E731
+        return {"format": FORMAT, "version": VERSION, "placement": lst(self.placement),
+                "priority": lst(self.priority), "fusion": lst(self.fusion), "meta": self.meta}
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "<dict>") -> "Plan":
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise PlanError(f"{source}: not a graphopt plan (expected format {FORMAT!r})")
+        if data.get("version", 0) > VERSION:
+            raise PlanError(f"{source}: plan version {data['version']} is newer than this "
+                            f"graphopt reads ({VERSION})")
+        try:
+            return cls(placement=data.get("placement"), priority=data.get("priority"),
+                       fusion=data.get("fusion"), meta=dict(data.get("meta") or {}))
+        except PlanError as err:
+            raise PlanError(f"{source}: {err}") from err
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the plan as JSON, atomically."""
+        text = json.dumps(self.to_dict())
+        atomic_write(path, lambda f: f.write(text.encode()))
+        return Path(path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "Plan":
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise PlanError(f"{path}: no such plan file") from None
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise PlanError(f"{path}: not valid JSON ({err})") from err
+        return cls.from_dict(data, source=str(path))

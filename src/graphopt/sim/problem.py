@@ -1,0 +1,341 @@
+"""Problem: a graph, a cluster and op costs compiled to flat arrays, and the simulator's
+public entry points :func:`simulate` and :func:`simulate_batch`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+from numba import njit, prange
+
+from graphopt.cost.roofline import op_costs
+from graphopt.errors import PlanError
+from graphopt.hardware import Cluster
+from graphopt.ir import Graph
+from graphopt.ir.ops import FUSIBLE_CONSUMER, FUSIBLE_PRODUCER, OP_CLASSES
+from graphopt.sim import engine
+from graphopt.sim.plan import Plan
+
+__all__ = ["Problem", "SimResult", "BatchResult", "Timeline", "simulate", "simulate_batch"]
+
+_OK, _OOM, _COLOC = 0, 1, 2
+
+
+class Problem:
+    """A graph on a cluster with op costs, compiled once and simulated many times.
+
+    Parameters
+    ----------
+    graph : Graph
+    cluster : Cluster
+    profile : Profile or list of Profile, optional
+        Measured op times that replace the roofline formula where they apply.
+    max_fusion_size : int
+        Largest number of ops the fusion pass puts in one kernel.
+
+    Examples
+    --------
+    >>> from graphopt.hardware import load_cluster
+    >>> from graphopt.ir.generate import mlp_training_graph
+    >>> prob = Problem(mlp_training_graph(), load_cluster("dgx1-v100:2"))
+    >>> r = simulate(prob, Plan())
+    >>> r.valid and r.step_time >= prob.lower_bound
+    True
+    """
+
+    def __init__(self, graph: Graph, cluster: Cluster, profile=None, max_fusion_size: int = 64):
+        self.graph = graph
+        self.cluster = cluster
+        self.max_fusion_size = int(max_fusion_size)
+        self.costs = op_costs(graph, cluster, profile)
+        n, g = graph.num_nodes, graph
+        self.num_nodes, self.num_devices = n, cluster.num_devices
+        self.pred_ptr, self.pred_idx, _ = g.pred
+        self.succ_ptr, self.succ_idx, eids = g.succ
+        self.succ_bytes = np.ascontiguousarray(g.edge_bytes[eids])
+        self.bandwidth = np.ascontiguousarray(cluster.bandwidth)
+        self.latency = np.ascontiguousarray(cluster.latency)
+        self.capacity = cluster.memory
+        self.persistent = g.persistent_bytes
+        self.coloc = g.coloc
+        self.out_bytes = g.out_bytes
+        self.temp_bytes = g.temp_bytes
+        # fusion candidates: u -> its only consumer v, when the classes allow it
+        cls = np.array(OP_CLASSES)[self.costs.class_id]
+        prod = np.isin(cls, list(FUSIBLE_PRODUCER))
+        cons = np.isin(cls, list(FUSIBLE_CONSUMER))
+        single = g.out_degree == 1
+        only = np.full(n, -1, dtype=np.int64)
+        only[single] = self.succ_idx[self.succ_ptr[:-1][single]]
+        ok = single & prod
+        ok[single] &= cons[only[single]]
+        self.cand_consumer = np.where(ok, only, -1)
+        self.single_edge_bytes = np.zeros(n)
+        self.single_edge_bytes[single] = self.succ_bytes[self.succ_ptr[:-1][single]]
+        fusible = self.cand_consumer >= 0
+        fusible[self.cand_consumer[fusible]] = True
+        self.fusible = fusible
+
+    def __repr__(self) -> str:
+        return (f"Problem(graph={self.graph.name!r}, nodes={self.num_nodes}, "
+                f"cluster={self.cluster.name!r})")
+
+    @cached_property
+    def lower_bound(self) -> float:
+        """``max(critical path, total work / D)`` with each op on its fastest device and no
+        communication (DESIGN.md §7). An op that fusion could absorb counts only its FLOP
+        time, since a fused kernel saves launches and memory traffic: so the bound holds
+        for every plan, fused or not."""
+        c = self.costs
+        t = np.where(self.fusible, c.flop_time.min(axis=1), c.time.min(axis=1))
+        cp = engine.critical_path(self.pred_ptr, self.pred_idx, t)
+        return float(max(cp, t.sum() / self.num_devices))
+
+    def arrays(self) -> tuple:
+        """The arrays :func:`_evaluate` takes after the plan's own, in order."""
+        c = self.costs
+        return (self.pred_ptr, self.pred_idx, self.succ_ptr, self.succ_idx, self.succ_bytes,
+                c.time, c.flop_time, c.mem_time, c.launch, c.sec_per_byte, c.class_id,
+                self.out_bytes, self.temp_bytes, self.persistent, self.coloc, self.capacity,
+                self.bandwidth, self.latency, self.cand_consumer, self.single_edge_bytes,
+                self.max_fusion_size)
+
+
+@dataclass
+class Timeline:
+    """Every kernel and transfer of a simulated plan, with start and end in seconds.
+
+    Kernels are named by their root node; ``group[i]`` is the root of node i's kernel.
+    """
+
+    kernel: np.ndarray
+    device: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    group: np.ndarray
+    transfer_kernel: np.ndarray
+    transfer_src: np.ndarray
+    transfer_dst: np.ndarray
+    transfer_start: np.ndarray
+    transfer_end: np.ndarray
+    transfer_bytes: np.ndarray
+
+
+@dataclass
+class SimResult:
+    """What a plan costs.
+
+    ``peak_memory`` and ``busy`` are per device (bytes, seconds); ``reason`` is ``""``
+    when ``valid``, else e.g. ``"OOM on gpu:1 (17.2 GiB > 16.0 GiB)"``.
+    """
+
+    step_time: float
+    valid: bool
+    reason: str
+    peak_memory: np.ndarray
+    busy: np.ndarray
+    bytes_moved: float
+    num_kernels: int
+    lower_bound: float
+    timeline: Timeline | None = None
+    extra: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"step_time": self.step_time, "valid": self.valid, "reason": self.reason,
+                "peak_memory": self.peak_memory.tolist(), "busy": self.busy.tolist(),
+                "bytes_moved": self.bytes_moved, "num_kernels": self.num_kernels,
+                "lower_bound": self.lower_bound,
+                "bound_ratio": self.step_time / self.lower_bound if self.lower_bound > 0 else None}
+
+
+@dataclass
+class BatchResult:
+    """Results of :func:`simulate_batch`: ``step_time`` (B,), ``valid`` (B,),
+    ``peak_memory`` (B, D), ``reason_code`` (B,: 0 valid, 1 out of memory, 2 split
+    colocation group) and ``reason_arg`` (B,: the device or group at fault)."""
+
+    step_time: np.ndarray
+    valid: np.ndarray
+    peak_memory: np.ndarray
+    reason_code: np.ndarray
+    reason_arg: np.ndarray
+
+
+@njit(cache=True)
+def _evaluate(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ_ptr, succ_idx,
+              succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes, temp_bytes,
+              persistent, coloc, capacity, bw, lat, cand, single_eb, max_fuse):
+    """Fuse, build kernels, run. ``fusion_mode``: 0 none, 1 compiler default, 2 by ``fprio``."""
+    n = place.shape[0]
+    ndev = capacity.shape[0]
+    if fusion_mode == 0:
+        group = np.arange(n)
+        kmask = np.ones(n, np.bool_)
+        kdur = np.empty(n)
+        for i in range(n):
+            kdur[i] = time[i, place[i]]
+        res = engine.run_kernels(kmask, place, kdur, out_bytes, temp_bytes, prio, use_fifo,
+                                 pred_ptr, pred_idx, succ_ptr, succ_idx, succ_bytes, bw, lat, ndev)
+        nk = n
+    else:
+        group = engine.fuse(place, fprio, fusion_mode == 1, cand, max_fuse)
+        (kmask, kdur, kout, ktemp, kprio, pptr, pidx, sptr, sidx,
+         sb) = engine.build_kernels(group, place, prio, pred_ptr, pred_idx, succ_ptr, succ_idx,
+                                    succ_bytes, flop_t, mem_t, launch, spb, cls, out_bytes,
+                                    temp_bytes, single_eb, cand)
+        res = engine.run_kernels(kmask, place, kdur, kout, ktemp, kprio, use_fifo,
+                                 pptr, pidx, sptr, sidx, sb, bw, lat, ndev)
+        nk = 0
+        for i in range(n):
+            if kmask[i]:
+                nk += 1
+    peak = res[1]
+    for i in range(n):
+        peak[place[i]] += persistent[i]
+    code, arg = _OK, -1
+    ngroups = 0
+    for i in range(n):
+        if coloc[i] + 1 > ngroups:
+            ngroups = coloc[i] + 1
+    gdev = np.full(ngroups, -1, np.int64)
+    for i in range(n):
+        g = coloc[i]
+        if g >= 0:
+            if gdev[g] < 0:
+                gdev[g] = place[i]
+            elif gdev[g] != place[i]:
+                code, arg = _COLOC, g
+                break
+    if code == _OK:
+        for d in range(ndev):
+            if peak[d] > capacity[d]:
+                code, arg = _OOM, d
+                break
+    return res, group, nk, code, arg
+
+
+def _plan_arrays(problem: Problem, plan: Plan):
+    plan.check(problem.num_nodes, problem.num_devices)
+    n = problem.num_nodes
+    place = (np.zeros(n, np.int64) if plan.placement is None
+             else np.ascontiguousarray(plan.placement, dtype=np.int64))
+    fifo = plan.priority is None
+    prio = np.zeros(n) if fifo else np.ascontiguousarray(plan.priority, dtype=np.float64)
+    mode = 1 if plan.fusion is None else 2
+    fprio = np.zeros(n) if plan.fusion is None else np.ascontiguousarray(plan.fusion, np.float64)
+    if mode == 2 and not (fprio > 0).any():
+        mode = 0
+    return place, prio, fifo, fprio, mode
+
+
+def _reason(problem: Problem, code: int, arg: int, peak: np.ndarray) -> str:
+    if code == _OOM:
+        dev = problem.cluster.devices[arg]
+        return (f"OOM on {dev.name} ({peak[arg] / 2**30:.2f} GiB > {dev.memory / 2**30:.2f} GiB)")
+    if code == _COLOC:
+        members = np.flatnonzero(problem.coloc == arg)
+        names = ", ".join(str(problem.graph.names[i]) for i in members[:3])
+        return f"colocation group {arg} ({names}{', ...' if len(members) > 3 else ''}) is split"
+    return ""
+
+
+def simulate(problem: Problem, plan: Plan | None = None, timeline: bool = False) -> SimResult:
+    """Simulate ``plan`` on ``problem`` (DESIGN.md "Simulator semantics").
+
+    Pure and deterministic. With ``timeline=True`` the result holds every kernel and
+    transfer with its start and end.
+
+    Raises
+    ------
+    PlanError
+        The plan's arrays do not match the graph or name a device the cluster lacks.
+
+    Examples
+    --------
+    >>> from graphopt.hardware import load_cluster
+    >>> from graphopt.ir.generate import mlp_training_graph
+    >>> prob = Problem(mlp_training_graph(), load_cluster("dgx1-v100:2"))
+    >>> one = simulate(prob, Plan(placement=np.zeros(prob.num_nodes, int)))
+    >>> one.bytes_moved
+    0.0
+    """
+    plan = plan or Plan()
+    place, prio, fifo, fprio, mode = _plan_arrays(problem, plan)
+    res, group, nk, code, arg = _evaluate(place, prio, fifo, fprio, mode, *problem.arrays())
+    (step, peak, busy, moved, start, end, ntr, tk, tdst, ts, te, tb) = res
+    tl = None
+    if timeline:
+        ks = np.flatnonzero(group == np.arange(problem.num_nodes))
+        tl = Timeline(kernel=ks, device=place[ks], start=start[ks], end=end[ks], group=group,
+                      transfer_kernel=tk.copy(), transfer_src=place[tk], transfer_dst=tdst.copy(),
+                      transfer_start=ts.copy(), transfer_end=te.copy(), transfer_bytes=tb.copy())
+    return SimResult(step_time=float(step), valid=code == _OK,
+                     reason=_reason(problem, code, arg, peak), peak_memory=peak, busy=busy,
+                     bytes_moved=float(moved), num_kernels=int(nk),
+                     lower_bound=problem.lower_bound, timeline=tl)
+
+
+@njit(cache=True, parallel=True)
+def _batch(places, prios, fifo, fprios, mode, pred_ptr, pred_idx, succ_ptr, succ_idx, succ_bytes,
+           time, flop_t, mem_t, launch, spb, cls, out_bytes, temp_bytes, persistent, coloc,
+           capacity, bw, lat, cand, single_eb, max_fuse):
+    b = places.shape[0]
+    step = np.zeros(b)
+    peak = np.zeros((b, capacity.shape[0]))
+    code = np.zeros(b, np.int64)
+    arg = np.zeros(b, np.int64)
+    for i in prange(b):
+        res, _, _, c, a = _evaluate(places[i], prios[i], fifo, fprios[i], mode, pred_ptr,
+                                    pred_idx, succ_ptr, succ_idx, succ_bytes, time, flop_t, mem_t,
+                                    launch, spb, cls, out_bytes, temp_bytes, persistent, coloc,
+                                    capacity, bw, lat, cand, single_eb, max_fuse)
+        step[i] = res[0]
+        peak[i, :] = res[1]
+        code[i] = c
+        arg[i] = a
+    return step, peak, code, arg
+
+
+def simulate_batch(problem: Problem, placements: np.ndarray, priorities: np.ndarray | None = None,
+                   fusion: np.ndarray | None = None) -> BatchResult:
+    """Simulate B plans at once, in parallel across cores (numba ``prange``).
+
+    Parameters
+    ----------
+    placements : int array (B, N)
+    priorities : float array (B, N), optional
+        Default: first ready, first run.
+    fusion : float array (B, N), optional
+        Default: the compiler's greedy fusion for every plan.
+
+    Returns
+    -------
+    BatchResult
+        Equal, plan by plan, to :func:`simulate` on ``Plan(placements[b], ...)``.
+    """
+    n, d = problem.num_nodes, problem.num_devices
+    places = np.ascontiguousarray(placements, dtype=np.int64)
+    if places.ndim != 2 or places.shape[1] != n:
+        raise PlanError(f"placements must have shape (B, {n}), got {places.shape}")
+    b = places.shape[0]
+    if b and n and (places.min() < 0 or places.max() >= d):
+        row, col = np.argwhere((places < 0) | (places >= d))[0]
+        raise PlanError(f"plan {row} places node {col} on device {places[row, col]}; the cluster "
+                        f"has devices 0..{d - 1}")
+
+    def rows(a, name):
+        a = np.ascontiguousarray(a, dtype=np.float64)
+        if a.shape != (b, n):
+            raise PlanError(f"{name} must have shape ({b}, {n}), got {a.shape}")
+        if not np.isfinite(a).all():
+            raise PlanError(f"{name} contains a non-finite value")
+        return a
+
+    fifo = priorities is None
+    prios = np.zeros((b, n)) if fifo else rows(priorities, "priorities")
+    mode = 1 if fusion is None else 2
+    fprios = np.zeros((b, n)) if fusion is None else rows(fusion, "fusion")
+    step, peak, code, arg = _batch(places, prios, fifo, fprios, mode, *problem.arrays())
+    return BatchResult(step_time=step, valid=code == _OK, peak_memory=peak, reason_code=code,
+                       reason_arg=arg)
