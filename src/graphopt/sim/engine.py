@@ -6,6 +6,10 @@ nothing is fused). Kernel-level adjacency lists hold distinct producer and consu
 kernels. Semantics are those of DESIGN.md "Simulator semantics"; this module adds no
 policy of its own.
 
+All jitted code lives in this one module on purpose: numba's on-disk cache is keyed
+by the file that defines a function, and would not notice a change to a callee in
+another module.
+
 Hot path: one call of :func:`run_kernels` per evaluated plan. It allocates its work
 arrays once, keeps one ready heap per device, a FIFO per directed link and one event
 heap whose size is bounded by D + D*D (one running kernel per device and one running
@@ -15,10 +19,12 @@ transfer per link), so each event costs O(log D + degree).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 _KERNEL_END = 0
 _TRANSFER_END = 1
+#: Validity codes of :func:`evaluate`.
+OK, OOM, COLOC = 0, 1, 2
 
 
 # -- heaps ---------------------------------------------------------------------------------
@@ -27,7 +33,7 @@ def _ready_before(a, b, key):
     return key[a] > key[b] or (key[a] == key[b] and a < b)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _ready_push(buf, base, size, k, key):
     i = size
     buf[base + i] = k
@@ -40,7 +46,7 @@ def _ready_push(buf, base, size, k, key):
             break
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _ready_pop(buf, base, size, key):
     top = buf[base]
     size -= 1
@@ -70,7 +76,7 @@ def _ev_before(t, ty, ix, i, j):
     return ix[i] < ix[j]
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _ev_push(t, ty, ix, size, time, typ, idx):
     i = size
     t[i], ty[i], ix[i] = time, typ, idx
@@ -85,7 +91,7 @@ def _ev_push(t, ty, ix, size, time, typ, idx):
             break
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _ev_pop(t, ty, ix, size):
     """Remove the earliest event; the caller reads it from slot 0 first."""
     size -= 1
@@ -107,10 +113,39 @@ def _ev_pop(t, ty, ix, size):
             break
 
 
+@njit(cache=True, inline="always")
+def _ready_add(buf, base, head, size, k, prio, use_fifo):
+    """Make kernel k ready: append to the device's FIFO (each kernel enters its device's
+    queue once, so a plain array segment suffices), or push on its priority heap."""
+    if use_fifo:
+        buf[base + head + size] = k
+    else:
+        _ready_push(buf, base, size, k, prio)
+
+
 # -- the engine ---------------------------------------------------------------------------
 @njit(cache=True)
+def workspace(n, ndev, nedges):
+    """Work arrays for :func:`run_kernels` and :func:`build_kernels`, allocated once per
+    problem (per thread in batches): fresh arrays on every call cost more than the
+    simulation itself on large graphs (page faults). Both functions leave the arrays in
+    a state the next call accepts, so nothing is cleared between calls."""
+    m = nedges + 1
+    run = (np.empty(n), np.empty(n), np.zeros(n, np.int64), np.zeros(n, np.int64), np.empty(n),
+           np.zeros(n * ndev, np.int64), np.zeros(n * ndev), np.empty(max(n, 1), np.int64),
+           np.empty(m, np.int64), np.empty(m, np.int64), np.empty(m), np.empty(m), np.empty(m),
+           np.empty(m, np.int64))
+    build = (np.zeros(n, np.bool_), np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n),
+             np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n, np.int64),
+             np.zeros(n + 1, np.int64), np.zeros(n, np.int64), np.zeros(n + 1, np.int64),
+             np.zeros(m, np.int64), np.zeros(n + 1, np.int64), np.zeros(m, np.int64),
+             np.zeros(m), np.zeros(n, np.int64))
+    return run, build
+
+
+@njit(cache=True)
 def run_kernels(kmask, dev, kdur, kout, ktemp, kprio, use_fifo,
-                pptr, pidx, sptr, sidx, sbytes, bw, lat, ndev):
+                pptr, pidx, sptr, sidx, sbytes, bw, lat, ndev, ws):
     """Simulate one plan at kernel level.
 
     Parameters (N nodes, D devices; kernels are the nodes where ``kmask`` is true)
@@ -118,26 +153,27 @@ def run_kernels(kmask, dev, kdur, kout, ktemp, kprio, use_fifo,
     kmask : bool (N,)            kernel roots
     dev : int64 (N,)             device of each kernel
     kdur, kout, ktemp : float64 (N,)   duration, materialized output bytes, scratch bytes
-    kprio : float64 (N,)         priority (higher first); ignored when ``use_fifo``
-    use_fifo : bool              order ready kernels by ready time instead (TF executor)
+    kprio : float64 (N,)         priority (higher first, ties: lower index first)
+    use_fifo : bool              ignore ``kprio``: run kernels in the order they became
+                                 ready (TensorFlow's executor), an O(1) queue
     pptr, pidx : CSR (N+1,), (P,)      distinct producer kernels of each kernel
     sptr, sidx, sbytes : CSR            distinct consumer kernels and the bytes each needs
     bw, lat : float64 (D, D)     link bandwidth (bytes/s) and latency (s)
+    ws : the ``run`` part of :func:`workspace`
 
     Returns
     -------
     step, peak (D,), busy (D,), bytes_moved, start (N,), end (N,), and the transfers:
-    count, kernel (T,), destination (T,), start (T,), end (T,), bytes (T,).
+    count, kernel (T,), destination (T,), start (T,), end (T,), bytes (T,). All but
+    ``peak`` and ``busy`` are views into ``ws``: copy them before the next call. Entries
+    of ``start`` and ``end`` are meaningful for kernels only.
     """
     n = kmask.shape[0]
     D = ndev
-    start = np.full(n, -1.0)
-    end = np.full(n, -1.0)
-    pending = np.zeros(n, np.int64)
-    out_ref = np.zeros(n, np.int64)
-    key = np.zeros(n)
-    recv_ref = np.zeros(n * D, np.int64)
-    recv_bytes = np.zeros(n * D)
+    # recv_ref returns to all zeros by the end of every run (each increment is matched
+    # by a consumer's decrement); every other array is written before it is read.
+    (start, end, pending, out_ref, _, recv_ref, recv_bytes, hbuf,
+     tr_k, tr_dst, tr_start, tr_end, tr_bytes, tr_next) = ws
     # ready heaps, one segment per device
     count = np.zeros(D, np.int64)
     for k in range(n):
@@ -147,16 +183,8 @@ def run_kernels(kmask, dev, kdur, kout, ktemp, kprio, use_fifo,
     base = np.zeros(D, np.int64)
     for d in range(1, D):
         base[d] = base[d - 1] + count[d - 1]
-    hbuf = np.empty(max(n, 1), np.int64)
     hsize = np.zeros(D, np.int64)
-    # transfers and per-link FIFOs (linked lists through tr_next)
-    maxt = sidx.shape[0] + 1
-    tr_k = np.empty(maxt, np.int64)
-    tr_dst = np.empty(maxt, np.int64)
-    tr_start = np.zeros(maxt)
-    tr_end = np.zeros(maxt)
-    tr_bytes = np.zeros(maxt)
-    tr_next = np.full(maxt, -1, np.int64)
+    qhead = np.zeros(D, np.int64)
     ntr = 0
     head = np.full(D * D, -1, np.int64)
     tail = np.full(D * D, -1, np.int64)
@@ -184,8 +212,7 @@ def run_kernels(kmask, dev, kdur, kout, ktemp, kprio, use_fifo,
     for k in range(n):
         if kmask[k] and pending[k] == 0:
             d = dev[k]
-            key[k] = 0.0 if use_fifo else kprio[k]
-            _ready_push(hbuf, base[d], hsize[d], k, key)
+            _ready_add(hbuf, base[d], qhead[d], hsize[d], k, kprio, use_fifo)
             hsize[d] += 1
     for d in range(D):
         dirty_dev[d] = True
@@ -201,7 +228,11 @@ def run_kernels(kmask, dev, kdur, kout, ktemp, kprio, use_fifo,
             d = dev_list[q]
             dirty_dev[d] = False
             if not dev_busy[d] and hsize[d] > 0:
-                k = _ready_pop(hbuf, base[d], hsize[d], key)
+                if use_fifo:
+                    k = hbuf[base[d] + qhead[d]]
+                    qhead[d] += 1
+                else:
+                    k = _ready_pop(hbuf, base[d], hsize[d], kprio)
                 hsize[d] -= 1
                 start[k] = t
                 end[k] = t + kdur[k]
@@ -273,8 +304,7 @@ def run_kernels(kmask, dev, kdur, kout, ktemp, kprio, use_fifo,
                         nref += 1
                         pending[c] -= 1
                         if pending[c] == 0:
-                            key[c] = -t if use_fifo else kprio[c]
-                            _ready_push(hbuf, base[d], hsize[d], c, key)
+                            _ready_add(hbuf, base[d], qhead[d], hsize[d], c, kprio, use_fifo)
                             hsize[d] += 1
                     else:
                         if sbytes[j] > tmpb[dc]:
@@ -288,6 +318,7 @@ def run_kernels(kmask, dev, kdur, kout, ktemp, kprio, use_fifo,
                         tr_k[tr] = k
                         tr_dst[tr] = dd
                         tr_bytes[tr] = tmpb[dd]
+                        tr_next[tr] = -1
                         recv_bytes[k * D + dd] = tmpb[dd]
                         tmpb[dd] = -1.0
                         li = d * D + dd
@@ -322,8 +353,7 @@ def run_kernels(kmask, dev, kdur, kout, ktemp, kprio, use_fifo,
                     if dev[c] == b:
                         pending[c] -= 1
                         if pending[c] == 0:
-                            key[c] = -t if use_fifo else kprio[c]
-                            _ready_push(hbuf, base[b], hsize[b], c, key)
+                            _ready_add(hbuf, base[b], qhead[b], hsize[b], c, kprio, use_fifo)
                             hsize[b] += 1
                 if not dirty_dev[b]:
                     dirty_dev[b] = True
@@ -379,22 +409,26 @@ def fuse(dev, fprio, use_default, cand_consumer, max_size):
 
 @njit(cache=True)
 def build_kernels(group, dev, prio, ptr_p, idx_p, ptr_s, idx_s, eb_s,
-                  flop_t, mem_t, launch, spb, cls, out_bytes, temp_bytes, single_eb, cand_consumer):
+                  flop_t, mem_t, launch, spb, cls, out_bytes, temp_bytes, single_eb, cand_consumer,
+                  ws):
     """Kernel-level arrays for a fusion ``group`` map (see :func:`run_kernels`).
 
     A fused kernel on device d takes ``max(launch) + max(sum flop_t,
     sum mem_t - bytes of internal edges priced at both ends)``; its output is the
     root's; its scratch is the members' sum; its priority the members' highest.
+    ``ws`` is the ``build`` part of :func:`workspace`; the results are views into it.
     """
     n = group.shape[0]
-    kmask = np.zeros(n, np.bool_)
-    kdur = np.zeros(n)
-    kout = np.zeros(n)
-    ktemp = np.zeros(n)
-    kprio = np.full(n, -np.inf)
-    fsum = np.zeros(n)
-    msum = np.zeros(n)
-    lmax = np.zeros(n)
+    (kmask, kdur, kout, ktemp, kprio, fsum, msum, lmax, mark, gcount, members, pptr,
+     pidx, sptr, sidx, sb, pos) = ws
+    for i in range(n):
+        ktemp[i] = 0.0
+        kprio[i] = -np.inf
+        fsum[i] = 0.0
+        msum[i] = 0.0
+        lmax[i] = 0.0
+        mark[i] = -1
+        gcount[i + 1] = 0
     for i in range(n):
         g = group[i]
         d = dev[i]
@@ -408,28 +442,22 @@ def build_kernels(group, dev, prio, ptr_p, idx_p, ptr_s, idx_s, eb_s,
         ktemp[g] += temp_bytes[i]
         if prio[i] > kprio[g]:
             kprio[g] = prio[i]
+        gcount[g + 1] += 1
     for k in range(n):
-        if group[k] == k:
-            kmask[k] = True
+        kmask[k] = group[k] == k
+        if kmask[k]:
             kdur[k] = lmax[k] + max(fsum[k], max(msum[k], 0.0))
             kout[k] = out_bytes[k]
-    # distinct producer kernels: scan members of each group (members precede the root)
-    cnt = np.zeros(n + 1, np.int64)
-    mark = np.full(n, -1, np.int64)
-    # members listed per group via counting sort
-    gcount = np.zeros(n + 1, np.int64)
-    for i in range(n):
-        gcount[group[i] + 1] += 1
+    # list the members of each group (counting sort), then collect distinct producers
     for i in range(n):
         gcount[i + 1] += gcount[i]
-    members = np.empty(n, np.int64)
-    fill = gcount[:-1].copy()
+    for i in range(n):  # pos[] as the fill pointer per group
+        pos[i] = gcount[i]
     for i in range(n):
-        members[fill[group[i]]] = i
-        fill[group[i]] += 1
-    tmp = np.empty(max(idx_p.shape[0], 1), np.int64)
+        members[pos[group[i]]] = i
+        pos[group[i]] += 1
     ntmp = 0
-    pptr = np.zeros(n + 1, np.int64)
+    pptr[0] = 0
     for k in range(n):
         if kmask[k]:
             for q in range(gcount[k], gcount[k + 1]):
@@ -438,17 +466,14 @@ def build_kernels(group, dev, prio, ptr_p, idx_p, ptr_s, idx_s, eb_s,
                     pk = group[idx_p[j]]
                     if pk != k and mark[pk] != k:
                         mark[pk] = k
-                        tmp[ntmp] = pk
+                        pidx[ntmp] = pk
                         ntmp += 1
         pptr[k + 1] = ntmp
-    pidx = tmp[:ntmp].copy()
     # consumers: only the root has external consumers
-    sptr = np.zeros(n + 1, np.int64)
-    sidx = np.empty(max(idx_s.shape[0], 1), np.int64)
-    sb = np.empty(max(idx_s.shape[0], 1))
     ns = 0
-    mark[:] = -1
-    pos = np.zeros(n, np.int64)
+    sptr[0] = 0
+    for i in range(n):
+        mark[i] = -1
     for k in range(n):
         if kmask[k]:
             for j in range(ptr_s[k], ptr_s[k + 1]):
@@ -464,7 +489,7 @@ def build_kernels(group, dev, prio, ptr_p, idx_p, ptr_s, idx_s, eb_s,
                 elif eb_s[j] > sb[pos[ck]]:
                     sb[pos[ck]] = eb_s[j]
         sptr[k + 1] = ns
-    return kmask, kdur, kout, ktemp, kprio, pptr, pidx, sptr, sidx[:ns].copy(), sb[:ns].copy()
+    return kmask, kdur, kout, ktemp, kprio, pptr, pidx[:ntmp], sptr, sidx[:ns], sb[:ns]
 
 
 @njit(cache=True)
@@ -482,3 +507,89 @@ def critical_path(ptr_p, idx_p, t):
         if fin[v] > best:
             best = fin[v]
     return best
+
+
+# -- one plan and a batch of plans -----------------------------------------------------
+@njit(cache=True)
+def evaluate(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ_ptr, succ_idx,
+              succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes, temp_bytes,
+              persistent, coloc, capacity, bw, lat, cand, single_eb, max_fuse, ws):
+    """Fuse, build kernels, run. ``fusion_mode``: 0 none, 1 compiler default, 2 by ``fprio``.
+    ``ws`` is an :func:`workspace` for this problem."""
+    n = place.shape[0]
+    ndev = capacity.shape[0]
+    if fusion_mode == 0:
+        group = np.arange(n)
+        kmask = np.ones(n, np.bool_)
+        kdur = np.empty(n)
+        for i in range(n):
+            kdur[i] = time[i, place[i]]
+        res = run_kernels(kmask, place, kdur, out_bytes, temp_bytes, prio, use_fifo,
+                                 pred_ptr, pred_idx, succ_ptr, succ_idx, succ_bytes, bw, lat, ndev,
+                                 ws[0])
+        nk = n
+    else:
+        group = fuse(place, fprio, fusion_mode == 1, cand, max_fuse)
+        (kmask, kdur, kout, ktemp, kprio, pptr, pidx, sptr, sidx,
+         sb) = build_kernels(group, place, prio, pred_ptr, pred_idx, succ_ptr, succ_idx,
+                                    succ_bytes, flop_t, mem_t, launch, spb, cls, out_bytes,
+                                    temp_bytes, single_eb, cand, ws[1])
+        res = run_kernels(kmask, place, kdur, kout, ktemp, kprio, use_fifo,
+                                 pptr, pidx, sptr, sidx, sb, bw, lat, ndev, ws[0])
+        nk = 0
+        for i in range(n):
+            if kmask[i]:
+                nk += 1
+    peak = res[1]
+    for i in range(n):
+        peak[place[i]] += persistent[i]
+    code, arg = OK, -1
+    ngroups = 0
+    for i in range(n):
+        if coloc[i] + 1 > ngroups:
+            ngroups = coloc[i] + 1
+    gdev = np.full(ngroups, -1, np.int64)
+    for i in range(n):
+        g = coloc[i]
+        if g >= 0:
+            if gdev[g] < 0:
+                gdev[g] = place[i]
+            elif gdev[g] != place[i]:
+                code, arg = COLOC, g
+                break
+    if code == OK:
+        for d in range(ndev):
+            if peak[d] > capacity[d]:
+                code, arg = OOM, d
+                break
+    return res, group, nk, code, arg
+
+
+@njit(cache=True, parallel=True)
+def evaluate_batch(places, prios, fifo, fprios, mode, pred_ptr, pred_idx, succ_ptr, succ_idx, succ_bytes,
+           time, flop_t, mem_t, launch, spb, cls, out_bytes, temp_bytes, persistent, coloc,
+           capacity, bw, lat, cand, single_eb, max_fuse, nthreads):
+    """:func:`evaluate` for B plans, one chunk of plans per thread."""
+    b = places.shape[0]
+    n = places.shape[1]
+    step = np.zeros(b)
+    peak = np.zeros((b, capacity.shape[0]))
+    code = np.zeros(b, np.int64)
+    arg = np.zeros(b, np.int64)
+    # one workspace per chunk of plans, one chunk per thread
+    nchunks = max(1, min(b, nthreads))
+    for c in prange(nchunks):
+        ws = workspace(n, capacity.shape[0], succ_idx.shape[0])
+        for i in range(c * b // nchunks, (c + 1) * b // nchunks):
+            res, _, _, cd, a = evaluate(places[i], prios[i], fifo, fprios[i], mode, pred_ptr,
+                                         pred_idx, succ_ptr, succ_idx, succ_bytes, time, flop_t,
+                                         mem_t, launch, spb, cls, out_bytes, temp_bytes,
+                                         persistent, coloc, capacity, bw, lat, cand, single_eb,
+                                         max_fuse, ws)
+            step[i] = res[0]
+            peak[i, :] = res[1]
+            code[i] = cd
+            arg[i] = a
+    return step, peak, code, arg
+
+

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
+import numba
 import numpy as np
-from numba import njit, prange
 
 from graphopt.cost.roofline import op_costs
 from graphopt.errors import PlanError
@@ -19,7 +19,7 @@ from graphopt.sim.plan import Plan
 
 __all__ = ["Problem", "SimResult", "BatchResult", "Timeline", "simulate", "simulate_batch"]
 
-_OK, _OOM, _COLOC = 0, 1, 2
+_OK, _OOM, _COLOC = engine.OK, engine.OOM, engine.COLOC
 
 
 class Problem:
@@ -80,6 +80,11 @@ class Problem:
     def __repr__(self) -> str:
         return (f"Problem(graph={self.graph.name!r}, nodes={self.num_nodes}, "
                 f"cluster={self.cluster.name!r})")
+
+    @cached_property
+    def workspace(self) -> tuple:
+        """Reusable work arrays of the engine for :func:`simulate` (see ``engine.workspace``)."""
+        return engine.workspace(self.num_nodes, self.num_devices, len(self.succ_idx))
 
     @cached_property
     def lower_bound(self) -> float:
@@ -162,59 +167,6 @@ class BatchResult:
     reason_arg: np.ndarray
 
 
-@njit(cache=True)
-def _evaluate(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ_ptr, succ_idx,
-              succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes, temp_bytes,
-              persistent, coloc, capacity, bw, lat, cand, single_eb, max_fuse):
-    """Fuse, build kernels, run. ``fusion_mode``: 0 none, 1 compiler default, 2 by ``fprio``."""
-    n = place.shape[0]
-    ndev = capacity.shape[0]
-    if fusion_mode == 0:
-        group = np.arange(n)
-        kmask = np.ones(n, np.bool_)
-        kdur = np.empty(n)
-        for i in range(n):
-            kdur[i] = time[i, place[i]]
-        res = engine.run_kernels(kmask, place, kdur, out_bytes, temp_bytes, prio, use_fifo,
-                                 pred_ptr, pred_idx, succ_ptr, succ_idx, succ_bytes, bw, lat, ndev)
-        nk = n
-    else:
-        group = engine.fuse(place, fprio, fusion_mode == 1, cand, max_fuse)
-        (kmask, kdur, kout, ktemp, kprio, pptr, pidx, sptr, sidx,
-         sb) = engine.build_kernels(group, place, prio, pred_ptr, pred_idx, succ_ptr, succ_idx,
-                                    succ_bytes, flop_t, mem_t, launch, spb, cls, out_bytes,
-                                    temp_bytes, single_eb, cand)
-        res = engine.run_kernels(kmask, place, kdur, kout, ktemp, kprio, use_fifo,
-                                 pptr, pidx, sptr, sidx, sb, bw, lat, ndev)
-        nk = 0
-        for i in range(n):
-            if kmask[i]:
-                nk += 1
-    peak = res[1]
-    for i in range(n):
-        peak[place[i]] += persistent[i]
-    code, arg = _OK, -1
-    ngroups = 0
-    for i in range(n):
-        if coloc[i] + 1 > ngroups:
-            ngroups = coloc[i] + 1
-    gdev = np.full(ngroups, -1, np.int64)
-    for i in range(n):
-        g = coloc[i]
-        if g >= 0:
-            if gdev[g] < 0:
-                gdev[g] = place[i]
-            elif gdev[g] != place[i]:
-                code, arg = _COLOC, g
-                break
-    if code == _OK:
-        for d in range(ndev):
-            if peak[d] > capacity[d]:
-                code, arg = _OOM, d
-                break
-    return res, group, nk, code, arg
-
-
 def _plan_arrays(problem: Problem, plan: Plan):
     plan.check(problem.num_nodes, problem.num_devices)
     n = problem.num_nodes
@@ -262,7 +214,8 @@ def simulate(problem: Problem, plan: Plan | None = None, timeline: bool = False)
     """
     plan = plan or Plan()
     place, prio, fifo, fprio, mode = _plan_arrays(problem, plan)
-    res, group, nk, code, arg = _evaluate(place, prio, fifo, fprio, mode, *problem.arrays())
+    res, group, nk, code, arg = engine.evaluate(place, prio, fifo, fprio, mode, *problem.arrays(),
+                                          problem.workspace)
     (step, peak, busy, moved, start, end, ntr, tk, tdst, ts, te, tb) = res
     tl = None
     if timeline:
@@ -274,27 +227,6 @@ def simulate(problem: Problem, plan: Plan | None = None, timeline: bool = False)
                      reason=_reason(problem, code, arg, peak), peak_memory=peak, busy=busy,
                      bytes_moved=float(moved), num_kernels=int(nk),
                      lower_bound=problem.lower_bound, timeline=tl)
-
-
-@njit(cache=True, parallel=True)
-def _batch(places, prios, fifo, fprios, mode, pred_ptr, pred_idx, succ_ptr, succ_idx, succ_bytes,
-           time, flop_t, mem_t, launch, spb, cls, out_bytes, temp_bytes, persistent, coloc,
-           capacity, bw, lat, cand, single_eb, max_fuse):
-    b = places.shape[0]
-    step = np.zeros(b)
-    peak = np.zeros((b, capacity.shape[0]))
-    code = np.zeros(b, np.int64)
-    arg = np.zeros(b, np.int64)
-    for i in prange(b):
-        res, _, _, c, a = _evaluate(places[i], prios[i], fifo, fprios[i], mode, pred_ptr,
-                                    pred_idx, succ_ptr, succ_idx, succ_bytes, time, flop_t, mem_t,
-                                    launch, spb, cls, out_bytes, temp_bytes, persistent, coloc,
-                                    capacity, bw, lat, cand, single_eb, max_fuse)
-        step[i] = res[0]
-        peak[i, :] = res[1]
-        code[i] = c
-        arg[i] = a
-    return step, peak, code, arg
 
 
 def simulate_batch(problem: Problem, placements: np.ndarray, priorities: np.ndarray | None = None,
@@ -336,6 +268,7 @@ def simulate_batch(problem: Problem, placements: np.ndarray, priorities: np.ndar
     prios = np.zeros((b, n)) if fifo else rows(priorities, "priorities")
     mode = 1 if fusion is None else 2
     fprios = np.zeros((b, n)) if fusion is None else rows(fusion, "fusion")
-    step, peak, code, arg = _batch(places, prios, fifo, fprios, mode, *problem.arrays())
+    step, peak, code, arg = engine.evaluate_batch(places, prios, fifo, fprios, mode,
+                                                    *problem.arrays(), numba.get_num_threads())
     return BatchResult(step_time=step, valid=code == _OK, peak_memory=peak, reason_code=code,
                        reason_arg=arg)
