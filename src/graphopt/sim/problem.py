@@ -51,16 +51,18 @@ class Problem:
         self.costs = op_costs(graph, cluster, profile)
         n, g = graph.num_nodes, graph
         self.num_nodes, self.num_devices = n, cluster.num_devices
-        self.pred_ptr, self.pred_idx, _ = g.pred
-        self.succ_ptr, self.succ_idx, eids = g.succ
-        self.succ_bytes = np.ascontiguousarray(g.edge_bytes[eids])
-        self.bandwidth = np.ascontiguousarray(cluster.bandwidth)
-        self.latency = np.ascontiguousarray(cluster.latency)
+        # Writable copies throughout: numba types read-only arrays apart from the engine's
+        # own work arrays, and both must flow through the same variables there.
+        self.pred_ptr, self.pred_idx = np.array(g.pred[0]), np.array(g.pred[1])
+        self.succ_ptr, self.succ_idx, eids = np.array(g.succ[0]), np.array(g.succ[1]), g.succ[2]
+        self.succ_bytes = g.edge_bytes[eids]
+        self.bandwidth = np.array(cluster.bandwidth)
+        self.latency = np.array(cluster.latency)
         self.capacity = cluster.memory
-        self.persistent = g.persistent_bytes
-        self.coloc = g.coloc
-        self.out_bytes = g.out_bytes
-        self.temp_bytes = g.temp_bytes
+        self.persistent = np.array(g.persistent_bytes)
+        self.coloc = np.array(g.coloc)
+        self.out_bytes = np.array(g.out_bytes)
+        self.temp_bytes = np.array(g.temp_bytes)
         # fusion candidates: u -> its only consumer v, when the classes allow it
         cls = np.array(OP_CLASSES)[self.costs.class_id]
         prod = np.isin(cls, list(FUSIBLE_PRODUCER))
@@ -170,12 +172,11 @@ class BatchResult:
 def _plan_arrays(problem: Problem, plan: Plan):
     plan.check(problem.num_nodes, problem.num_devices)
     n = problem.num_nodes
-    place = (np.zeros(n, np.int64) if plan.placement is None
-             else np.ascontiguousarray(plan.placement, dtype=np.int64))
+    place = np.zeros(n, np.int64) if plan.placement is None else np.array(plan.placement, np.int64)
     fifo = plan.priority is None
-    prio = np.zeros(n) if fifo else np.ascontiguousarray(plan.priority, dtype=np.float64)
+    prio = np.zeros(n) if fifo else np.array(plan.priority, dtype=np.float64)
     mode = 1 if plan.fusion is None else 2
-    fprio = np.zeros(n) if plan.fusion is None else np.ascontiguousarray(plan.fusion, np.float64)
+    fprio = np.zeros(n) if plan.fusion is None else np.array(plan.fusion, np.float64)
     if mode == 2 and not (fprio > 0).any():
         mode = 0
     return place, prio, fifo, fprio, mode
