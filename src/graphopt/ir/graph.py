@@ -219,7 +219,7 @@ class Graph:
                                  f"out of range for {n} nodes")
         loops = np.flatnonzero(self.src == self.dst)
         if len(loops):
-            raise GraphError(f"graph {g!r}: node {self.names[self.src[loops[0]]]!r} "
+            raise GraphError(f"graph {g!r}: node {str(self.names[self.src[loops[0]]])!r} "
                              "has an edge to itself (a cycle)")
         back = np.flatnonzero(self.src > self.dst)
         if len(back):
@@ -230,29 +230,29 @@ class Graph:
                                  f"{' -> ...' if len(cycle) > 8 else ''}")
             j = int(back[0])
             raise GraphError(f"graph {g!r}: nodes are not in topological order: edge "
-                             f"{self.names[self.src[j]]!r} -> {self.names[self.dst[j]]!r} points "
+                             f"{str(self.names[self.src[j]])!r} -> {str(self.names[self.dst[j]])!r} points "
                              "backwards (build graphs with GraphBuilder, which sorts them)")
         if self.num_edges:
             key = self.src * n + self.dst
             u, counts = np.unique(key, return_counts=True)
             if (counts > 1).any():
                 k = int(u[counts > 1][0])
-                raise GraphError(f"graph {g!r}: duplicate edge {self.names[k // n]!r} -> "
-                                 f"{self.names[k % n]!r}")
+                raise GraphError(f"graph {g!r}: duplicate edge {str(self.names[k // n])!r} -> "
+                                 f"{str(self.names[k % n])!r}")
         if len(self.index) != n:
             seen: set[str] = set()
             for s in self.names:
                 if s in seen:
-                    raise GraphError(f"graph {g!r}: duplicate node name {s!r}")
+                    raise GraphError(f"graph {g!r}: duplicate node name {str(s)!r}")
                 seen.add(str(s))
         for k in (*_NODE_FLOAT, "edge_bytes"):
             a = getattr(self, k)
             bad = np.flatnonzero(~np.isfinite(a) | (a < 0))
             if len(bad):
                 j = int(bad[0])
-                where = (f"edge {self.names[self.src[j]]!r} -> {self.names[self.dst[j]]!r}"
-                         if k == "edge_bytes" else f"node {self.names[j]!r}")
-                raise GraphError(f"graph {g!r}: {where} has {k}={a[j]!r}; expected a finite "
+                where = (f"edge {str(self.names[self.src[j]])!r} -> {str(self.names[self.dst[j]])!r}"
+                         if k == "edge_bytes" else f"node {str(self.names[j])!r}")
+                raise GraphError(f"graph {g!r}: {where} has {k}={float(a[j])!r}; expected a finite "
                                  "number >= 0")
         r = self.rank
         inner = self.shape[:, :] <= 0
@@ -261,11 +261,11 @@ class Graph:
         bad = np.flatnonzero(inner.any(axis=1) | gaps.any(axis=1))
         if len(bad):
             j = int(bad[0])
-            raise GraphError(f"graph {g!r}: node {self.names[j]!r} has shape {self.shape[j].tolist()};"
+            raise GraphError(f"graph {g!r}: node {str(self.names[j])!r} has shape {self.shape[j].tolist()};"
                              " expected positive dims padded at the end with -1")
         if (self.coloc < -1).any():
             j = int(np.flatnonzero(self.coloc < -1)[0])
-            raise GraphError(f"graph {g!r}: node {self.names[j]!r} has coloc={self.coloc[j]}; "
+            raise GraphError(f"graph {g!r}: node {str(self.names[j])!r} has coloc={int(self.coloc[j])}; "
                              "expected a group id >= 0 or -1 for none")
         return self
 
@@ -437,6 +437,12 @@ class GraphBuilder:
         inv[perm] = np.arange(n)
         src, dst = inv[src], inv[dst]
         order = np.lexsort((dst, src))
+        coloc = np.asarray(cols[11], dtype=np.int64)[perm]
+        if (coloc >= 0).any():  # number groups by first appearance in the sorted order
+            ids, first = np.unique(coloc[coloc >= 0], return_index=True)
+            rank = np.empty(len(ids), dtype=np.int64)
+            rank[np.argsort(first)] = np.arange(len(ids))
+            coloc[coloc >= 0] = rank[np.searchsorted(ids, coloc[coloc >= 0])]
         g = Graph(
             name=self.name,
             names=np.asarray(cols[0], dtype=np.str_)[perm] if n else np.array([], dtype=np.str_),
@@ -450,7 +456,7 @@ class GraphBuilder:
             persistent_bytes=np.asarray(cols[8], dtype=np.float64)[perm],
             temp_bytes=np.asarray(cols[9], dtype=np.float64)[perm],
             module=np.asarray(cols[10], dtype=np.str_)[perm] if n else np.array([], dtype=np.str_),
-            coloc=np.asarray(cols[11], dtype=np.int64)[perm],
+            coloc=coloc,
             src=src[order], dst=dst[order], edge_bytes=eb[order], meta=self.meta,
         )
         return g.validate()

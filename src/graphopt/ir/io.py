@@ -10,6 +10,7 @@ import json
 import os
 import tempfile
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -34,10 +35,17 @@ def atomic_write(path: str | os.PathLike, write) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give what open() would
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def save_graph(graph: Graph, path: str | os.PathLike) -> Path:
@@ -95,8 +103,10 @@ def load_graph(path: str | os.PathLike) -> Graph:
             raise GraphFormatError(f"{path}: contains pickled objects, which graphopt never "
                                    "loads; re-save the graph with graphopt") from err
         raise GraphFormatError(f"{path}: unreadable npz ({err})") from err
-    except (OSError, zipfile.BadZipFile, EOFError, KeyError, json.JSONDecodeError) as err:
-        raise GraphFormatError(f"{path}: truncated or not an npz file ({err})") from err
+    except (OSError, zipfile.BadZipFile, EOFError, KeyError, json.JSONDecodeError, zlib.error,
+            NotImplementedError) as err:
+        raise GraphFormatError(f"{path}: truncated, corrupted or not an npz file "
+                               f"({type(err).__name__}: {err})") from err
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise GraphFormatError(f"{path}: header says format {header!r}, expected {FORMAT!r}")
     if header.get("version", 0) > VERSION:
