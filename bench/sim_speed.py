@@ -35,7 +35,8 @@ def python_simulate(prob: go.Problem, place: np.ndarray) -> tuple[float, np.ndar
     dur = prob.costs.time[np.arange(n), place].tolist()
     dev = place.tolist()
     preds = [g.predecessors(i).tolist() for i in range(n)]
-    succs = [list(zip(g.successors(i).tolist(), prob.succ_bytes[prob.succ_ptr[i]:prob.succ_ptr[i + 1]].tolist()))
+    sp = prob.succ_ptr
+    succs = [list(zip(g.successors(i).tolist(), prob.succ_bytes[sp[i]:sp[i + 1]].tolist()))
              for i in range(n)]
     out_b, tmp_b = prob.out_bytes.tolist(), prob.temp_bytes.tolist()
     bw, lat = prob.bandwidth.tolist(), prob.latency.tolist()
@@ -169,7 +170,7 @@ def main() -> None:
         for fusion in ("default", "off"):
             plan = go.Plan(placement=place, fusion=None if fusion == "default" else np.zeros(n))
             r = go.simulate(prob, plan)
-            v = rate(lambda: go.simulate(prob, plan), args.seconds)
+            v = rate(lambda plan=plan: go.simulate(prob, plan), args.seconds)
             rows.append({"what": f"simulate, {pname}, fusion {fusion}", "evals_per_s": v,
                          "step_ms": r.step_time * 1e3, "speedup_vs_python": v / ref[pname],
                          "transfers_mb": r.bytes_moved / 1e6})

@@ -13,6 +13,20 @@ from graphopt.ir import Graph, GraphBuilder, load_graph, save_graph
 from graphopt.sim import Plan, Problem, SimResult, simulate, simulate_batch
 
 __version__ = "0.1.0"
-__all__ = ["Graph", "GraphBuilder", "load_graph", "save_graph", "Cluster", "Device",
-           "load_cluster", "list_presets", "Plan", "Problem", "SimResult", "simulate",
-           "simulate_batch", "GraphoptError", "ir"]
+__all__ = [
+           "Cluster",
+           "Device",
+           "Graph",
+           "GraphBuilder",
+           "GraphoptError",
+           "Plan",
+           "Problem",
+           "SimResult",
+           "ir",
+           "list_presets",
+           "load_cluster",
+           "load_graph",
+           "save_graph",
+           "simulate",
+           "simulate_batch",
+]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Optional
 
 import numpy as np
 import typer
@@ -111,21 +110,21 @@ def simulate(
     graph: str = typer.Argument(..., help=GRAPH_HELP),
     cluster: str = typer.Option("dgx1-v100:4", "--cluster", "-c",
                                 help="Preset NAME[:COUNT] or a .toml file. Example: h100:8"),
-    plan: Optional[Path] = typer.Option(None, "--plan", "-p",
+    plan: Path | None = typer.Option(None, "--plan", "-p",
                                         help="plan.json to simulate; default: everything on "
                                              "device 0, FIFO order, compiler fusion. "
                                              "Example: runs/sa/plan.json"),
-    profile: Optional[Path] = typer.Option(None, "--profile",
+    profile: Path | None = typer.Option(None, "--profile",
                                            help="Measured op times (from 'graphopt profile') "
                                                 "that replace the roofline for devices of the "
                                                 "profile's kind, or of KIND with FILE@KIND. "
                                                 "Example: prof.json@V100-SXM2-16GB"),
-    trace: Optional[Path] = typer.Option(None, "--trace",
+    trace: Path | None = typer.Option(None, "--trace",
                                          help="Write a Chrome trace (open in Perfetto). "
                                               "Example: trace.json"),
-    gantt: Optional[Path] = typer.Option(None, "--gantt", help="Write a Gantt chart PNG. "
+    gantt: Path | None = typer.Option(None, "--gantt", help="Write a Gantt chart PNG. "
                                                               "Example: gantt.png"),
-    out: Optional[Path] = typer.Option(None, "--json", help="Write the result as JSON. "
+    out: Path | None = typer.Option(None, "--json", help="Write the result as JSON. "
                                                            "Example: result.json"),
 ) -> None:
     """Simulate a plan of a graph on a cluster: step time, memory, validity.
@@ -202,9 +201,9 @@ def profile(
     device: str = typer.Option("cpu", help="PyTorch device to measure on: cpu or cuda. "
                                            "Example: cuda"),
     repeats: int = typer.Option(10, min=1, help="Timed runs per op (the median is kept)."),
-    max_ops: Optional[int] = typer.Option(None, min=1, help="Measure at most this many "
+    max_ops: int | None = typer.Option(None, min=1, help="Measure at most this many "
                                                             "distinct ops. Example: 200"),
-    time_limit: Optional[float] = typer.Option(None, min=0.0, help="Stop after this many "
+    time_limit: float | None = typer.Option(None, min=0.0, help="Stop after this many "
                                                                     "seconds. Example: 60"),
 ) -> None:
     """Measure a graph's ops on this machine with PyTorch and write a profile.

@@ -6,10 +6,10 @@ received and what was expected.
 """
 
 __all__ = [
-    "GraphoptError",
+    "ClusterError",
     "GraphError",
     "GraphFormatError",
-    "ClusterError",
+    "GraphoptError",
     "PlanError",
     "ProfileError",
 ]

@@ -4,5 +4,12 @@ from graphopt.cost.formulas import dtype_bytes, op_cost
 from graphopt.cost.profile import Profile, profile_graph
 from graphopt.cost.roofline import EFFICIENCY, OpCosts, op_costs
 
-__all__ = ["op_cost", "dtype_bytes", "op_costs", "OpCosts", "EFFICIENCY", "Profile",
-           "profile_graph"]
+__all__ = [
+           "EFFICIENCY",
+           "OpCosts",
+           "Profile",
+           "dtype_bytes",
+           "op_cost",
+           "op_costs",
+           "profile_graph",
+]

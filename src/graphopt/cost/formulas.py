@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Sequence
+from collections.abc import Sequence
 
 from graphopt.ir.ops import op_class
 
-__all__ = ["DTYPE_BYTES", "dtype_bytes", "numel", "op_cost", "UnknownOpWarning"]
+__all__ = ["DTYPE_BYTES", "UnknownOpWarning", "dtype_bytes", "numel", "op_cost"]
 
 Shape = Sequence[int]
 

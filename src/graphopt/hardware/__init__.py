@@ -3,4 +3,4 @@
 from graphopt.hardware.cluster import Cluster, Device
 from graphopt.hardware.presets import cluster_from_toml, list_presets, load_cluster
 
-__all__ = ["Cluster", "Device", "load_cluster", "list_presets", "cluster_from_toml"]
+__all__ = ["Cluster", "Device", "cluster_from_toml", "list_presets", "load_cluster"]

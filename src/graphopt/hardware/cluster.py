@@ -15,7 +15,7 @@ import numpy as np
 
 from graphopt.errors import ClusterError
 
-__all__ = ["Device", "Cluster"]
+__all__ = ["Cluster", "Device"]
 
 
 @dataclass(frozen=True)
@@ -109,6 +109,13 @@ class Cluster:
                 if not getattr(x, attr) > 0:
                     raise ClusterError(f"cluster {self.name!r}: device {x.name!r} has "
                                        f"{attr}={getattr(x, attr)!r}; expected > 0")
+            for dt, v in x.peak_flops.items():
+                if not v > 0:
+                    raise ClusterError(f"cluster {self.name!r}: device {x.name!r} has "
+                                       f"peak_flops[{dt!r}]={v!r}; expected > 0")
+            if not x.launch_overhead >= 0:
+                raise ClusterError(f"cluster {self.name!r}: device {x.name!r} has "
+                                   f"launch_overhead={x.launch_overhead!r}; expected >= 0")
 
     @property
     def num_devices(self) -> int:
@@ -126,7 +133,7 @@ class Cluster:
         """Memory capacity of each device in bytes (float64, shape (D,))."""
         return np.array([d.memory for d in self.devices], dtype=np.float64)
 
-    def take(self, count: int) -> "Cluster":
+    def take(self, count: int) -> Cluster:
         """The first ``count`` devices and the links among them."""
         if not 1 <= count <= self.num_devices:
             raise ClusterError(f"cluster {self.name!r} has {self.num_devices} devices; "
@@ -135,7 +142,7 @@ class Cluster:
         return Cluster(f"{base}:{count}", self.devices[:count], self.bandwidth[:count, :count],
                        self.latency[:count, :count], dict(self.meta))
 
-    def with_memory(self, memory: float) -> "Cluster":
+    def with_memory(self, memory: float) -> Cluster:
         """The same cluster with every device's memory capacity set to ``memory`` bytes."""
         from dataclasses import replace
 

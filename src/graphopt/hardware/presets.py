@@ -17,7 +17,7 @@ from graphopt.errors import ClusterError
 from graphopt.hardware import topology
 from graphopt.hardware.cluster import Cluster, Device
 
-__all__ = ["load_cluster", "list_presets", "cluster_from_toml"]
+__all__ = ["cluster_from_toml", "list_presets", "load_cluster"]
 
 _GB, _GIB, _T, _US = 1e9, float(2**30), 1e12, 1e-6
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["all_to_all", "pcie_tree", "ring", "torus", "link_matrix", "host_star"]
+__all__ = ["all_to_all", "host_star", "link_matrix", "pcie_tree", "ring", "torus"]
 
 Matrices = tuple[np.ndarray, np.ndarray]
 

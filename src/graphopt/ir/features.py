@@ -7,7 +7,7 @@ import numpy as np
 from graphopt.ir.graph import MAX_RANK, Graph
 from graphopt.ir.ops import OP_CLASSES, class_ids, op_ids
 
-__all__ = ["node_features", "FEATURE_NAMES"]
+__all__ = ["FEATURE_NAMES", "node_features"]
 
 FEATURE_NAMES: tuple[str, ...] = (
     *(f"log_dim{k}" for k in range(MAX_RANK)), "rank", "log_numel",

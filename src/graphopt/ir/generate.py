@@ -35,7 +35,7 @@ def layered_graph(num_layers: int, width: int, seed: int = 0, *, batch: int = 32
     ops, p = zip(*_MIX)
     p = np.array(p) / sum(p)
     b = GraphBuilder(f"layered-{num_layers}x{width}-s{seed}", meta={"generator": "layered_graph",
-                                                                     "seed": seed})
+                                                                     "seed": int(seed)})
     esz = dtype_bytes(dtype)
     prev: list[int] = []
     prev2: list[int] = []
@@ -55,7 +55,7 @@ def layered_graph(num_layers: int, width: int, seed: int = 0, *, batch: int = 32
             if prev2 and rng.random() < skip:
                 srcs.append(int(rng.choice(prev2)))
             op = str(rng.choice(ops, p=p))
-            srcs = sorted(set(int(s) for s in srcs))
+            srcs = sorted({int(s) for s in srcs})
             in_shapes = [(batch, dims[s]) for s in srcs]
             persist = 0.0
             if op == "mm":

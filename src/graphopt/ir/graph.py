@@ -9,15 +9,15 @@ duplicate edges.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Iterable, Sequence
 
 import numpy as np
 
 from graphopt.errors import GraphError
 
-__all__ = ["Graph", "GraphBuilder", "MAX_RANK"]
+__all__ = ["MAX_RANK", "Graph", "GraphBuilder"]
 
 #: Output shapes are stored padded to this rank with -1; higher ranks fold their
 #: leading dimensions together (the element count is kept).
@@ -100,7 +100,7 @@ class Graph:
 
     def __post_init__(self) -> None:
         conv = {"src": np.int64, "dst": np.int64, "coloc": np.int64, "shape": np.int64,
-                "edge_bytes": np.float64, **{k: np.float64 for k in _NODE_FLOAT}}
+                "edge_bytes": np.float64, **dict.fromkeys(_NODE_FLOAT, np.float64)}
         for k in _NODE_STR:
             object.__setattr__(self, k, _frozen(np.asarray(getattr(self, k), dtype=np.str_)))
         for k, t in conv.items():
@@ -195,7 +195,7 @@ class Graph:
         return d
 
     # -- checks ------------------------------------------------------------------------
-    def validate(self) -> "Graph":
+    def validate(self) -> Graph:
         """Check every invariant of the IR and return ``self``.
 
         Raises
@@ -270,13 +270,13 @@ class Graph:
         return self
 
     # -- derived graphs ----------------------------------------------------------------
-    def replace(self, **changes) -> "Graph":
+    def replace(self, **changes) -> Graph:
         """A copy with some fields replaced (arrays are shared, being read-only)."""
         fields = {k: getattr(self, k) for k in self.__dataclass_fields__}
         fields.update(changes)
         return Graph(**fields)
 
-    def subgraph(self, nodes: Sequence[int] | np.ndarray, name: str | None = None) -> "Graph":
+    def subgraph(self, nodes: Sequence[int] | np.ndarray, name: str | None = None) -> Graph:
         """The graph induced by ``nodes`` (kept in topological order)."""
         keep = np.unique(np.asarray(nodes, dtype=np.int64))
         new = -np.ones(self.num_nodes, dtype=np.int64)
@@ -303,7 +303,7 @@ class Graph:
             "bytes_moved": float(self.bytes_read.sum() + self.bytes_written.sum()),
             "persistent_bytes": float(self.persistent_bytes.sum()),
             "max_depth": int(self.depth.max()) if self.num_nodes else 0,
-            "colocation_groups": int(len(np.unique(self.coloc[self.coloc >= 0]))),
+            "colocation_groups": len(np.unique(self.coloc[self.coloc >= 0])),
             "op_classes": dict(sorted(classes.items(), key=lambda kv: -kv[1])),
         }
 

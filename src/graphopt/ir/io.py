@@ -19,7 +19,7 @@ import numpy as np
 from graphopt.errors import GraphError, GraphFormatError
 from graphopt.ir.graph import MAX_RANK, Graph
 
-__all__ = ["save_graph", "load_graph", "to_networkx", "from_networkx", "atomic_write"]
+__all__ = ["atomic_write", "from_networkx", "load_graph", "save_graph", "to_networkx"]
 
 FORMAT = "graphopt.graph"
 VERSION = 1
@@ -42,6 +42,13 @@ def atomic_write(path: str | os.PathLike, write) -> None:
         raise
 
 
+def _json_scalar(x: Any) -> Any:
+    """json.dumps fallback: numpy scalars and arrays in metadata become plain numbers."""
+    if isinstance(x, (np.generic, np.ndarray)):
+        return x.tolist()
+    raise TypeError(f"metadata value {x!r} of type {type(x).__name__} is not JSON serializable")
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
@@ -60,13 +67,13 @@ def save_graph(graph: Graph, path: str | os.PathLike) -> Path:
     """
     path = Path(path)
     if path.suffix == ".json":
-        text = json.dumps(graph_to_dict(graph))
+        text = json.dumps(graph_to_dict(graph), default=_json_scalar)
         atomic_write(path, lambda f: f.write(text.encode()))
         return path
     if path.suffix != ".npz":
         path = path.with_suffix(path.suffix + ".npz")
     header = json.dumps({"format": FORMAT, "version": VERSION, "name": graph.name,
-                         "meta": graph.meta})
+                         "meta": graph.meta}, default=_json_scalar)
     arrays = {k: getattr(graph, k) for k in _ARRAYS}
     atomic_write(path, lambda f: np.savez_compressed(f, header=np.array(header), **arrays))
     return path
@@ -109,15 +116,24 @@ def load_graph(path: str | os.PathLike) -> Graph:
                                f"({type(err).__name__}: {err})") from err
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise GraphFormatError(f"{path}: header says format {header!r}, expected {FORMAT!r}")
-    if header.get("version", 0) > VERSION:
-        raise GraphFormatError(f"{path}: format version {header['version']} is newer than "
-                               f"this graphopt reads ({VERSION}); upgrade graphopt")
+    _check_header(header, path)
     try:
         g = Graph(name=str(header.get("name", path.stem)), meta=dict(header.get("meta") or {}),
                   **arrays)
     except GraphError as err:
         raise GraphError(f"{path}: {err}") from err
     return _validated(g, path)
+
+
+def _check_header(header: dict, source: Any) -> None:
+    version, meta = header.get("version", 0), header.get("meta")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise GraphFormatError(f"{source}: format version {version!r} is not an integer")
+    if version > VERSION:
+        raise GraphFormatError(f"{source}: format version {version} is newer than this "
+                               f"graphopt reads ({VERSION}); upgrade graphopt")
+    if meta is not None and not isinstance(meta, dict):
+        raise GraphFormatError(f"{source}: meta must be an object, got {type(meta).__name__}")
 
 
 def _validated(g: Graph, source: Any) -> Graph:
@@ -148,11 +164,13 @@ def graph_from_dict(data: Any, source: str = "<dict>") -> Graph:
     """Inverse of :func:`graph_to_dict`; validates the result."""
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise GraphFormatError(f"{source}: not a graphopt graph (expected format {FORMAT!r})")
+    _check_header(data, source)
     try:
         nodes, edges = data["nodes"], data["edges"]
         n = len(nodes)
-        col = lambda k, default=None: [nd.get(k, default) if default is not None else nd[k]  # noqa: E731
-                                       for nd in nodes]
+        def col(k, default=None):
+            return [nd[k] if default is None else nd.get(k, default) for nd in nodes]
+
         from graphopt.ir.graph import pad_shape
 
         e = np.asarray(edges, dtype=np.float64).reshape(-1, 3)

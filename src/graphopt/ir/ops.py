@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["OP_CLASSES", "OP_VOCAB", "op_class", "op_id", "op_ids", "FUSIBLE_PRODUCER", "FUSIBLE_CONSUMER"]
+__all__ = ["FUSIBLE_CONSUMER", "FUSIBLE_PRODUCER", "OP_CLASSES", "OP_VOCAB", "op_class", "op_id", "op_ids"]
 
 #: Op classes. ``view`` and ``input`` ops cost nothing and launch no kernel.
 OP_CLASSES = (

@@ -3,4 +3,4 @@
 from graphopt.sim.plan import Plan
 from graphopt.sim.problem import BatchResult, Problem, SimResult, Timeline, simulate, simulate_batch
 
-__all__ = ["Plan", "Problem", "SimResult", "BatchResult", "Timeline", "simulate", "simulate_batch"]
+__all__ = ["BatchResult", "Plan", "Problem", "SimResult", "Timeline", "simulate", "simulate_batch"]

@@ -238,8 +238,7 @@ def run_kernels(kmask, dev, kdur, kout, ktemp, kprio, use_fifo,
                 end[k] = t + kdur[k]
                 dev_busy[d] = True
                 mem[d] += kout[k] + ktemp[k]
-                if mem[d] > peak[d]:
-                    peak[d] = mem[d]
+                peak[d] = max(peak[d], mem[d])
                 _ev_push(ev_t, ev_ty, ev_ix, nev, end[k], _KERNEL_END, k)
                 nev += 1
         ndl = 0
@@ -257,8 +256,7 @@ def run_kernels(kmask, dev, kdur, kout, ktemp, kprio, use_fifo,
                 tr_end[tr] = t + lat[a, b] + tr_bytes[tr] / bw[a, b]
                 link_busy[li] = True
                 mem[b] += tr_bytes[tr]
-                if mem[b] > peak[b]:
-                    peak[b] = mem[b]
+                peak[b] = max(peak[b], mem[b])
                 moved += tr_bytes[tr]
                 _ev_push(ev_t, ev_ty, ev_ix, nev, tr_end[tr], _TRANSFER_END, tr)
                 nev += 1
@@ -307,8 +305,7 @@ def run_kernels(kmask, dev, kdur, kout, ktemp, kprio, use_fifo,
                             _ready_add(hbuf, base[d], qhead[d], hsize[d], c, kprio, use_fifo)
                             hsize[d] += 1
                     else:
-                        if sbytes[j] > tmpb[dc]:
-                            tmpb[dc] = sbytes[j]
+                        tmpb[dc] = max(tmpb[dc], sbytes[j])
                         recv_ref[k * D + dc] += 1
                 for dd in range(D):
                     if tmpb[dd] >= 0.0:
@@ -437,11 +434,9 @@ def build_kernels(group, dev, prio, ptr_p, idx_p, ptr_s, idx_s, eb_s,
         if g != i:  # internal edge i -> its consumer: never written nor read back
             v = cand_consumer[i]
             msum[g] -= single_eb[i] * (spb[cls[i], d] + spb[cls[v], d])
-        if launch[i, d] > lmax[g]:
-            lmax[g] = launch[i, d]
+        lmax[g] = max(lmax[g], launch[i, d])
         ktemp[g] += temp_bytes[i]
-        if prio[i] > kprio[g]:
-            kprio[g] = prio[i]
+        kprio[g] = max(kprio[g], prio[i])
         gcount[g + 1] += 1
     for k in range(n):
         kmask[k] = group[k] == k
@@ -501,11 +496,9 @@ def critical_path(ptr_p, idx_p, t):
     for v in range(n):
         s = 0.0
         for j in range(ptr_p[v], ptr_p[v + 1]):
-            if fin[idx_p[j]] > s:
-                s = fin[idx_p[j]]
+            s = max(s, fin[idx_p[j]])
         fin[v] = s + t[v]
-        if fin[v] > best:
-            best = fin[v]
+        best = max(best, fin[v])
     return best
 
 
@@ -547,8 +540,7 @@ def evaluate(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ
     code, arg = OK, -1
     ngroups = 0
     for i in range(n):
-        if coloc[i] + 1 > ngroups:
-            ngroups = coloc[i] + 1
+        ngroups = max(ngroups, coloc[i] + 1)
     gdev = np.full(ngroups, -1, np.int64)
     for i in range(n):
         g = coloc[i]

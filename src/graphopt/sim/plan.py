@@ -55,9 +55,13 @@ class Plan:
             if v is None:
                 continue
             try:
-                a = np.array(v, dtype=t)
+                f = np.array(v, dtype=np.float64)
+                a = f.astype(t)
             except (TypeError, ValueError, OverflowError) as err:
                 raise PlanError(f"plan {k} is not numeric: {err}") from err
+            if t is np.int64 and f.ndim == 1 and not (np.isfinite(f).all() and (f == a).all()):
+                j = int(np.flatnonzero(~np.isfinite(f) | (f != a))[0])
+                raise PlanError(f"plan placement[{j}] = {f[j]}; expected a whole device index")
             if a.ndim != 1:
                 raise PlanError(f"plan {k} must be one value per node (1-D), got shape {a.shape}")
             if t is np.float64 and not np.isfinite(a).all():
@@ -89,7 +93,7 @@ class Plan:
                 raise PlanError(f"plan places node {j} on device {int(p[j])}; the cluster has "
                                 f"devices 0..{num_devices - 1}")
 
-    def replace(self, **changes: Any) -> "Plan":
+    def replace(self, **changes: Any) -> Plan:
         fields = {"placement": self.placement, "priority": self.priority, "fusion": self.fusion,
                   "meta": dict(self.meta)}
         fields.update(changes)
@@ -97,20 +101,27 @@ class Plan:
 
     # -- JSON ---------------------------------------------------------------------------
     def to_dict(self) -> dict:
-        lst = lambda a: None if a is None else a.tolist()  # noqa: E731
-        return {"format": FORMAT, "version": VERSION, "placement": lst(self.placement),
-                "priority": lst(self.priority), "fusion": lst(self.fusion), "meta": self.meta}
+        out = {"format": FORMAT, "version": VERSION}
+        for k in ("placement", "priority", "fusion"):
+            a = getattr(self, k)
+            out[k] = None if a is None else a.tolist()
+        return {**out, "meta": self.meta}
 
     @classmethod
-    def from_dict(cls, data: Any, source: str = "<dict>") -> "Plan":
+    def from_dict(cls, data: Any, source: str = "<dict>") -> Plan:
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise PlanError(f"{source}: not a graphopt plan (expected format {FORMAT!r})")
-        if data.get("version", 0) > VERSION:
-            raise PlanError(f"{source}: plan version {data['version']} is newer than this "
+        version, meta = data.get("version", 0), data.get("meta")
+        if not isinstance(version, int) or isinstance(version, bool):
+            raise PlanError(f"{source}: plan version {version!r} is not an integer")
+        if version > VERSION:
+            raise PlanError(f"{source}: plan version {version} is newer than this "
                             f"graphopt reads ({VERSION})")
+        if meta is not None and not isinstance(meta, dict):
+            raise PlanError(f"{source}: plan meta must be an object, got {type(meta).__name__}")
         try:
             return cls(placement=data.get("placement"), priority=data.get("priority"),
-                       fusion=data.get("fusion"), meta=dict(data.get("meta") or {}))
+                       fusion=data.get("fusion"), meta=dict(meta or {}))
         except PlanError as err:
             raise PlanError(f"{source}: {err}") from err
 
@@ -121,12 +132,12 @@ class Plan:
         return Path(path)
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "Plan":
+    def load(cls, path: str | os.PathLike) -> Plan:
         path = Path(path)
+        if not path.is_file():
+            raise PlanError(f"{path}: no such plan file")
         try:
             data = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise PlanError(f"{path}: no such plan file") from None
         except (UnicodeDecodeError, json.JSONDecodeError) as err:
             raise PlanError(f"{path}: not valid JSON ({err})") from err
         return cls.from_dict(data, source=str(path))

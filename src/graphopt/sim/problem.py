@@ -17,7 +17,7 @@ from graphopt.ir.ops import FUSIBLE_CONSUMER, FUSIBLE_PRODUCER, OP_CLASSES
 from graphopt.sim import engine
 from graphopt.sim.plan import Plan
 
-__all__ = ["Problem", "SimResult", "BatchResult", "Timeline", "simulate", "simulate_batch"]
+__all__ = ["BatchResult", "Problem", "SimResult", "Timeline", "simulate", "simulate_batch"]
 
 _OK, _OOM, _COLOC = engine.OK, engine.OOM, engine.COLOC
 
@@ -45,7 +45,7 @@ class Problem:
     """
 
     def __init__(self, graph: Graph, cluster: Cluster, profile=None, max_fusion_size: int = 64):
-        self.graph = graph
+        self.graph = graph.validate()
         self.cluster = cluster
         self.max_fusion_size = int(max_fusion_size)
         self.costs = op_costs(graph, cluster, profile)
@@ -248,7 +248,10 @@ def simulate_batch(problem: Problem, placements: np.ndarray, priorities: np.ndar
         Equal, plan by plan, to :func:`simulate` on ``Plan(placements[b], ...)``.
     """
     n, d = problem.num_nodes, problem.num_devices
-    places = np.ascontiguousarray(placements, dtype=np.int64)
+    raw = np.asarray(placements)
+    places = np.ascontiguousarray(raw, dtype=np.int64)
+    if raw.dtype.kind == "f" and not (raw == places).all():
+        raise PlanError("placements must be whole device indices; got fractional values")
     if places.ndim != 2 or places.shape[1] != n:
         raise PlanError(f"placements must have shape (B, {n}), got {places.shape}")
     b = places.shape[0]
