@@ -1,19 +1,22 @@
 """The simulation engine: an event-driven list scheduler compiled with numba.
 
 Everything here works on plain arrays in node-index space. A *kernel* is identified
-by its root node (the node whose output leaves the fused group; every node when
-nothing is fused). Kernel-level adjacency lists hold distinct producer and consumer
-kernels. Semantics are those of DESIGN.md "Simulator semantics"; this module adds no
-policy of its own.
+by its root node: the node whose output leaves the fused group (every node, when
+nothing is fused). The fusion pass only builds in-trees, so every edge entering a
+kernel comes from another kernel's root, and the engine can walk the node-level
+adjacency directly: a kernel waits for one arrival per external in-edge of its
+members, and counts references per edge. No kernel-level graph is ever built.
+Semantics are those of DESIGN.md "Simulator semantics"; this module adds no policy.
 
 All jitted code lives in this one module on purpose: numba's on-disk cache is keyed
 by the file that defines a function, and would not notice a change to a callee in
 another module.
 
-Hot path: one call of :func:`run_kernels` per evaluated plan. It allocates its work
-arrays once, keeps one ready heap per device, a FIFO per directed link and one event
-heap whose size is bounded by D + D*D (one running kernel per device and one running
-transfer per link), so each event costs O(log D + degree).
+Hot path: one call of :func:`evaluate` per plan: :func:`fuse`, :func:`kernel_costs`,
+:func:`run`. Work arrays come from a :func:`workspace` made once per problem (per
+thread in batches). The engine keeps a FIFO (or a priority heap) of ready kernels per
+device, a FIFO per directed link and one event heap bounded by D + D*D entries (one
+running kernel per device, one running transfer per link).
 """
 
 from __future__ import annotations
@@ -67,50 +70,52 @@ def _ready_pop(buf, base, size, key):
     return top
 
 
-@njit(cache=True, inline="always")
-def _ev_before(t, ty, ix, i, j):
-    if t[i] != t[j]:
-        return t[i] < t[j]
-    if ty[i] != ty[j]:
-        return ty[i] < ty[j]
-    return ix[i] < ix[j]
+# Events are (time, code) with code = type << 40 | index: one integer compare breaks
+# ties in the order (time, type, index).
+_SHIFT = 40
 
 
 @njit(cache=True, inline="always")
-def _ev_push(t, ty, ix, size, time, typ, idx):
+def _ev_before(t, code, i, j):
+    return t[i] < t[j] or (t[i] == t[j] and code[i] < code[j])
+
+
+@njit(cache=True, inline="always")
+def _ev_push(t, code, size, time, c):
     i = size
-    t[i], ty[i], ix[i] = time, typ, idx
     while i > 0:
         p = (i - 1) >> 1
-        if _ev_before(t, ty, ix, i, p):
-            t[i], t[p] = t[p], t[i]
-            ty[i], ty[p] = ty[p], ty[i]
-            ix[i], ix[p] = ix[p], ix[i]
+        if time < t[p] or (time == t[p] and c < code[p]):
+            t[i] = t[p]
+            code[i] = code[p]
             i = p
         else:
             break
+    t[i] = time
+    code[i] = c
 
 
 @njit(cache=True, inline="always")
-def _ev_pop(t, ty, ix, size):
+def _ev_pop(t, code, size):
     """Remove the earliest event; the caller reads it from slot 0 first."""
     size -= 1
-    t[0], ty[0], ix[0] = t[size], ty[size], ix[size]
+    lt, lc = t[size], code[size]
     i = 0
     while True:
         left = 2 * i + 1
         if left >= size:
             break
         b = left
-        if left + 1 < size and _ev_before(t, ty, ix, left + 1, left):
+        if left + 1 < size and _ev_before(t, code, left + 1, left):
             b = left + 1
-        if _ev_before(t, ty, ix, b, i):
-            t[i], t[b] = t[b], t[i]
-            ty[i], ty[b] = ty[b], ty[i]
-            ix[i], ix[b] = ix[b], ix[i]
+        if t[b] < lt or (t[b] == lt and code[b] < lc):
+            t[i] = t[b]
+            code[i] = code[b]
             i = b
         else:
             break
+    t[i] = lt
+    code[i] = lc
 
 
 @njit(cache=True, inline="always")
@@ -126,60 +131,160 @@ def _ready_add(buf, base, head, size, k, prio, use_fifo):
 # -- the engine ---------------------------------------------------------------------------
 @njit(cache=True)
 def workspace(n, ndev, nedges):
-    """Work arrays for :func:`run_kernels` and :func:`build_kernels`, allocated once per
-    problem (per thread in batches): fresh arrays on every call cost more than the
-    simulation itself on large graphs (page faults). Both functions leave the arrays in
-    a state the next call accepts, so nothing is cleared between calls."""
+    """Work arrays for :func:`fuse`, :func:`kernel_costs` and :func:`run`, allocated
+    once per problem (per thread in batches): fresh arrays on every call cost as much as
+    the simulation itself on large graphs (page faults). Each function writes what it
+    reads before reading it, or (``recv_ref``) leaves it as it found it."""
     m = nedges + 1
-    run = (np.empty(n), np.empty(n), np.zeros(n, np.int64), np.zeros(n, np.int64), np.empty(n),
-           np.zeros(n * ndev, np.int64), np.zeros(n * ndev), np.empty(max(n, 1), np.int64),
-           np.empty(m, np.int64), np.empty(m, np.int64), np.empty(m), np.empty(m), np.empty(m),
-           np.empty(m, np.int64))
-    build = (np.zeros(n, np.bool_), np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n),
-             np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n, np.int64),
-             np.zeros(n + 1, np.int64), np.zeros(n, np.int64), np.zeros(n + 1, np.int64),
-             np.zeros(m, np.int64), np.zeros(n + 1, np.int64), np.zeros(m, np.int64),
-             np.zeros(m), np.zeros(n, np.int64))
-    return run, build
+    return (
+        # run: start, end, pending, out_ref, recv_ref, recv_bytes, ready buffer
+        np.empty(n), np.empty(n), np.zeros(n, np.int64), np.zeros(n, np.int64),
+        np.zeros(n * ndev, np.int64), np.zeros(n * ndev), np.empty(max(n, 1), np.int64),
+        # run: transfers (kernel, destination, start, end, bytes, next in link FIFO)
+        np.empty(m, np.int64), np.empty(m, np.int64), np.empty(m), np.empty(m), np.empty(m),
+        np.empty(m, np.int64),
+        # kernel_costs: duration, scratch, priority, compute sum, memory sum, launch,
+        # member lists (head per kernel, next per node)
+        np.empty(n), np.empty(n), np.empty(n), np.empty(n), np.empty(n), np.empty(n),
+        np.empty(n, np.int64), np.empty(n, np.int64),
+        # fuse: union-find parent, group size, group
+        np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64),
+    )
 
 
 @njit(cache=True)
-def run_kernels(kmask, dev, kdur, kout, ktemp, kprio, use_fifo,
-                pptr, pidx, sptr, sidx, sbytes, bw, lat, ndev, ws):
-    """Simulate one plan at kernel level.
+def fuse(dev, fprio, use_default, cand_consumer, max_size, ws):
+    """The fusion pass: returns ``group[N]``, the root node of each node's kernel.
 
-    Parameters (N nodes, D devices; kernels are the nodes where ``kmask`` is true)
+    A producer u may fuse into its consumer v only when v is u's only consumer
+    (``cand_consumer[u] = v``, else -1: the op classes allow it and u has one consumer)
+    and both run on one device. Groups are then in-trees whose only external output
+    is the root's, so no fusion can create a cycle between kernels. Candidates are
+    taken in order of fusion priority (higher first; ties: later node first, as XLA
+    walks consumers before producers); a priority <= 0 never fuses; a group never
+    exceeds ``max_size`` nodes. ``use_default`` ignores ``fprio`` and takes every
+    candidate in reverse topological order (the compiler's greedy pass).
+    """
+    n = dev.shape[0]
+    parent, size, group = ws[20], ws[21], ws[22]
+    for i in range(n):
+        parent[i] = i
+        size[i] = 1
+    if not use_default:
+        # stable sort by descending priority, ties by descending index
+        order = n - 1 - np.argsort(-fprio[::-1], kind="mergesort")
+    for q in range(n):
+        u = n - 1 - q if use_default else order[q]
+        v = cand_consumer[u]
+        if v < 0 or dev[u] != dev[v]:
+            continue
+        if not use_default and fprio[u] <= 0.0:
+            continue
+        rv = v
+        while parent[rv] != rv:
+            rv = parent[rv]
+        if size[u] + size[rv] > max_size:
+            continue
+        parent[u] = rv
+        size[rv] += size[u]
+    for i in range(n - 1, -1, -1):  # parents have higher indices: resolve from the end
+        p = parent[i]
+        group[i] = i if p == i else group[p]
+    return group
+
+
+@njit(cache=True)
+def kernel_costs(group, dev, prio, fused, time, flop_t, mem_t, launch, spb, cls, temp_bytes,
+                 single_eb, cand_consumer, ws):
+    """Duration, scratch bytes and priority of every kernel, and its member lists.
+
+    A fused kernel on device d takes ``max(launch) + max(sum flop_t, sum mem_t - bytes
+    of internal edges priced at both ends)``: tensors inside the group are neither
+    written nor read back. Its scratch is the members' sum, its priority their highest.
+    Unfused (``fused`` false), a kernel is its node: ``time[i, dev[i]]``.
+    Returns views into ``ws``: kdur, ktemp, kprio (N,), mhead (N,), mnext (N,).
+    """
+    n = group.shape[0]
+    kdur, ktemp, kprio, fsum, msum, lmax, mhead, mnext = ws[13:21]
+    if not fused:
+        for i in range(n):
+            kdur[i] = time[i, dev[i]]
+            ktemp[i] = temp_bytes[i]
+            kprio[i] = prio[i]
+            mhead[i] = i
+            mnext[i] = -1
+        return kdur, ktemp, kprio, mhead, mnext
+    for i in range(n):
+        ktemp[i] = 0.0
+        kprio[i] = -np.inf
+        fsum[i] = 0.0
+        msum[i] = 0.0
+        lmax[i] = 0.0
+        mhead[i] = -1
+    for i in range(n):
+        g = group[i]
+        d = dev[i]
+        fsum[g] += flop_t[i, d]
+        msum[g] += mem_t[i, d]
+        if g != i:  # internal edge i -> its consumer: never written nor read back
+            msum[g] -= single_eb[i] * (spb[cls[i], d] + spb[cls[cand_consumer[i]], d])
+        if launch[i, d] > lmax[g]:
+            lmax[g] = launch[i, d]
+        ktemp[g] += temp_bytes[i]
+        if prio[i] > kprio[g]:
+            kprio[g] = prio[i]
+        mnext[i] = mhead[g]
+        mhead[g] = i
+    for k in range(n):
+        if group[k] == k:
+            kdur[k] = lmax[k] + max(fsum[k], max(msum[k], 0.0))
+    return kdur, ktemp, kprio, mhead, mnext
+
+
+@njit(cache=True)
+def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
+        pred_ptr, pred_idx, succ_ptr, succ_idx, succ_bytes, bw, lat, ndev, ws):
+    """Simulate one plan. Kernels are the nodes with ``group[i] == i``.
+
+    Parameters (N nodes, E edges, D devices)
     ----------
-    kmask : bool (N,)            kernel roots
-    dev : int64 (N,)             device of each kernel
-    kdur, kout, ktemp : float64 (N,)   duration, materialized output bytes, scratch bytes
-    kprio : float64 (N,)         priority (higher first, ties: lower index first)
+    group : int64 (N,)           root of each node's kernel (from :func:`fuse`)
+    dev : int64 (N,)             device of each node
+    kdur, ktemp, kprio : (N,)    per kernel, from :func:`kernel_costs`
+    kout : float64 (N,)          bytes of each node's output tensor
     use_fifo : bool              ignore ``kprio``: run kernels in the order they became
-                                 ready (TensorFlow's executor), an O(1) queue
-    pptr, pidx : CSR (N+1,), (P,)      distinct producer kernels of each kernel
-    sptr, sidx, sbytes : CSR            distinct consumer kernels and the bytes each needs
+                                 ready (TensorFlow's executor), an O(1) queue; else the
+                                 highest priority first, ties to the lower index
+    mhead, mnext : int64 (N,)    members of each kernel as linked lists
+    pred_ptr, pred_idx : CSR     node predecessors
+    succ_ptr, succ_idx, succ_bytes : CSR   node successors and the bytes each edge carries
     bw, lat : float64 (D, D)     link bandwidth (bytes/s) and latency (s)
-    ws : the ``run`` part of :func:`workspace`
+    ws : :func:`workspace`
 
     Returns
     -------
     step, peak (D,), busy (D,), bytes_moved, start (N,), end (N,), and the transfers:
     count, kernel (T,), destination (T,), start (T,), end (T,), bytes (T,). All but
-    ``peak`` and ``busy`` are views into ``ws``: copy them before the next call. Entries
-    of ``start`` and ``end`` are meaningful for kernels only.
+    ``peak`` and ``busy`` are views into ``ws``: copy them before the next call.
+    ``start`` and ``end`` are meaningful for kernels only.
     """
-    n = kmask.shape[0]
+    n = group.shape[0]
     D = ndev
-    # recv_ref returns to all zeros by the end of every run (each increment is matched
-    # by a consumer's decrement); every other array is written before it is read.
-    (start, end, pending, out_ref, _, recv_ref, recv_bytes, hbuf,
-     tr_k, tr_dst, tr_start, tr_end, tr_bytes, tr_next) = ws
-    # ready heaps, one segment per device
+    (start, end, pending, out_ref, recv_ref, recv_bytes, hbuf,
+     tr_k, tr_dst, tr_start, tr_end, tr_bytes, tr_next) = ws[:13]
+    # A kernel waits for one arrival per edge entering its group; every such edge
+    # starts at a kernel root (fusion builds in-trees). recv_ref returns to all zeros
+    # by the end of a run, each increment matched by a consumer's decrement.
     count = np.zeros(D, np.int64)
-    for k in range(n):
-        if kmask[k]:
-            count[dev[k]] += 1
-            pending[k] = pptr[k + 1] - pptr[k]
+    for i in range(n):
+        pending[i] = 0
+    for i in range(n):
+        g = group[i]
+        if g == i:
+            count[dev[i]] += 1
+        for j in range(pred_ptr[i], pred_ptr[i + 1]):
+            if group[pred_idx[j]] != g:
+                pending[g] += 1
     base = np.zeros(D, np.int64)
     for d in range(1, D):
         base[d] = base[d - 1] + count[d - 1]
@@ -190,13 +295,10 @@ def run_kernels(kmask, dev, kdur, kout, ktemp, kprio, use_fifo,
     tail = np.full(D * D, -1, np.int64)
     link_busy = np.zeros(D * D, np.bool_)
     dev_busy = np.zeros(D, np.bool_)
-    # events
     cap = D + D * D + 1
     ev_t = np.zeros(cap)
-    ev_ty = np.zeros(cap, np.int64)
-    ev_ix = np.zeros(cap, np.int64)
+    ev_code = np.zeros(cap, np.int64)
     nev = 0
-    # memory
     mem = np.zeros(D)
     peak = np.zeros(D)
     busy = np.zeros(D)
@@ -210,7 +312,7 @@ def run_kernels(kmask, dev, kdur, kout, ktemp, kprio, use_fifo,
     nll = 0
 
     for k in range(n):
-        if kmask[k] and pending[k] == 0:
+        if group[k] == k and pending[k] == 0:
             d = dev[k]
             _ready_add(hbuf, base[d], qhead[d], hsize[d], k, kprio, use_fifo)
             hsize[d] += 1
@@ -221,7 +323,6 @@ def run_kernels(kmask, dev, kdur, kout, ktemp, kprio, use_fifo,
 
     t = 0.0
     step = 0.0
-    done = 0
     while True:
         # dispatch: start what can start at time t on every touched device and link
         for q in range(ndl):
@@ -238,8 +339,9 @@ def run_kernels(kmask, dev, kdur, kout, ktemp, kprio, use_fifo,
                 end[k] = t + kdur[k]
                 dev_busy[d] = True
                 mem[d] += kout[k] + ktemp[k]
-                peak[d] = max(peak[d], mem[d])
-                _ev_push(ev_t, ev_ty, ev_ix, nev, end[k], _KERNEL_END, k)
+                if mem[d] > peak[d]:
+                    peak[d] = mem[d]
+                _ev_push(ev_t, ev_code, nev, end[k], k)
                 nev += 1
         ndl = 0
         for q in range(nll):
@@ -256,9 +358,10 @@ def run_kernels(kmask, dev, kdur, kout, ktemp, kprio, use_fifo,
                 tr_end[tr] = t + lat[a, b] + tr_bytes[tr] / bw[a, b]
                 link_busy[li] = True
                 mem[b] += tr_bytes[tr]
-                peak[b] = max(peak[b], mem[b])
+                if mem[b] > peak[b]:
+                    peak[b] = mem[b]
                 moved += tr_bytes[tr]
-                _ev_push(ev_t, ev_ty, ev_ix, nev, tr_end[tr], _TRANSFER_END, tr)
+                _ev_push(ev_t, ev_code, nev, tr_end[tr], (_TRANSFER_END << _SHIFT) | tr)
                 nev += 1
         nll = 0
         if nev == 0:
@@ -267,15 +370,14 @@ def run_kernels(kmask, dev, kdur, kout, ktemp, kprio, use_fifo,
         # memory freed at t is free for kernels that start at t
         t = ev_t[0]
         while nev > 0 and ev_t[0] == t:
-            typ = ev_ty[0]
-            idx = ev_ix[0]
-            _ev_pop(ev_t, ev_ty, ev_ix, nev)
+            typ = ev_code[0] >> _SHIFT
+            idx = ev_code[0] & ((1 << _SHIFT) - 1)
+            _ev_pop(ev_t, ev_code, nev)
             nev -= 1
             step = t
             if typ == _KERNEL_END:
                 k = idx
                 d = dev[k]
-                done += 1
                 dev_busy[d] = False
                 busy[d] += kdur[k]
                 mem[d] -= ktemp[k]
@@ -283,20 +385,27 @@ def run_kernels(kmask, dev, kdur, kout, ktemp, kprio, use_fifo,
                     dirty_dev[d] = True
                     dev_list[ndl] = d
                     ndl += 1
-                for j in range(pptr[k], pptr[k + 1]):
-                    p = pidx[j]
-                    if dev[p] == d:
-                        out_ref[p] -= 1
-                        if out_ref[p] == 0:
-                            mem[d] -= kout[p]
-                    else:
-                        r = p * D + d
-                        recv_ref[r] -= 1
-                        if recv_ref[r] == 0:
-                            mem[d] -= recv_bytes[r]
+                # release the inputs: one reference per edge entering the group
+                m = mhead[k]
+                while m >= 0:
+                    for j in range(pred_ptr[m], pred_ptr[m + 1]):
+                        p = pred_idx[j]
+                        if group[p] == k:
+                            continue
+                        if dev[p] == d:
+                            out_ref[p] -= 1
+                            if out_ref[p] == 0:
+                                mem[d] -= kout[p]
+                        else:
+                            r = p * D + d
+                            recv_ref[r] -= 1
+                            if recv_ref[r] == 0:
+                                mem[d] -= recv_bytes[r]
+                    m = mnext[m]
+                # deliver the output: locally per edge, remotely once per device
                 nref = 0
-                for j in range(sptr[k], sptr[k + 1]):
-                    c = sidx[j]
+                for j in range(succ_ptr[k], succ_ptr[k + 1]):
+                    c = group[succ_idx[j]]
                     dc = dev[c]
                     if dc == d:
                         nref += 1
@@ -305,7 +414,8 @@ def run_kernels(kmask, dev, kdur, kout, ktemp, kprio, use_fifo,
                             _ready_add(hbuf, base[d], qhead[d], hsize[d], c, kprio, use_fifo)
                             hsize[d] += 1
                     else:
-                        tmpb[dc] = max(tmpb[dc], sbytes[j])
+                        if succ_bytes[j] > tmpb[dc]:
+                            tmpb[dc] = succ_bytes[j]
                         recv_ref[k * D + dc] += 1
                 for dd in range(D):
                     if tmpb[dd] >= 0.0:
@@ -345,9 +455,10 @@ def run_kernels(kmask, dev, kdur, kout, ktemp, kprio, use_fifo,
                 out_ref[k] -= 1
                 if out_ref[k] == 0:
                     mem[a] -= kout[k]
-                for j in range(sptr[k], sptr[k + 1]):
-                    c = sidx[j]
-                    if dev[c] == b:
+                for j in range(succ_ptr[k], succ_ptr[k + 1]):
+                    s = succ_idx[j]
+                    if dev[s] == b:
+                        c = group[s]
                         pending[c] -= 1
                         if pending[c] == 0:
                             _ready_add(hbuf, base[b], qhead[b], hsize[b], c, kprio, use_fifo)
@@ -360,133 +471,6 @@ def run_kernels(kmask, dev, kdur, kout, ktemp, kprio, use_fifo,
             tr_start[:ntr], tr_end[:ntr], tr_bytes[:ntr])
 
 
-# -- fusion ---------------------------------------------------------------------------------
-@njit(cache=True)
-def fuse(dev, fprio, use_default, cand_consumer, max_size):
-    """The fusion pass: returns ``group[N]``, the root node of each node's kernel.
-
-    A producer u may fuse into its consumer v only when v is u's only consumer
-    (``cand_consumer[u] = v``, else -1: the op classes allow it and u has one consumer)
-    and both run on one device. Groups are then in-trees whose only external output
-    is the root's, so no fusion can create a cycle between kernels. Candidates are
-    taken in order of fusion priority (higher first; ties: later node first, as XLA
-    walks consumers before producers); a priority <= 0 never fuses; a group never
-    exceeds ``max_size`` nodes. ``use_default`` ignores ``fprio`` and takes every
-    candidate in reverse topological order (the compiler's greedy pass).
-    """
-    n = dev.shape[0]
-    parent = np.arange(n)
-    size = np.ones(n, np.int64)
-    if use_default:
-        order = np.arange(n - 1, -1, -1)
-    else:
-        # stable sort by descending priority, ties by descending index
-        order = np.argsort(-fprio[::-1], kind="mergesort")
-        order = n - 1 - order
-    for q in range(n):
-        u = order[q]
-        v = cand_consumer[u]
-        if v < 0 or dev[u] != dev[v]:
-            continue
-        if not use_default and fprio[u] <= 0.0:
-            continue
-        rv = v
-        while parent[rv] != rv:
-            rv = parent[rv]
-        if size[u] + size[rv] > max_size:
-            continue
-        parent[u] = rv
-        size[rv] += size[u]
-    group = np.empty(n, np.int64)
-    for i in range(n - 1, -1, -1):  # parents have higher indices: resolve from the end
-        p = parent[i]
-        group[i] = i if p == i else group[p]
-    return group
-
-
-@njit(cache=True)
-def build_kernels(group, dev, prio, ptr_p, idx_p, ptr_s, idx_s, eb_s,
-                  flop_t, mem_t, launch, spb, cls, out_bytes, temp_bytes, single_eb, cand_consumer,
-                  ws):
-    """Kernel-level arrays for a fusion ``group`` map (see :func:`run_kernels`).
-
-    A fused kernel on device d takes ``max(launch) + max(sum flop_t,
-    sum mem_t - bytes of internal edges priced at both ends)``; its output is the
-    root's; its scratch is the members' sum; its priority the members' highest.
-    ``ws`` is the ``build`` part of :func:`workspace`; the results are views into it.
-    """
-    n = group.shape[0]
-    (kmask, kdur, kout, ktemp, kprio, fsum, msum, lmax, mark, gcount, members, pptr,
-     pidx, sptr, sidx, sb, pos) = ws
-    for i in range(n):
-        ktemp[i] = 0.0
-        kprio[i] = -np.inf
-        fsum[i] = 0.0
-        msum[i] = 0.0
-        lmax[i] = 0.0
-        mark[i] = -1
-        gcount[i + 1] = 0
-    for i in range(n):
-        g = group[i]
-        d = dev[i]
-        fsum[g] += flop_t[i, d]
-        msum[g] += mem_t[i, d]
-        if g != i:  # internal edge i -> its consumer: never written nor read back
-            v = cand_consumer[i]
-            msum[g] -= single_eb[i] * (spb[cls[i], d] + spb[cls[v], d])
-        lmax[g] = max(lmax[g], launch[i, d])
-        ktemp[g] += temp_bytes[i]
-        kprio[g] = max(kprio[g], prio[i])
-        gcount[g + 1] += 1
-    for k in range(n):
-        kmask[k] = group[k] == k
-        if kmask[k]:
-            kdur[k] = lmax[k] + max(fsum[k], max(msum[k], 0.0))
-            kout[k] = out_bytes[k]
-    # list the members of each group (counting sort), then collect distinct producers
-    for i in range(n):
-        gcount[i + 1] += gcount[i]
-    for i in range(n):  # pos[] as the fill pointer per group
-        pos[i] = gcount[i]
-    for i in range(n):
-        members[pos[group[i]]] = i
-        pos[group[i]] += 1
-    ntmp = 0
-    pptr[0] = 0
-    for k in range(n):
-        if kmask[k]:
-            for q in range(gcount[k], gcount[k + 1]):
-                m = members[q]
-                for j in range(ptr_p[m], ptr_p[m + 1]):
-                    pk = group[idx_p[j]]
-                    if pk != k and mark[pk] != k:
-                        mark[pk] = k
-                        pidx[ntmp] = pk
-                        ntmp += 1
-        pptr[k + 1] = ntmp
-    # consumers: only the root has external consumers
-    ns = 0
-    sptr[0] = 0
-    for i in range(n):
-        mark[i] = -1
-    for k in range(n):
-        if kmask[k]:
-            for j in range(ptr_s[k], ptr_s[k + 1]):
-                ck = group[idx_s[j]]
-                if ck == k:
-                    continue
-                if mark[ck] != k:
-                    mark[ck] = k
-                    pos[ck] = ns
-                    sidx[ns] = ck
-                    sb[ns] = eb_s[j]
-                    ns += 1
-                elif eb_s[j] > sb[pos[ck]]:
-                    sb[pos[ck]] = eb_s[j]
-        sptr[k + 1] = ns
-    return kmask, kdur, kout, ktemp, kprio, pptr, pidx[:ntmp], sptr, sidx[:ns], sb[:ns]
-
-
 @njit(cache=True)
 def critical_path(ptr_p, idx_p, t):
     """Length of the longest path where node i takes ``t[i]`` (no communication)."""
@@ -496,51 +480,48 @@ def critical_path(ptr_p, idx_p, t):
     for v in range(n):
         s = 0.0
         for j in range(ptr_p[v], ptr_p[v + 1]):
-            s = max(s, fin[idx_p[j]])
+            if fin[idx_p[j]] > s:
+                s = fin[idx_p[j]]
         fin[v] = s + t[v]
-        best = max(best, fin[v])
+        if fin[v] > best:
+            best = fin[v]
     return best
 
 
 # -- one plan and a batch of plans -----------------------------------------------------
 @njit(cache=True)
 def evaluate(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ_ptr, succ_idx,
-              succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes, temp_bytes,
-              persistent, coloc, capacity, bw, lat, cand, single_eb, max_fuse, ws):
-    """Fuse, build kernels, run. ``fusion_mode``: 0 none, 1 compiler default, 2 by ``fprio``.
-    ``ws`` is an :func:`workspace` for this problem."""
+             succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes, temp_bytes,
+             persistent, coloc, capacity, bw, lat, cand, single_eb, max_fuse, ws):
+    """Fuse, cost the kernels, run, check validity. ``fusion_mode``: 0 none, 1 the
+    compiler's default, 2 by ``fprio``. Returns ``(run's result, group, number of
+    kernels, validity code, device or colocation group at fault)``."""
     n = place.shape[0]
     ndev = capacity.shape[0]
-    # One call site of run_kernels for both paths: two inlined copies of the engine made
-    # LLVM's code for the fused path twice as slow.
-    if fusion_mode == 0:
-        group = np.arange(n)
-        kmask, kdur = ws[1][0], ws[1][1]
-        for i in range(n):
-            kmask[i] = True
-            kdur[i] = time[i, place[i]]
-        kout, ktemp, kprio = out_bytes, temp_bytes, prio
-        pptr, pidx, sptr, sidx, sb = pred_ptr, pred_idx, succ_ptr, succ_idx, succ_bytes
-        nk = n
+    fused = fusion_mode != 0
+    if fused:
+        group = fuse(place, fprio, fusion_mode == 1, cand, max_fuse, ws)
     else:
-        group = fuse(place, fprio, fusion_mode == 1, cand, max_fuse)
-        (kmask, kdur, kout, ktemp, kprio, pptr, pidx, sptr, sidx,
-         sb) = build_kernels(group, place, prio, pred_ptr, pred_idx, succ_ptr, succ_idx,
-                             succ_bytes, flop_t, mem_t, launch, spb, cls, out_bytes,
-                             temp_bytes, single_eb, cand, ws[1])
-        nk = 0
+        group = ws[22]
         for i in range(n):
-            if kmask[i]:
-                nk += 1
-    res = run_kernels(kmask, place, kdur, kout, ktemp, kprio, use_fifo,
-                      pptr, pidx, sptr, sidx, sb, bw, lat, ndev, ws[0])
+            group[i] = i
+    kdur, ktemp, kprio, mhead, mnext = kernel_costs(group, place, prio, fused, time, flop_t,
+                                                    mem_t, launch, spb, cls, temp_bytes,
+                                                    single_eb, cand, ws)
+    res = run(group, place, kdur, out_bytes, ktemp, kprio, use_fifo, mhead, mnext, pred_ptr,
+              pred_idx, succ_ptr, succ_idx, succ_bytes, bw, lat, ndev, ws)
+    nk = 0
+    for i in range(n):
+        if group[i] == i:
+            nk += 1
     peak = res[1]
     for i in range(n):
         peak[place[i]] += persistent[i]
     code, arg = OK, -1
     ngroups = 0
     for i in range(n):
-        ngroups = max(ngroups, coloc[i] + 1)
+        if coloc[i] + 1 > ngroups:
+            ngroups = coloc[i] + 1
     gdev = np.full(ngroups, -1, np.int64)
     for i in range(n):
         g = coloc[i]
@@ -559,30 +540,27 @@ def evaluate(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ
 
 
 @njit(cache=True, parallel=True)
-def evaluate_batch(places, prios, fifo, fprios, mode, pred_ptr, pred_idx, succ_ptr, succ_idx, succ_bytes,
-           time, flop_t, mem_t, launch, spb, cls, out_bytes, temp_bytes, persistent, coloc,
-           capacity, bw, lat, cand, single_eb, max_fuse, nthreads):
-    """:func:`evaluate` for B plans, one chunk of plans per thread."""
+def evaluate_batch(places, prios, fifo, fprios, mode, pred_ptr, pred_idx, succ_ptr, succ_idx,
+                   succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes, temp_bytes,
+                   persistent, coloc, capacity, bw, lat, cand, single_eb, max_fuse, nthreads):
+    """:func:`evaluate` for B plans, one chunk of plans (and one workspace) per thread."""
     b = places.shape[0]
     n = places.shape[1]
     step = np.zeros(b)
     peak = np.zeros((b, capacity.shape[0]))
     code = np.zeros(b, np.int64)
     arg = np.zeros(b, np.int64)
-    # one workspace per chunk of plans, one chunk per thread
     nchunks = max(1, min(b, nthreads))
     for c in prange(nchunks):
         ws = workspace(n, capacity.shape[0], succ_idx.shape[0])
         for i in range(c * b // nchunks, (c + 1) * b // nchunks):
             res, _, _, cd, a = evaluate(places[i], prios[i], fifo, fprios[i], mode, pred_ptr,
-                                         pred_idx, succ_ptr, succ_idx, succ_bytes, time, flop_t,
-                                         mem_t, launch, spb, cls, out_bytes, temp_bytes,
-                                         persistent, coloc, capacity, bw, lat, cand, single_eb,
-                                         max_fuse, ws)
+                                        pred_idx, succ_ptr, succ_idx, succ_bytes, time, flop_t,
+                                        mem_t, launch, spb, cls, out_bytes, temp_bytes,
+                                        persistent, coloc, capacity, bw, lat, cand, single_eb,
+                                        max_fuse, ws)
             step[i] = res[0]
             peak[i, :] = res[1]
             code[i] = cd
             arg[i] = a
     return step, peak, code, arg
-
-
