@@ -1,0 +1,118 @@
+"""The ``Optimizer`` protocol, budgets and the registry of methods by name."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from graphopt.errors import GraphoptError
+from graphopt.sim import Plan, Problem
+
+__all__ = ["TASKS", "Budget", "Optimizer", "register", "get_optimizer", "list_optimizers",
+           "optimize", "parse_task"]
+
+#: What an optimizer may decide.
+TASKS = frozenset({"placement", "scheduling", "fusion"})
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Bounds on a search: simulator evaluations and wall-clock seconds (None: unbounded)."""
+
+    evals: int | None = 1000
+    seconds: float | None = None
+
+
+class Optimizer(Protocol):
+    """``optimize(problem, task, budget, seed) -> (Plan, stats)``.
+
+    ``task`` is a subset of :data:`TASKS`; parts of the plan outside it are left to the
+    compiler defaults (``None``), or taken from ``init`` when one is given. ``stats`` is
+    a JSON-ready dict with at least ``evals`` (simulations used) and ``seconds``.
+    The same seed gives the same plan.
+    """
+
+    name: str
+
+    def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,
+                 init: Plan | None = None) -> tuple[Plan, dict]: ...
+
+
+_REGISTRY: dict[str, Callable[..., Optimizer]] = {}
+
+
+def register(name: str) -> Callable:
+    """Class decorator: list an optimizer under ``name``."""
+
+    def wrap(cls):
+        if name in _REGISTRY:
+            raise ValueError(f"optimizer {name!r} registered twice")
+        cls.name = name
+        _REGISTRY[name] = cls
+        return cls
+
+    return wrap
+
+
+def _load_all() -> None:
+    # Importing the method packages registers them.
+    import importlib
+
+    for mod in ("graphopt.optim.heuristics", "graphopt.optim.search", "graphopt.optim.learned"):
+        try:
+            importlib.import_module(mod)
+        except ModuleNotFoundError as err:
+            if err.name != mod:
+                raise
+
+
+def list_optimizers() -> list[str]:
+    """Names of every registered method."""
+    _load_all()
+    return sorted(_REGISTRY)
+
+
+def get_optimizer(name: str, **kwargs) -> Optimizer:
+    """An optimizer instance by registered name; ``kwargs`` go to its constructor.
+
+    Raises
+    ------
+    GraphoptError
+        Unknown name (the message lists the known ones).
+    """
+    _load_all()
+    if name not in _REGISTRY:
+        raise GraphoptError(f"unknown method {name!r}; known methods: {', '.join(sorted(_REGISTRY))}")
+    return _REGISTRY[name](**kwargs)
+
+
+def parse_task(task: str | frozenset[str] | set[str]) -> frozenset[str]:
+    """``"placement,scheduling"`` → frozenset; rejects unknown task names."""
+    parts = frozenset(t.strip() for t in task.split(",")) if isinstance(task, str) else frozenset(task)
+    bad = parts - TASKS
+    if bad or not parts:
+        raise GraphoptError(f"unknown task {sorted(bad) or task!r}; tasks are "
+                            f"{', '.join(sorted(TASKS))} (comma-separated)")
+    return parts
+
+
+def optimize(problem: Problem, method: str = "single", task: str | frozenset[str] = "placement",
+             budget: Budget | None = None, seed: int = 0, init: Plan | None = None,
+             **kwargs) -> tuple[Plan, dict]:
+    """Run one method by name and return its plan and stats (with ``seconds`` filled in).
+
+    >>> from graphopt.hardware import load_cluster
+    >>> from graphopt.ir.generate import mlp_training_graph
+    >>> prob = Problem(mlp_training_graph(), load_cluster("dgx1-v100:2"))
+    >>> plan, stats = optimize(prob, "single")
+    >>> len(plan.placement) == prob.num_nodes
+    True
+    """
+    opt = get_optimizer(method, **kwargs)
+    t0 = time.perf_counter()
+    plan, stats = opt.optimize(problem, parse_task(task), budget or Budget(), seed, init)
+    stats = {"method": method, "seed": seed, **stats,
+             "seconds": stats.get("seconds", time.perf_counter() - t0)}
+    return plan.replace(meta={**plan.meta, "method": method, "seed": seed}), stats
