@@ -18,7 +18,7 @@ def all_to_all(n: int, bandwidth: float, latency: float) -> Matrices:
     """Every pair directly connected (NVSwitch, or a full NVLink mesh).
 
     >>> bw, lat = all_to_all(2, 300e9, 2e-6)
-    >>> bw[0, 1], lat[1, 0]
+    >>> float(bw[0, 1]), float(lat[1, 0])
     (300000000000.0, 2e-06)
     """
     return np.full((n, n), float(bandwidth)), np.full((n, n), float(latency))

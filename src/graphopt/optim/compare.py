@@ -1,0 +1,103 @@
+"""Run several methods on one problem and compare them side by side.
+
+Used by ``graphopt optimize`` and the benchmarks: every method gets the same problem,
+task, budget and seed; every plan is re-simulated here, so the table's step times come
+from one simulator whatever a method believed.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from graphopt.ir.io import atomic_write
+from graphopt.optim.base import Budget, optimize, parse_task
+from graphopt.sim import Plan, Problem, SimResult, simulate
+
+__all__ = ["MethodResult", "compare", "write_outputs"]
+
+
+@dataclass
+class MethodResult:
+    """One method's outcome: its plan, the simulated result, and its own stats."""
+
+    method: str
+    plan: Plan
+    result: SimResult
+    stats: dict = field(default_factory=dict)
+
+    @property
+    def step_time(self) -> float:
+        return self.result.step_time
+
+    def row(self, ref: dict[str, float]) -> dict:
+        """A JSON-ready table row; ``ref`` maps reference method names to step times."""
+        r = self.result
+        out = {"method": self.method, "step_time": r.step_time, "valid": r.valid,
+               "reason": r.reason, "bound_ratio": r.step_time / r.lower_bound
+               if r.lower_bound > 0 else None,
+               "peak_memory": r.peak_memory.tolist(), "search_seconds": self.stats.get("seconds"),
+               "evals": self.stats.get("evals", 0)}
+        for name, t in ref.items():
+            out[f"speedup_vs_{name}"] = t / r.step_time if r.valid and r.step_time > 0 else None
+        return out
+
+
+def compare(problem: Problem, methods: list[str], task: str = "placement",
+            budget: Budget | None = None, seed: int = 0, init: str | None = None,
+            on_start=None) -> list[MethodResult]:
+    """Run ``methods`` one after another; each starts from ``init``'s plan when given.
+
+    ``on_start(method)`` is called before each method (for progress display).
+
+    >>> from graphopt.hardware import load_cluster
+    >>> from graphopt.ir.generate import mlp_training_graph
+    >>> prob = Problem(mlp_training_graph(), load_cluster("dgx1-v100:2"))
+    >>> [m.method for m in compare(prob, ["single"])]
+    ['single']
+    """
+    tasks = parse_task(task)
+    start = None
+    if init:
+        start, _ = optimize(problem, init, "placement", budget, seed)
+    out = []
+    for m in methods:
+        if on_start:
+            on_start(m)
+        plan, stats = optimize(problem, m, tasks, budget, seed, init=start)
+        out.append(MethodResult(m, plan, simulate(problem, plan, timeline=True), stats))
+    return out
+
+
+def write_outputs(problem: Problem, results: list[MethodResult], out: Path,
+                  extra: dict | None = None) -> Path:
+    """Per method ``plan.json``, ``trace.json`` and ``gantt.png`` under ``out/<method>/``,
+    and ``out/report.json`` with every row."""
+    from graphopt.sim.trace import save_chrome_trace
+    from graphopt.viz import gantt
+
+    ref = {name: r.step_time for r in results for name in ("single", "expert")
+           if r.method == name and r.result.valid}
+    for r in results:
+        d = out / r.method
+        r.plan.save(d / "plan.json")
+        save_chrome_trace(problem, r.result, d / "trace.json")
+        gantt(problem, r.result, d / "gantt.png",
+              title=f"{problem.graph.name} on {problem.cluster.name}: {r.method}")
+    stats = [{k: v for k, v in r.stats.items() if k != "history"} for r in results]
+    report = {"graph": problem.graph.name, "nodes": problem.num_nodes,
+              "cluster": problem.cluster.name, "lower_bound": problem.lower_bound,
+              **(extra or {}),
+              "rows": [r.row(ref) | {"stats": s} for r, s in zip(results, stats)]}
+    text = json.dumps(report, indent=1, default=_plain)
+    atomic_write(out / "report.json", lambda f: f.write(text.encode()))
+    return out / "report.json"
+
+
+def _plain(x):
+    if isinstance(x, (np.generic, np.ndarray)):
+        return x.tolist()
+    return str(x)

@@ -1,0 +1,76 @@
+"""The ``graphopt`` command: each sub-command runs, and a user's mistake prints one line
+and exits 2 without a traceback."""
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from graphopt.cli import app
+from graphopt.ir import save_graph
+from graphopt.ir.generate import mlp_training_graph
+from graphopt.sim import Plan
+
+runner = CliRunner()
+
+
+def run(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def test_info_and_clusters():
+    r = run("info", "example:mlp")
+    assert r.exit_code == 0 and "ops" in r.output and "42" in r.output
+    r = run("clusters")
+    assert r.exit_code == 0 and "dgx1-v100" in r.output and "tpu-v4" in r.output
+
+
+def test_simulate_writes_trace_gantt_and_json(tmp_path):
+    g = mlp_training_graph(layers=2, hidden=64, batch=8)
+    gpath = save_graph(g, tmp_path / "g.npz")
+    layer = np.array([1 if m.startswith("layers.1") else 0 for m in g.module])
+    Plan(placement=layer).save(tmp_path / "plan.json")
+    r = run("simulate", gpath, "--cluster", "dgx1-v100:2", "--plan", tmp_path / "plan.json",
+            "--trace", tmp_path / "t.json", "--gantt", tmp_path / "g.png",
+            "--json", tmp_path / "r.json")
+    assert r.exit_code == 0, r.output
+    res = json.loads((tmp_path / "r.json").read_text())
+    assert res["valid"] and res["bytes_moved"] > 0 and res["step_time"] >= res["lower_bound"]
+    assert json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    assert (tmp_path / "g.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("info", "missing.npz"), "no such file"),
+    (("simulate", "example:mlp", "--cluster", "nosuch:2"), "unknown cluster preset"),
+    (("simulate", "example:mlp", "--cluster", "dgx1-v100:99"), "cannot take 99"),
+    (("simulate", "example:nosuch"), "unknown example graph"),
+])
+def test_user_errors_exit_2_with_one_line(args, needle):
+    r = run(*args)
+    assert r.exit_code == 2
+    assert needle in r.output and "Traceback" not in r.output
+
+
+def test_wrong_plan_length_is_a_user_error(tmp_path):
+    Plan(placement=np.zeros(3, int)).save(tmp_path / "p.json")
+    r = run("simulate", "example:mlp", "--plan", tmp_path / "p.json")
+    assert r.exit_code == 2 and "3 entries" in r.output
+
+
+def test_demo_writes_every_plan(tmp_path):
+    r = run("demo", "--out", tmp_path)
+    assert r.exit_code == 0, r.output
+    for name in ("single", "layer-wise", "no-fusion"):
+        assert (tmp_path / name / "gantt.png").exists() and (tmp_path / name / "trace.json").exists()
+    assert set(Plan.load(tmp_path / "layer-wise" / "plan.json").placement) == {0, 1}
+
+
+def test_profile_then_simulate_with_it(tmp_path):
+    r = run("profile", "example:mlp", "-o", tmp_path / "p.json", "--repeats", "2")
+    assert r.exit_code == 0, r.output
+    kind = json.loads((tmp_path / "p.json").read_text())["device_kind"]
+    r = run("simulate", "example:mlp", "--cluster", "cpu:1", "--profile",
+            f"{tmp_path / 'p.json'}@Xeon-8280")
+    assert r.exit_code == 0 and kind, r.output
