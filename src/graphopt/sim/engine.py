@@ -70,54 +70,6 @@ def _ready_pop(buf, base, size, key):
     return top
 
 
-# Events are (time, code) with code = type << 40 | index: one integer compare breaks
-# ties in the order (time, type, index).
-_SHIFT = 40
-
-
-@njit(cache=True, inline="always")
-def _ev_before(t, code, i, j):
-    return t[i] < t[j] or (t[i] == t[j] and code[i] < code[j])
-
-
-@njit(cache=True, inline="always")
-def _ev_push(t, code, size, time, c):
-    i = size
-    while i > 0:
-        p = (i - 1) >> 1
-        if time < t[p] or (time == t[p] and c < code[p]):
-            t[i] = t[p]
-            code[i] = code[p]
-            i = p
-        else:
-            break
-    t[i] = time
-    code[i] = c
-
-
-@njit(cache=True, inline="always")
-def _ev_pop(t, code, size):
-    """Remove the earliest event; the caller reads it from slot 0 first."""
-    size -= 1
-    lt, lc = t[size], code[size]
-    i = 0
-    while True:
-        left = 2 * i + 1
-        if left >= size:
-            break
-        b = left
-        if left + 1 < size and _ev_before(t, code, left + 1, left):
-            b = left + 1
-        if t[b] < lt or (t[b] == lt and code[b] < lc):
-            t[i] = t[b]
-            code[i] = code[b]
-            i = b
-        else:
-            break
-    t[i] = lt
-    code[i] = lc
-
-
 @njit(cache=True, inline="always")
 def _ready_add(buf, base, head, size, k, prio, use_fifo):
     """Make kernel k ready: append to the device's FIFO (each kernel enters its device's
@@ -293,12 +245,14 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
     ntr = 0
     head = np.full(D * D, -1, np.int64)
     tail = np.full(D * D, -1, np.int64)
-    link_busy = np.zeros(D * D, np.bool_)
-    dev_busy = np.zeros(D, np.bool_)
-    cap = D + D * D + 1
-    ev_t = np.zeros(cap)
-    ev_code = np.zeros(cap, np.int64)
-    nev = 0
+    # Events: at most one running kernel per device and one transfer per link, so the
+    # next event is a min over D + D*D end times (a scan beats a heap at these sizes).
+    dev_end = np.full(D, np.inf)
+    dev_run = np.zeros(D, np.int64)
+    link_end = np.full(D * D, np.inf)
+    link_run = np.zeros(D * D, np.int64)
+    ev_k = np.empty(D, np.int64)
+    ev_tr = np.empty(D * D, np.int64)
     mem = np.zeros(D)
     peak = np.zeros(D)
     busy = np.zeros(D)
@@ -328,7 +282,7 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
         for q in range(ndl):
             d = dev_list[q]
             dirty_dev[d] = False
-            if not dev_busy[d] and hsize[d] > 0:
+            if dev_end[d] == np.inf and hsize[d] > 0:
                 if use_fifo:
                     k = hbuf[base[d] + qhead[d]]
                     qhead[d] += 1
@@ -337,17 +291,16 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
                 hsize[d] -= 1
                 start[k] = t
                 end[k] = t + kdur[k]
-                dev_busy[d] = True
+                dev_end[d] = end[k]
+                dev_run[d] = k
                 mem[d] += kout[k] + ktemp[k]
                 if mem[d] > peak[d]:
                     peak[d] = mem[d]
-                _ev_push(ev_t, ev_code, nev, end[k], k)
-                nev += 1
         ndl = 0
         for q in range(nll):
             li = link_list[q]
             dirty_link[li] = False
-            if not link_busy[li] and head[li] >= 0:
+            if link_end[li] == np.inf and head[li] >= 0:
                 tr = head[li]
                 head[li] = tr_next[tr]
                 if head[li] < 0:
@@ -356,29 +309,54 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
                 b = li - a * D
                 tr_start[tr] = t
                 tr_end[tr] = t + lat[a, b] + tr_bytes[tr] / bw[a, b]
-                link_busy[li] = True
+                link_end[li] = tr_end[tr]
+                link_run[li] = tr
                 mem[b] += tr_bytes[tr]
                 if mem[b] > peak[b]:
                     peak[b] = mem[b]
                 moved += tr_bytes[tr]
-                _ev_push(ev_t, ev_code, nev, tr_end[tr], (_TRANSFER_END << _SHIFT) | tr)
-                nev += 1
         nll = 0
-        if nev == 0:
+        t = np.inf
+        for d in range(D):
+            if dev_end[d] < t:
+                t = dev_end[d]
+        for li in range(D * D):
+            if link_end[li] < t:
+                t = link_end[li]
+        if t == np.inf:
             break
-        # handle every event at the next time stamp before dispatching again, so that
-        # memory freed at t is free for kernels that start at t
-        t = ev_t[0]
-        while nev > 0 and ev_t[0] == t:
-            typ = ev_code[0] >> _SHIFT
-            idx = ev_code[0] & ((1 << _SHIFT) - 1)
-            _ev_pop(ev_t, ev_code, nev)
-            nev -= 1
-            step = t
+        step = t
+        # handle every event at time t before dispatching again, so that memory freed at
+        # t is free for kernels that start at t; kernel ends first, each kind in index
+        # order (insertion sorts of at most D and D*D entries)
+        nk_ev = 0
+        for d in range(D):
+            if dev_end[d] == t:
+                dev_end[d] = np.inf
+                k = dev_run[d]
+                q = nk_ev
+                while q > 0 and ev_k[q - 1] > k:
+                    ev_k[q] = ev_k[q - 1]
+                    q -= 1
+                ev_k[q] = k
+                nk_ev += 1
+        nt_ev = 0
+        for li in range(D * D):
+            if link_end[li] == t:
+                link_end[li] = np.inf
+                tr = link_run[li]
+                q = nt_ev
+                while q > 0 and ev_tr[q - 1] > tr:
+                    ev_tr[q] = ev_tr[q - 1]
+                    q -= 1
+                ev_tr[q] = tr
+                nt_ev += 1
+        for e in range(nk_ev + nt_ev):
+            typ = _KERNEL_END if e < nk_ev else _TRANSFER_END
+            idx = ev_k[e] if e < nk_ev else ev_tr[e - nk_ev]
             if typ == _KERNEL_END:
                 k = idx
                 d = dev[k]
-                dev_busy[d] = False
                 busy[d] += kdur[k]
                 mem[d] -= ktemp[k]
                 if not dirty_dev[d]:
@@ -447,7 +425,6 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
                 b = tr_dst[tr]
                 a = dev[k]
                 li = a * D + b
-                link_busy[li] = False
                 if not dirty_link[li]:
                     dirty_link[li] = True
                     link_list[nll] = li
