@@ -7,6 +7,7 @@ received and what was expected.
 
 __all__ = [
     "ClusterError",
+    "FrontendError",
     "GraphError",
     "GraphFormatError",
     "GraphoptError",
@@ -21,6 +22,10 @@ class GraphoptError(Exception):
 
 class GraphError(GraphoptError):
     """A graph breaks the IR's invariants (a cycle, a bad index, a negative size)."""
+
+
+class FrontendError(GraphoptError):
+    """A model cannot be turned into a graph: it fails to export or trace."""
 
 
 class GraphFormatError(GraphoptError):

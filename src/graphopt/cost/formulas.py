@@ -26,6 +26,8 @@ DTYPE_BYTES = {
     "f64": 8, "f32": 4, "f16": 2, "bf16": 2, "s64": 8, "s32": 4, "s16": 2, "s8": 1, "u8": 1,
     "u32": 4, "u64": 8, "pred": 1, "c64": 8, "c128": 16,
 }
+# Unsigned types the ONNX, JAX and TpuGraphs frontends meet (appended).
+DTYPE_BYTES.update({"uint16": 2, "uint32": 4, "uint64": 8, "u16": 2})
 
 # FLOPs per output element for elementwise ops that are more than one arithmetic op.
 _TRANSCENDENTAL = {"exp": 4, "log": 4, "tanh": 6, "sigmoid": 5, "gelu": 10, "silu": 6, "erf": 6,
@@ -33,6 +35,9 @@ _TRANSCENDENTAL = {"exp": 4, "log": 4, "tanh": 6, "sigmoid": 5, "gelu": 10, "sil
                    "silu_backward": 8, "sigmoid_backward": 3, "tanh_backward": 3,
                    "adam_update": 12, "sgd_update": 2, "dropout": 2, "logistic": 5,
                    "exponential": 4, "power": 4}
+# Optimizer updates write the parameter and its state; their FLOPs count per parameter
+# element (the first output).
+_OPTIMIZER_UPDATES = frozenset({"sgd_update", "adam_update"})
 
 
 class UnknownOpWarning(UserWarning):
@@ -50,7 +55,8 @@ def numel(shape: Shape) -> int:
 
 def op_cost(op: str, in_shapes: Sequence[Shape], out_shapes: Sequence[Shape],
             dtype: str = "float32", in_dtypes: Sequence[str] | None = None,
-            warn: bool = True) -> tuple[float, float, float]:
+            warn: bool = True, output_mask: Sequence[bool] | None = None
+            ) -> tuple[float, float, float]:
     """``(flops, bytes_read, bytes_written)`` of one op.
 
     Parameters
@@ -60,12 +66,18 @@ def op_cost(op: str, in_shapes: Sequence[Shape], out_shapes: Sequence[Shape],
     in_shapes, out_shapes : sequences of shapes
         Tensor inputs in argument order (for ``linear``: input, weight[, bias]; for
         ``addmm``: bias, a, b; for ``conv``: input, weight[, bias]; for
-        ``conv_backward_*``: grad_out, input, weight), and outputs.
+        ``conv_backward_*`` and ``convolution_backward``: grad_out, input, weight; for
+        ``adam_update``: parameter, gradient, first and second moments), and outputs
+        (for an optimizer update: the tensors it writes in place, parameter first).
     dtype : str
         Element type of the outputs (and of the inputs unless ``in_dtypes`` is given).
     warn : bool
         Warn (:class:`UnknownOpWarning`) for an op type the formulas do not know; its
         cost is then one FLOP per output element and its tensors' bytes, never zero.
+    output_mask : sequence of bool, optional
+        For ``convolution_backward``: which of grad_input, grad_weight and grad_bias it
+        computes (PyTorch's ``output_mask``; default all three). ``out_shapes`` lists
+        only the computed ones.
 
     Examples
     --------
@@ -73,6 +85,9 @@ def op_cost(op: str, in_shapes: Sequence[Shape], out_shapes: Sequence[Shape],
     (524288.0, 49152.0, 8192.0)
     >>> op_cost("relu", [(10,)], [(10,)])
     (10.0, 40.0, 40.0)
+    >>> op_cost("convolution_backward", [(1, 4, 8, 8), (1, 2, 8, 8), (4, 2, 3, 3)],
+    ...         [(4, 2, 3, 3)], output_mask=[False, True, False])[0]  # weight gradient only
+    9216.0
     """
     cls = op_class(op)
     isz = [dtype_bytes(d) for d in (in_dtypes or [dtype] * len(in_shapes))]
@@ -87,9 +102,10 @@ def op_cost(op: str, in_shapes: Sequence[Shape], out_shapes: Sequence[Shape],
         return float(2 * out_n * _contraction(op, in_shapes, out_shapes) + _bias_flops(op, out_n)), \
             read, written
     if cls == "conv":
-        return _conv_flops(op, in_shapes, out_shapes), read, written
+        return _conv_flops(op, in_shapes, out_shapes, output_mask), read, written
     if cls == "elementwise":
-        return float(out_n * _TRANSCENDENTAL.get(op, 1)), read, written
+        n = numel(out_shapes[0]) if op in _OPTIMIZER_UPDATES and out_shapes else out_n
+        return float(n * _TRANSCENDENTAL.get(op, 1)), read, written
     if cls == "reduction":
         return float(in_n), read, written
     if cls == "softmax":
@@ -132,15 +148,19 @@ def _bias_flops(op: str, out_n: int) -> int:
     return out_n if op in ("addmm", "baddbmm") else 0
 
 
-def _conv_flops(op: str, ins: Sequence[Shape], outs: Sequence[Shape]) -> float:
+def _conv_flops(op: str, ins: Sequence[Shape], outs: Sequence[Shape],
+                output_mask: Sequence[bool] | None) -> float:
     if op in ("conv", "convolution"):
         # input, weight (C_out, C_in/groups, *kernel): each output element is a dot
         # product of length C_in/groups * prod(kernel).
         w = ins[1] if len(ins) > 1 else (1,)
         return float(2 * numel(outs[0]) * numel(w[1:]))
     # Backward: grad_out, input, weight. Each of the input and weight gradients costs
-    # as much as the forward convolution.
+    # as much as the forward convolution; the bias gradient sums grad_out.
     if len(ins) >= 3:
         w, g = ins[2], ins[0]
+        if op == "convolution_backward":
+            want_in, want_w, want_b = (bool(m) for m in (output_mask or (True, True, True)))
+            return float(2 * numel(g) * numel(w[1:]) * (want_in + want_w) + numel(g) * want_b)
         return float(2 * numel(g) * numel(w[1:]))
     return float(2 * sum(numel(s) for s in outs))

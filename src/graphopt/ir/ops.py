@@ -67,6 +67,27 @@ _add("collective", "all_reduce all_gather reduce_scatter all-reduce all-gather r
 _add("other", "fusion call custom-call while conditional map after-all partition-id replica-id "
      "infeed outfeed domain optimization-barrier")
 
+# Appended for the TpuGraphs, ONNX and JAX frontends: the rest of XLA's opcodes (the
+# TpuGraphs opcode table) and ONNX's shape queries.
+_add("view", "add-dependency set-dimension-size dynamic-reshape opt-barrier shape size")
+_add("elementwise", "bitcast-convert count-leading-zeros complex cosine sine tan cbrt popcnt "
+     "reduce-precision remainder rng rng-bit-generator shift-left shift-right-arithmetic "
+     "shift-right-logical round-nearest-even stochastic-convert tuple-select")
+_add("input", "get-dimension-size")
+_add("pool", "select-and-scatter")
+_add("collective", "collective-permute-start collective-permute-done all-reduce-start "
+     "all-reduce-done all-gather-start all-gather-done")
+_add("other", "cholesky triangular-solve fft async-start async-update async-done trace")
+
+# Appended for the PyTorch frontend: ATen's views (no copy, unlike ONNX's and XLA's
+# transpose and slice), model state that is not a parameter, the fused convolution
+# gradient and the group-norm gradient.
+_add("view", "permute_view transpose_view select_view split_view unbind_view narrow_view "
+     "diagonal_view unfold_view")
+_add("input", "buffer optimizer_state")
+_add("conv", "convolution_backward")
+_add("norm", "group_norm_backward")
+
 #: Ordered vocabulary; id 0 is reserved for op types not listed.
 OP_VOCAB: tuple[str, ...] = ("<unknown>",) + tuple(_CLASS_OF)
 _ID_OF = {name: i for i, name in enumerate(OP_VOCAB)}

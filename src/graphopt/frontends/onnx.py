@@ -1,0 +1,361 @@
+"""ONNX models → :class:`~graphopt.ir.Graph`.
+
+Every ONNX node becomes one node whose op type is the IR's name for it (``MatMul`` →
+``matmul``, ``Gemm`` → ``addmm``/``mm``, ``Conv`` → ``conv``, ``Relu`` → ``relu`` ...; see
+:data:`ONNX_OPS`); ops without an IR counterpart keep their ONNX name in snake case
+(``NonMaxSuppression`` → ``non_max_suppression``), are costed at one FLOP per output
+element and listed in ``graph.meta["unmapped_ops"]``. Graph inputs become ``input``
+nodes; initializers (and ``Constant`` nodes) become ``parameter`` (``constant``) nodes
+holding their bytes as persistent memory, sending their whole value on each edge.
+Shapes come from ``onnx.shape_inference.infer_shapes`` (with data propagation, so
+``Reshape`` targets computed in the graph resolve); FLOPs and bytes from
+:func:`graphopt.cost.formulas.op_cost`, with exact formulas for ``Gemm`` (transposes),
+``ConvTranspose`` and pools (kernel size).
+
+What is not modelled: the bodies of ``If``/``Loop``/``Scan`` (one opaque node each,
+costed by its outputs); values (only shapes are read; external weight files are never
+loaded).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import warnings
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from graphopt.cost.formulas import UnknownOpWarning, op_cost
+from graphopt.errors import GraphError, GraphFormatError
+from graphopt.ir.graph import Graph, GraphBuilder
+from graphopt.ir.ops import op_class
+
+__all__ = ["ONNX_OPS", "from_onnx"]
+
+#: ONNX op type → IR op type (those not listed keep their name in snake case).
+ONNX_OPS: dict[str, str] = {
+    "MatMul": "matmul", "Gemm": "addmm", "Conv": "conv", "ConvTranspose": "conv",
+    "Einsum": "einsum", "Relu": "relu", "LeakyRelu": "relu", "PRelu": "relu",
+    "Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Reciprocal": "div", "Neg": "neg",
+    "Exp": "exp", "Log": "log", "Tanh": "tanh", "Sigmoid": "sigmoid", "HardSigmoid": "sigmoid",
+    "Gelu": "gelu", "Mish": "gelu", "HardSwish": "silu", "Elu": "exp", "Selu": "exp",
+    "Softplus": "exp", "Erf": "erf", "Sqrt": "sqrt", "Pow": "pow", "Abs": "abs", "Sin": "sin",
+    "Cos": "cos", "Floor": "floor", "Ceil": "ceil", "Sign": "sign", "Max": "maximum",
+    "Min": "minimum", "Clip": "clamp", "Where": "where", "Equal": "compare", "Less": "compare",
+    "Greater": "compare", "LessOrEqual": "compare", "GreaterOrEqual": "compare", "Not": "not",
+    "And": "and", "Or": "or", "Xor": "xor", "Cast": "cast", "CastLike": "cast",
+    "Dropout": "dropout", "Identity": "alias", "Softmax": "softmax", "LogSoftmax": "log_softmax",
+    "LayerNormalization": "layer_norm", "BatchNormalization": "batch_norm",
+    "InstanceNormalization": "group_norm", "GroupNormalization": "group_norm",
+    "RMSNormalization": "rms_norm", "SimplifiedLayerNormalization": "rms_norm",
+    "ReduceMean": "mean", "ReduceSum": "sum", "ReduceSumSquare": "sum", "ReduceMax": "amax",
+    "ReduceMin": "amin", "ReduceProd": "prod", "ReduceL1": "norm_reduce",
+    "ReduceL2": "norm_reduce", "ReduceLogSumExp": "sum", "CumSum": "sum", "ArgMax": "argmax",
+    "ArgMin": "argmin", "MaxPool": "max_pool", "AveragePool": "avg_pool",
+    "GlobalAveragePool": "adaptive_avg_pool", "GlobalMaxPool": "adaptive_avg_pool",
+    "Resize": "upsample", "Upsample": "upsample", "Reshape": "reshape", "Flatten": "reshape",
+    "Squeeze": "squeeze", "Unsqueeze": "unsqueeze", "Transpose": "transpose",
+    "DepthToSpace": "permute", "SpaceToDepth": "permute", "Concat": "concat", "Split": "split",
+    "Slice": "slice", "Expand": "expand", "Tile": "repeat", "Pad": "pad", "Gather": "gather",
+    "GatherElements": "gather", "GatherND": "gather", "ScatterElements": "scatter",
+    "ScatterND": "scatter", "TopK": "sort", "Shape": "shape", "Size": "size",
+    "Constant": "constant", "ConstantOfShape": "fill", "Range": "iota", "Trilu": "where",
+    "If": "conditional", "Loop": "while", "Scan": "while",
+}
+
+#: ONNX ``TensorProto.DataType`` → (dtype name, bytes per element).
+_DTYPES: dict[int, tuple[str, float]] = {
+    1: ("float32", 4), 2: ("uint8", 1), 3: ("int8", 1), 4: ("uint16", 2), 5: ("int16", 2),
+    6: ("int32", 4), 7: ("int64", 8), 8: ("string", 0), 9: ("bool", 1), 10: ("float16", 2),
+    11: ("float64", 8), 12: ("uint32", 4), 13: ("uint64", 8), 14: ("complex64", 8),
+    15: ("complex128", 16), 16: ("bfloat16", 2), 17: ("float8_e4m3fn", 1),
+    18: ("float8_e4m3fnuz", 1), 19: ("float8_e5m2", 1), 20: ("float8_e5m2fnuz", 1),
+    21: ("uint4", 0.5), 22: ("int4", 0.5),
+}
+
+_POOLS = {"MaxPool", "AveragePool"}
+
+
+def _snake(op_type: str) -> str:
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", op_type).lower()
+
+
+def _module_path(node_name: str) -> str:
+    """``/layer1/layer1.0/conv1/Conv`` (PyTorch's exporter) → ``layer1.0.conv1``."""
+    if not node_name.startswith("/"):
+        return ""
+    path = ""
+    for part in node_name.strip("/").split("/")[:-1]:
+        path = part if not path or part.startswith(path + ".") else f"{path}.{part}"
+    return path
+
+
+def _attr(node, name: str, default: Any = None) -> Any:
+    import onnx
+
+    for a in node.attribute:
+        if a.name == name:
+            return onnx.helper.get_attribute_value(a)
+    return default
+
+
+def _load(model: Any) -> tuple[Any, str]:
+    import onnx
+
+    if isinstance(model, onnx.ModelProto):
+        m = onnx.ModelProto()
+        m.CopyFrom(model)
+        return m, f"<onnx model {m.graph.name!r}>"
+    if isinstance(model, (bytes, bytearray)):
+        try:
+            return onnx.load_from_string(bytes(model)), "<bytes>"
+        except Exception as err:  # protobuf's DecodeError and friends
+            raise GraphFormatError(f"<bytes>: not an ONNX model ({err})") from err
+    if isinstance(model, (str, os.PathLike)):
+        p = Path(model)
+        if not p.is_file():
+            raise GraphFormatError(f"{p}: no such file")
+        try:
+            return onnx.load(str(p), load_external_data=False), str(p)
+        except Exception as err:
+            raise GraphFormatError(f"{p}: not an ONNX model ({type(err).__name__}: {err})") from err
+    raise TypeError(f"from_onnx expects a path, bytes or onnx.ModelProto, got {type(model).__name__}")
+
+
+def _dims(type_proto) -> tuple[list[int | str | None], int] | None:
+    """(dims, elem_type) of a tensor type; dims hold ints, symbolic names or None."""
+    if not type_proto.HasField("tensor_type"):
+        return None
+    tt = type_proto.tensor_type
+    if not tt.HasField("shape"):
+        return None, tt.elem_type  # type: ignore[return-value]
+    dims: list[int | str | None] = []
+    for d in tt.shape.dim:
+        dims.append(d.dim_value if d.HasField("dim_value") else (d.dim_param or None))
+    return dims, tt.elem_type
+
+
+def _fix_inputs(model, shapes: Mapping[str, Sequence[int]], source: str) -> None:
+    names = {i.name: i for i in model.graph.input}
+    for k, dims in shapes.items():
+        if k not in names:
+            raise GraphFormatError(f"{source}: input_shapes names {k!r}, which is not a graph input; "
+                                   f"inputs are {sorted(names)}")
+        tt = names[k].type.tensor_type
+        tt.shape.Clear()
+        for d in dims:
+            if int(d) < 0:
+                raise GraphFormatError(f"{source}: input_shapes[{k!r}] = {list(dims)} has a "
+                                       "negative size")
+            tt.shape.dim.add().dim_value = int(d)
+
+
+def from_onnx(model: str | os.PathLike | bytes | Any, *,
+              input_shapes: Mapping[str, Sequence[int]] | None = None, name: str | None = None,
+              strict: bool = True) -> Graph:
+    """Build a :class:`~graphopt.ir.Graph` from an ONNX model.
+
+    Parameters
+    ----------
+    model : path, bytes or onnx.ModelProto
+        The model (a given ``ModelProto`` is copied, never changed).
+    input_shapes : mapping of str to sequence of int, optional
+        Static shapes for graph inputs, replacing symbolic (dynamic) dimensions before
+        shape inference, e.g. ``{"x": (1, 3, 224, 224)}``.
+    name : str, optional
+        Graph name; default the ONNX graph's name or the file's stem.
+    strict : bool
+        Raise when a tensor has no static shape after inference (default). With
+        ``False``, such tensors get a scalar shape and 0 bytes and are listed in
+        ``graph.meta["unknown_shapes"]``.
+
+    Returns
+    -------
+    Graph
+        ``graph.meta`` records the source, opset, producer and unmapped op types.
+
+    Raises
+    ------
+    GraphFormatError
+        Missing or undecodable file; shape inference fails; a tensor (an input with a
+        dynamic dimension, or an op output) has no static shape — the message names
+        it and says how to give shapes; a node reads a tensor nothing produces;
+        ``input_shapes`` names an unknown input.
+    GraphError
+        The graph has a cycle.
+    ImportError
+        The ``onnx`` package is missing.
+
+    Examples
+    --------
+    >>> import pytest; _ = pytest.importorskip("onnx")  # the example needs the onnx package
+    >>> from onnx import TensorProto, helper
+    >>> g = helper.make_graph(
+    ...     [helper.make_node("MatMul", ["x", "w"], ["y"]), helper.make_node("Relu", ["y"], ["z"])],
+    ...     "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+    ...     [helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 4])],
+    ...     [helper.make_tensor("w", TensorProto.FLOAT, [8, 4], [0.0] * 32)])
+    >>> graph = from_onnx(helper.make_model(g))
+    >>> graph.op.tolist(), float(graph.flops.sum())
+    (['parameter', 'input', 'matmul', 'relu'], 136.0)
+    """
+    try:
+        import onnx
+    except ImportError as err:
+        raise ImportError("from_onnx needs the 'onnx' package: pip install onnx "
+                          "(or graphopt[onnx])") from err
+    m, source = _load(model)
+    if input_shapes:
+        _fix_inputs(m, input_shapes, source)
+    try:
+        m = onnx.shape_inference.infer_shapes(m, check_type=False, strict_mode=False,
+                                              data_prop=True)
+    except Exception as err:  # InferenceError, ValidationError, a malformed proto
+        raise GraphFormatError(f"{source}: ONNX shape inference failed: {err}") from err
+    g = m.graph
+    gname = name or g.name or (Path(source).stem if source[:1] != "<" else "onnx")
+
+    init = {t.name: (list(t.dims), t.data_type) for t in g.initializer}
+    for st in g.sparse_initializer:
+        init[st.values.name] = (list(st.dims), st.values.data_type)
+    info: dict[str, tuple[list, int] | None] = {}
+    for vi in (*g.input, *g.value_info, *g.output):
+        info[vi.name] = _dims(vi.type)
+    unknown: list[str] = []
+
+    def tensor(tname: str, where: str) -> tuple[tuple[int, ...], str, float]:
+        """(shape, dtype, bytes) of a tensor; records it when its shape is unknown."""
+        dims: list | None
+        if tname in init:
+            dims, et = init[tname]
+        else:
+            dims, et = info.get(tname) or (None, 0)
+        dt, size = _DTYPES.get(et, ("float32", 4))
+        if dims is None or any(not isinstance(d, int) or d < 0 for d in dims):
+            if where:
+                unknown.append(f"{tname!r} ({where}, shape {dims})")
+            return (), dt, 0.0
+        return tuple(dims), dt, math.prod(dims) * size
+
+    def stored(shape: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(max(d, 1) for d in shape)  # the IR's shapes are positive; bytes stay 0
+
+    def fail_unknown() -> None:
+        example = {}
+        for i in g.input:
+            d = _dims(i.type)
+            if i.name not in init and d and d[0] is not None:
+                example[i.name] = tuple(x if isinstance(x, int) else 1 for x in d[0])
+        more = f" and {len(unknown) - 3} more" if len(unknown) > 3 else ""
+        raise GraphFormatError(
+            f"{source}: {len(unknown)} tensor(s) have no static shape after ONNX shape inference: "
+            f"{', '.join(unknown[:3])}{more}. Give static input shapes, e.g. "
+            f"from_onnx(..., input_shapes={example or {'input': (1, 3, 224, 224)}}); or export "
+            "with fixed sizes (torch.onnx.export without dynamic_axes); or add the shapes with "
+            "onnx.shape_inference.infer_shapes or onnxruntime's symbolic shape inference before "
+            "loading (strict=False treats unknown shapes as scalars)")
+
+    b = GraphBuilder(gname, meta={"format": "onnx", "source": source,
+                                  "opset": {o.domain or "ai.onnx": int(o.version)
+                                            for o in m.opset_import},
+                                  "producer": f"{m.producer_name} {m.producer_version}".strip()})
+    names: set[str] = set()
+
+    def unique(n: str) -> str:
+        base, k = n, 1
+        while n in names:
+            k += 1
+            n = f"{base}_{k}"
+        names.add(n)
+        return n
+
+    available = set(init) | {i.name for i in g.input} | {t for nd in g.node for t in nd.output}
+    for k, node in enumerate(g.node):
+        for t in node.input:
+            if t and t not in available:
+                raise GraphFormatError(f"{source}: node {node.name or k!r} ({node.op_type}) reads "
+                                       f"tensor {t!r}, which no node, graph input or initializer "
+                                       "produces")
+    producer: dict[str, int] = {}
+    used = {t for node in g.node for t in node.input if t}
+    for t in init:
+        if t not in used:
+            continue
+        shape, dt, nb = tensor(t, "initializer")
+        producer[t] = b.add_node(unique(t), "parameter", shape=stored(shape), dtype=dt,
+                                 out_bytes=0.0, persistent_bytes=nb)
+    for vi in g.input:
+        if vi.name in init:
+            continue
+        shape, dt, nb = tensor(vi.name, "graph input")
+        producer[vi.name] = b.add_node(unique(vi.name), "input", shape=stored(shape), dtype=dt,
+                                       out_bytes=nb)
+    if unknown and strict:
+        fail_unknown()
+
+    unmapped: set[str] = set()
+    pending: list[tuple[int, Any]] = []
+    for k, node in enumerate(g.node):
+        where = f"node {node.name or k!r} ({node.op_type})"
+        ins = [tensor(t, where) if t else None for t in node.input]
+        outs = [tensor(t, where) for t in node.output if t]
+        op = ONNX_OPS.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+        if op is None:
+            op = _snake(node.op_type)
+            unmapped.add(node.op_type if not node.domain else f"{node.domain}.{node.op_type}")
+        if node.op_type == "Gemm" and (len(node.input) < 3 or not node.input[2]):
+            op = "mm"
+        shape, dt = (outs[0][0], outs[0][1]) if outs else ((), "float32")
+        nbytes = float(sum(o[2] for o in outs))
+        flops, rd, wr = _cost(node, op, [i for i in ins if i is not None], outs, dt)
+        cls = op_class(op)
+        persistent = nbytes if op == "constant" else 0.0
+        out_b = 0.0 if cls == "view" or persistent else nbytes
+        i = b.add_node(unique(node.name or f"{node.op_type}_{k}"), op, shape=stored(shape), dtype=dt,
+                       flops=flops, bytes_read=rd, bytes_written=wr, out_bytes=out_b,
+                       persistent_bytes=persistent, module=_module_path(node.name))
+        for t in node.output:
+            if t:
+                producer[t] = i
+        pending.append((i, node))
+    if unknown and strict:
+        fail_unknown()
+    for i, node in pending:  # edges once every producer is known (any node order)
+        for t in node.input:
+            if t and producer[t] != i:
+                b.add_edge(producer[t], i, tensor(t, "")[2])
+    if unmapped:
+        b.meta["unmapped_ops"] = sorted(unmapped)
+        warnings.warn(f"{source}: ONNX ops without an IR mapping, costed at one FLOP per output "
+                      f"element: {', '.join(sorted(unmapped))}", UnknownOpWarning, stacklevel=2)
+    if unknown:
+        b.meta["unknown_shapes"] = sorted(set(unknown))
+    try:
+        return b.build()
+    except GraphError as err:
+        raise GraphError(f"{source}: {err}") from err
+
+
+def _cost(node, op: str, ins: list, outs: list, dtype: str) -> tuple[float, float, float]:
+    """(flops, bytes_read, bytes_written) of one ONNX node."""
+    read, written = float(sum(i[2] for i in ins)), float(sum(o[2] for o in outs))
+    if op_class(op) in ("view", "input") or not outs:
+        return 0.0, 0.0, 0.0
+    out_n = sum(math.prod(o[0]) for o in outs)
+    if node.op_type == "Gemm" and len(ins) >= 2 and len(ins[0][0]) == 2:
+        a = ins[0][0]
+        k = a[0] if _attr(node, "transA", 0) else a[1]
+        return float(2 * out_n * k + (out_n if op == "addmm" else 0)), read, written
+    if node.op_type == "ConvTranspose" and len(ins) >= 2:
+        x, w = ins[0][0], ins[1][0]
+        return float(2 * math.prod(x) * math.prod(w[1:])), read, written
+    if node.op_type in _POOLS:
+        kernel = _attr(node, "kernel_shape", None) or [1]
+        return float(out_n * math.prod(kernel)), read, written
+    flops, rd, wr = op_cost(op, [i[0] for i in ins], [o[0] for o in outs], dtype,
+                            in_dtypes=[i[1] for i in ins], warn=False)
+    if op_class(op) == "embedding":
+        return flops, rd, wr
+    return flops, read, written

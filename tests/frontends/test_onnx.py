@@ -1,0 +1,170 @@
+"""ONNX frontend: models built with onnx.helper and exported with torch.onnx, checked
+against hand counts."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper  # noqa: E402
+
+from graphopt.cost.formulas import UnknownOpWarning  # noqa: E402
+from graphopt.errors import GraphFormatError  # noqa: E402
+from graphopt.frontends.onnx import from_onnx  # noqa: E402
+
+F = TensorProto.FLOAT
+
+
+def _init(name, *dims):
+    return helper.make_tensor(name, F, dims, np.zeros(dims, np.float32).ravel().tolist())
+
+
+def _model(nodes, inputs, outputs, inits=(), name="net"):
+    g = helper.make_graph(nodes, name, inputs, outputs, list(inits))
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _mlp(batch=2):
+    return _model(
+        [helper.make_node("Gemm", ["x", "w1", "b1"], ["h"], name="/fc1/Gemm", transB=1),
+         helper.make_node("Relu", ["h"], ["a"], name="/act/Relu"),
+         helper.make_node("MatMul", ["a", "w2"], ["y"], name="/fc2/MatMul")],
+        [helper.make_tensor_value_info("x", F, [batch, 8])],
+        [helper.make_tensor_value_info("y", F, None)],
+        [_init("w1", 16, 8), _init("b1", 16), _init("w2", 16, 4)])
+
+
+def test_mlp_nodes_shapes_flops():
+    g = from_onnx(_mlp())
+    assert g.op.tolist() == ["parameter", "parameter", "parameter", "input", "addmm", "relu",
+                             "matmul"]
+    by = {str(n): i for i, n in enumerate(g.names)}
+    assert g.shape_of(by["/fc1/Gemm"]) == (2, 16) and g.shape_of(by["/fc2/MatMul"]) == (2, 4)
+    assert g.flops[by["/fc1/Gemm"]] == 2 * 2 * 16 * 8 + 2 * 16  # transposed weight, bias
+    assert g.flops[by["/act/Relu"]] == 32
+    assert g.flops[by["/fc2/MatMul"]] == 2 * 2 * 4 * 16
+    assert g.persistent_bytes.sum() == (16 * 8 + 16 + 16 * 4) * 4
+    assert g.out_bytes[by["w1"]] == 0
+    e = {(str(g.names[s]), str(g.names[d])): b for s, d, b in zip(g.src, g.dst, g.edge_bytes)}
+    assert e[("w1", "/fc1/Gemm")] == 512 and e[("/fc1/Gemm", "/act/Relu")] == 128
+    assert g.module[by["/fc1/Gemm"]] == "fc1"
+    assert g.meta["format"] == "onnx" and g.meta["opset"]["ai.onnx"] == 17
+
+
+def test_conv_pool_hand_counts():
+    m = _model(
+        [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+         helper.make_node("MaxPool", ["c"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+         helper.make_node("GlobalAveragePool", ["p"], ["q"]),
+         helper.make_node("Flatten", ["q"], ["f"]),
+         helper.make_node("Gemm", ["f", "wf"], ["y"])],
+        [helper.make_tensor_value_info("x", F, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", F, None)],
+        [_init("w", 4, 3, 3, 3), _init("b", 4), _init("wf", 4, 10)])
+    g = from_onnx(m)
+    ops = g.op.tolist()
+    assert ops.count("parameter") == 3 and ops[3:] == ["input", "conv", "max_pool",
+                                                       "adaptive_avg_pool", "reshape", "mm"]
+    f = dict(zip(ops, g.flops.tolist()))
+    assert f["conv"] == 2 * (4 * 8 * 8) * (3 * 3 * 3)
+    assert f["max_pool"] == (4 * 4 * 4) * 4
+    assert f["reshape"] == 0 and f["mm"] == 2 * 10 * 4
+    assert g.shape_of(ops.index("max_pool")) == (1, 4, 4, 4)
+
+
+def test_dynamic_batch_needs_input_shapes():
+    m = _mlp(batch="N")
+    with pytest.raises(GraphFormatError, match=r"no static shape.*'x'.*input_shapes=\{'x': \(1, 8\)\}"):
+        from_onnx(m)
+    g = from_onnx(m, input_shapes={"x": (3, 8)})
+    assert g.shape_of(int(np.flatnonzero(g.op == "matmul")[0])) == (3, 4)
+    # The caller's model is not changed.
+    assert m.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "N"
+    with pytest.raises(GraphFormatError, match="'z', which is not a graph input; inputs are"):
+        from_onnx(m, input_shapes={"z": (1, 2)})
+    loose = from_onnx(m, strict=False)
+    assert loose.meta["unknown_shapes"] and loose.num_nodes == 7
+
+
+def test_unmapped_op_and_constant():
+    m = _model(
+        [helper.make_node("Constant", [], ["k"], value=_init("kv", 4)),
+         helper.make_node("Softsign", ["x"], ["s"]),
+         helper.make_node("Add", ["s", "k"], ["y"])],
+        [helper.make_tensor_value_info("x", F, [4])], [helper.make_tensor_value_info("y", F, None)])
+    with pytest.warns(UnknownOpWarning, match="Softsign"):
+        g = from_onnx(m)
+    assert g.op.tolist() == ["input", "constant", "softsign", "add"]
+    assert g.meta["unmapped_ops"] == ["Softsign"]
+    assert g.persistent_bytes[1] == 16 and g.flops[2] == 4
+
+
+def test_bad_inputs(tmp_path):
+    with pytest.raises(GraphFormatError, match="no such file"):
+        from_onnx(tmp_path / "none.onnx")
+    junk = tmp_path / "junk.onnx"
+    junk.write_bytes(b"\xff\xff\xff not onnx")
+    with pytest.raises(GraphFormatError, match="junk.onnx: not an ONNX model"):
+        from_onnx(junk)
+    m = _model([helper.make_node("Relu", ["ghost"], ["y"], name="r")],
+               [helper.make_tensor_value_info("x", F, [2])],
+               [helper.make_tensor_value_info("y", F, [2])])
+    with pytest.raises(GraphFormatError, match="node 'r' .Relu. reads tensor 'ghost', which no node"):
+        from_onnx(m)
+    with pytest.raises(TypeError, match="path, bytes or onnx.ModelProto"):
+        from_onnx(42)
+
+
+def test_file_and_bytes_round_trip(tmp_path):
+    p = tmp_path / "mlp.onnx"
+    onnx.save(_mlp(), str(p))
+    a, b = from_onnx(p), from_onnx(p.read_bytes())
+    assert a.names.tolist() == b.names.tolist() and a.flops.sum() == b.flops.sum()
+    assert a.name == "net" and a.meta["source"] == str(p)
+
+
+def test_torch_export_legacy(tmp_path):
+    torch = pytest.importorskip("torch")
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+            self.fc = torch.nn.Linear(8 * 8 * 8, 10)
+
+        def forward(self, x):
+            return self.fc(torch.relu(self.conv(x)).flatten(1))
+
+    p = tmp_path / "net.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            torch.onnx.export(Net(), (torch.randn(2, 3, 8, 8),), str(p), dynamo=False)
+        except Exception as err:  # the TorchScript exporter may be gone from a future torch
+            pytest.skip(f"torch.onnx.export(dynamo=False) unavailable: {err}")
+    g = from_onnx(p)
+    comp = [o for o in g.op.tolist() if o not in ("parameter", "input")]
+    assert comp == ["conv", "relu", "reshape", "addmm"]
+    f = dict(zip(g.op.tolist(), g.flops.tolist()))
+    assert f["conv"] == 2 * (2 * 8 * 8 * 8) * (3 * 3 * 3)
+    assert f["addmm"] == 2 * 2 * 10 * 512 + 2 * 10
+    assert g.persistent_bytes.sum() == (8 * 3 * 9 + 8 + 10 * 512 + 10) * 4
+    assert set(g.module[g.op == "conv"]) == {"conv"}
+
+
+def test_empty_tensors_keep_zero_bytes():
+    # Resize's empty roi/scales inputs (dims [0]) are common in exported models.
+    m = _model(
+        [helper.make_node("Resize", ["x", "roi", "scales", "sizes"], ["y"], mode="nearest")],
+        [helper.make_tensor_value_info("x", F, [1, 2, 4, 4])],
+        [helper.make_tensor_value_info("y", F, None)],
+        [helper.make_tensor("roi", F, [0], []), helper.make_tensor("scales", F, [0], []),
+         helper.make_tensor("sizes", TensorProto.INT64, [4], [1, 2, 8, 8])])
+    g = from_onnx(m)
+    g.validate()
+    roi = g.index["roi"]
+    assert g.shape_of(roi) == (1,) and g.persistent_bytes[roi] == 0
+    assert g.shape_of(g.index[str(g.names[g.op == "upsample"][0])]) == (1, 2, 8, 8)
