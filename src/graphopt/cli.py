@@ -24,8 +24,9 @@ console = Console()
 
 GRAPH_HELP = ("Graph file (.npz or .json saved by graphopt), a zoo model 'zoo:NAME' (see "
               "'graphopt zoo list'), or a built-in example: 'example:mlp' (a 4-layer MLP "
-              "training step) or 'example:layered-N' (a random layered graph of about N ops). "
-              "Example: zoo:gnmt-4")
+              "training step) or 'example:layered-N' (a random layered graph of about N ops), "
+              "or a model file to import: .pt2 (torch.export.save), .onnx, a TpuGraphs .npz or "
+              "tuning .pb. Example: zoo:gnmt-4")
 
 
 def _fail(err: Exception) -> None:
@@ -35,7 +36,6 @@ def _fail(err: Exception) -> None:
 
 def load_graph_arg(spec: str):
     """A graph from a file or a built-in example name (see GRAPH_HELP)."""
-    from graphopt.ir import load_graph
     from graphopt.ir.generate import layered_graph, mlp_training_graph
 
     if spec == "example:mlp":
@@ -55,7 +55,9 @@ def load_graph_arg(spec: str):
     if spec.startswith("example:"):
         raise GraphoptError(f"unknown example graph {spec!r}; known: example:mlp, "
                             "example:layered-N")
-    return load_graph(spec)
+    from graphopt.frontends import import_graph
+
+    return import_graph(spec)
 
 
 def _mib(x: float) -> str:
@@ -83,6 +85,31 @@ def info(graph: str = typer.Argument(..., help=GRAPH_HELP)) -> None:
     t.add_row("colocation groups", f"{s['colocation_groups']:,}")
     t.add_row("op classes", ", ".join(f"{k} {v}" for k, v in s["op_classes"].items()))
     console.print(t)
+
+
+@app.command("import")
+def import_model(
+    model: Path = typer.Argument(..., help="Model file: .pt2 (torch.export.save), .onnx, a "
+                                           "TpuGraphs .npz or tuning .pb. Example: model.pt2"),
+    output: Path = typer.Option(..., "--output", "-o", help="Graph file to write (.npz or "
+                                                             ".json). Example: graph.npz"),
+) -> None:
+    """Read a model file into a graphopt graph and save it.
+
+    Example: graphopt import model.onnx -o graph.npz
+    """
+    from graphopt.frontends import import_graph
+    from graphopt.ir import save_graph
+
+    try:
+        g = import_graph(model)
+        path = save_graph(g, output)
+    except GraphoptError as err:
+        _fail(err)
+    s = g.summary()
+    console.print(f"{g.name}: {s['nodes']:,} ops, {s['edges']:,} edges, "
+                  f"{s['flops'] / 1e9:.3f} GFLOP, {s['persistent_bytes'] / 2**20:.1f} MiB "
+                  f"persistent -> {path}")
 
 
 @app.command()
@@ -304,8 +331,52 @@ def _default_cluster(graph: str) -> str:
     if graph.startswith("zoo:"):
         from graphopt.zoo import get_entry
 
-        return f"dgx1-v100:{get_entry(graph[4:]).devices}"
+        return f"dgx1-v100:{get_entry(graph[4:]).num_devices}"
     return "dgx1-v100:4"
+
+
+bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks; results go to bench/results/ "
+                                                  "and docs/benchmarks.md.")
+app.add_typer(bench_app, name="bench")
+
+
+@bench_app.command("go-table2")
+def bench_go_table2(
+    quick: bool = typer.Option(False, "--quick", help="Small versions of every model (CI)."),
+    cluster: str = typer.Option("p100", help="Preset whose first N devices each row uses "
+                                             "(N from GO's Table 2). Example: dgx1-v100"),
+    methods: str = typer.Option(",".join(["single", "expert", "metis", "m-etf", "m-sct", "heft",
+                                          "sa", "brkga"]),
+                                help="Methods, comma-separated. Example: expert,metis,sa"),
+    budget: int = typer.Option(2000, min=1, help="Evaluations per search method."),
+    rows: str = typer.Option("", help="Only these zoo models, comma-separated (default: "
+                                      "all 14). Example: gnmt-2,rnnlm-4"),
+    seed: int = typer.Option(0, help="Seed of every method."),
+    out: Path | None = typer.Option(None, help="Results JSON; default "
+                                                "bench/results/go-table2[-quick].json"),
+    docs: Path = typer.Option(Path("docs/benchmarks.md"), help="Markdown file whose "
+                                                               "go-table2 section is rewritten."),
+    resume: bool = typer.Option(False, help="Skip rows already in --out with the same "
+                                            "settings (the run checkpoints after each row)."),
+) -> None:
+    """GO's Table 2 on our zoo: every baseline on the 14 models, equal budgets.
+
+    Example: graphopt bench go-table2 --quick
+    """
+    from graphopt.benchmarks import go_table2
+
+    out = out or Path(f"bench/results/go-table2{'-quick' if quick else ''}.json")
+    try:
+        res = go_table2.run(cluster, tuple(m.strip() for m in methods.split(",")), budget, seed,
+                            quick, tuple(r.strip() for r in rows.split(",")) if rows
+                            else go_table2.ROWS, out, resume)
+    except GraphoptError as err:
+        _fail(err)
+    console.print(go_table2.to_markdown(res))
+    command = "graphopt bench go-table2" + (" --quick" if quick else "") + (
+        f" --cluster {cluster}" if cluster != "p100" else "") + f" --budget {budget}"
+    go_table2.update_docs(res, docs, command)
+    console.print(f"results: {out}; table written into {docs}")
 
 
 @app.command()

@@ -4,7 +4,6 @@ written here in the dataset's exact format."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
