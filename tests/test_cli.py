@@ -74,3 +74,11 @@ def test_profile_then_simulate_with_it(tmp_path):
     r = run("simulate", "example:mlp", "--cluster", "cpu:1", "--profile",
             f"{tmp_path / 'p.json'}@Xeon-8280")
     assert r.exit_code == 0 and kind, r.output
+
+
+def test_zoo_list_and_unknown_model(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRAPHOPT_CACHE", str(tmp_path))
+    r = run("zoo", "list")
+    assert r.exit_code == 0 and "gnmt-8" in r.output and "held out" in r.output
+    r = run("zoo", "build", "nope")
+    assert r.exit_code == 2 and "unknown zoo model" in r.output

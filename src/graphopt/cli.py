@@ -379,6 +379,75 @@ def bench_go_table2(
     console.print(f"results: {out}; table written into {docs}")
 
 
+zoo_app = typer.Typer(no_args_is_help=True, help="The benchmark zoo: the models of the placement "
+                                                "papers, built as training-step graphs.")
+app.add_typer(zoo_app, name="zoo")
+
+
+@zoo_app.command("list")
+def zoo_list() -> None:
+    """List the zoo's models: family, devices (GO's Table 2), split, reported step times.
+
+    Example: graphopt zoo list
+    """
+    from graphopt.zoo import cache_path, get_entry, list_models
+
+    t = Table(title="zoo models (build one with: graphopt zoo build NAME)")
+    for col in ("model", "family", "devices", "split", "GO-one / expert (s)", "cached", "what"):
+        t.add_column(col)
+    for name in list_models():
+        e = get_entry(name)
+        r = e.reported
+        t.add_row(name, e.family, str(e.num_devices), "train" if e.train_split else "held out",
+                  f"{r.go_one:.3f} / {r.human_expert:.3f}" if r else "-",
+                  "yes" if cache_path(e).is_file() else "no", e.description)
+    console.print(t)
+
+
+@zoo_app.command("build")
+def zoo_build(
+    name: str = typer.Argument(..., help="Zoo model (see 'graphopt zoo list'). Example: gnmt-8"),
+    out: Path | None = typer.Option(None, "--out", "-o",
+                                    help="Also save the graph here (.npz or .json)."),
+    no_cache: bool = typer.Option(False, "--no-cache",
+                                  help="Build from scratch; neither read nor write the cache."),
+) -> None:
+    """Build a zoo model's training-step graph (forward, backward, SGD update) and cache it
+    under $GRAPHOPT_CACHE/zoo (default ~/.cache/graphopt/zoo).
+
+    Example: graphopt zoo build gnmt-8 -o gnmt8.npz
+    """
+    import time
+
+    from graphopt.ir import save_graph
+    from graphopt.zoo import build, cache_path, get_entry
+
+    try:
+        entry = get_entry(name)
+        start = time.perf_counter()
+        with console.status(f"building {name} (up to a minute) ..."):
+            g = build(entry, cache=not no_cache)
+        seconds = time.perf_counter() - start
+        if out is not None:
+            save_graph(g, out)
+    except GraphoptError as err:
+        _fail(err)
+    s = g.summary()
+    t = Table(title=f"zoo model {name}: {entry.description}", show_header=False)
+    t.add_row("ops", f"{s['nodes']:,}")
+    t.add_row("edges", f"{s['edges']:,}")
+    t.add_row("parameters", f"{g.meta['zoo']['parameters']:,}")
+    t.add_row("TFLOPs per step", f"{s['flops'] / 1e12:,.3f}")
+    t.add_row("weights (MiB)", _mib(s["persistent_bytes"]))
+    t.add_row("devices (GO's Table 2)", str(entry.num_devices))
+    t.add_row("split", "train" if entry.train_split else "held out")
+    t.add_row("seconds", f"{seconds:.1f}")
+    t.add_row("cache", "off" if no_cache else str(cache_path(entry)))
+    if out is not None:
+        t.add_row("saved to", str(out))
+    console.print(t)
+
+
 @app.command()
 def methods() -> None:
     """List the optimization methods graphopt knows.
