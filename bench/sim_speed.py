@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import heapq
 import json
+import os
 import platform
 import time
 from pathlib import Path
@@ -26,6 +27,7 @@ import numba
 import numpy as np
 
 import graphopt as go
+from graphopt.benchmarks import replace_section
 from graphopt.ir.generate import layered_graph
 
 
@@ -146,6 +148,7 @@ def main() -> None:
     ap.add_argument("--devices", type=int, default=4, help="devices of dgx1-v100 to use")
     ap.add_argument("--seconds", type=float, default=3.0, help="time per measurement")
     ap.add_argument("--out", default="bench/results/sim_speed.json")
+    ap.add_argument("--docs", default="docs/benchmarks.md", help="markdown file to update")
     args = ap.parse_args()
 
     width = 20
@@ -203,7 +206,21 @@ def main() -> None:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))
-    print(f"wrote {out}")
+    load = os.getloadavg()[0]
+    table = ["| what | evaluations / s | vs pure Python | step ms | note |", "|---|---:|---:|---:|---|"]
+    for r in rows:
+        eps = "" if r["evals_per_s"] is None else f"{r['evals_per_s']:,.1f}"
+        vs = f"{r['speedup_vs_python']:.0f}x" if "speedup_vs_python" in r else ""
+        note = ("agrees with graphopt to 1e-9" if r.get("agrees_with_graphopt") else
+                f"ratio {r['ratio']:.2f}" if "ratio" in r else
+                f"{r['transfers_mb']:,.0f} MB transferred" if "transfers_mb" in r else "")
+        step = f"{r['step_ms']:.2f}" if "step_ms" in r else ""
+        table.append(f"| {r['what']} | {eps} | {vs} | {step} | {note} |")
+    replace_section(args.docs, "sim-speed",
+                    f"`{result['command']}` on {n:,} ops / {g.num_edges:,} edges "
+                    f"(`layered_graph`), cluster `{prob.cluster.name}`, {threads} threads; "
+                    f"load average {load:.1f} when it finished.\n\n" + "\n".join(table))
+    print(f"wrote {out} and {args.docs}")
 
 
 if __name__ == "__main__":

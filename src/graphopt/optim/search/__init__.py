@@ -1,0 +1,16 @@
+"""Search baselines: random search, local search, simulated annealing (FlexFlow-style
+MCMC), BRKGA and an exact CP-SAT model for small graphs.
+
+Every method searches the parts of a plan named in its task, keeps colocation groups
+whole (it places colocation *units*, not ops), prices plans only through a
+:class:`~graphopt.dist.local.LocalEvaluator`, starts from ``init`` when given, and
+returns the best plan it evaluated, never worse than the initial plan.
+"""
+
+from graphopt.optim.search.annealing import SimulatedAnnealing
+from graphopt.optim.search.brkga import BRKGA
+from graphopt.optim.search.cpsat import CPSAT
+from graphopt.optim.search.local_search import LocalSearch
+from graphopt.optim.search.random_search import RandomSearch
+
+__all__ = ["BRKGA", "CPSAT", "LocalSearch", "RandomSearch", "SimulatedAnnealing"]
