@@ -16,8 +16,10 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# The main job: compare placement methods on GNMT-2's training step, two V100s of a DGX-1.
 run: $(STAMP)
-	$(BIN)/graphopt demo --out runs/demo
+	$(BIN)/graphopt optimize zoo:gnmt-2 --methods single,expert,metis,m-etf,heft,sa,brkga \
+		--budget 1000 --out runs/gnmt-2
 
 test: $(STAMP)
 	# pytest exits 5 when it collects no test: not a failure of the code
