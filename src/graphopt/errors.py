@@ -13,6 +13,7 @@ __all__ = [
     "GraphoptError",
     "PlanError",
     "ProfileError",
+    "CostModelError",
 ]
 
 
@@ -42,3 +43,8 @@ class PlanError(GraphoptError):
 
 class ProfileError(GraphoptError):
     """A measured-profile file is malformed."""
+
+
+class CostModelError(GraphoptError):
+    """A cost-model option, dataset or run directory is unusable (bad value, empty split,
+    mismatched feature widths, missing checkpoint)."""

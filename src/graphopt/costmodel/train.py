@@ -1,0 +1,428 @@
+"""Train, evaluate and apply a learned cost model: reads top to bottom like CleanRL.
+
+``train(TrainConfig(...)) -> run directory`` holding
+
+- ``config.json``: every hyperparameter, the model's input widths, the split;
+- ``checkpoint.safetensors`` + ``checkpoint.json``: weights, optimizer state, feature
+  normalization (and the GST table), and the epoch reached; written after every epoch
+  atomically, so ``TrainConfig(resume=run_dir)`` continues exactly where it stopped
+  (every epoch draws from its own seed ``(seed, epoch)``);
+- ``log.csv`` (``losses/train``, ``charts/...``, per epoch) and ``curve.png``.
+
+:func:`evaluate` scores held-out configurations per graph (Kendall's tau, top-K error,
+tile score, ordered-pair accuracy); :func:`rank` lists the configurations a compiler
+should try first. Checkpoints are safetensors and JSON: no pickle anywhere.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from graphopt.costmodel.data import (CostGraph, CostModelError, FeatureNormalizer, load_dataset,
+                                     sample_configs, split_configs, split_graphs)
+from graphopt.costmodel.gst import HistoryTable, gst_scores, partition
+from graphopt.costmodel.metrics import LOSSES, ranking_loss, ranking_metrics
+from graphopt.costmodel.models import MODELS, CostModel, build_model, graph_tensors
+from graphopt.errors import GraphFormatError
+
+__all__ = ["TrainConfig", "evaluate", "load_run", "rank", "score_graph", "train"]
+
+
+def _f(default, help: str, **kw):
+    return field(default=default, metadata={"help": help, **kw})
+
+
+@dataclass
+class TrainConfig:
+    """Every hyperparameter of a cost-model run (each becomes a CLI option)."""
+
+    data: str = _f("", "Training data: a directory of TpuGraphs .npz files (with train/ and valid/ "
+                       "subfolders, or split by --split), one .npz, or a tuning .pb.")
+    split: str = _f("auto", "How to hold out test data: 'dirs' (train/ and valid/ subfolders), "
+                            "'configs' (a fraction of each graph's configurations), 'graphs' (whole "
+                            "graphs), 'auto' (dirs if present, else graphs, else configs).")
+    test_fraction: float = _f(0.25, "Fraction held out by --split configs or graphs.")
+    test_graphs: str = _f("", "Comma-separated graph names to hold out (split 'graphs').")
+    model: str = _f("auto", "tile_sage, layout_gcn, config_attention, or auto (the collection's "
+                            "TpuGraphs baseline).")
+    hidden: int = _f(0, "Width of node states and head (0: the model's default).")
+    op_embed: int = _f(0, "Opcode embedding width (0: the model's default, 64 tile / 32 layout).")
+    layers: int = _f(0, "Message-passing layers (0: the model's default).")
+    dropout: float = _f(0.0, "Dropout on node states.")
+    loss: str = _f("listmle", "Ranking loss: listmle, hinge (pairwise, margin 0.1) or mse.")
+    mse_weight: float = _f(0.0, "Weight of an extra MSE term (the tile baseline uses a small one).")
+    margin: float = _f(0.1, "Margin of the pairwise hinge loss.")
+    epochs: int = _f(20, "Passes over the training graphs.")
+    lr: float = _f(1e-3, "Adam learning rate.")
+    weight_decay: float = _f(0.0, "Adam weight decay.")
+    configs_per_graph: int = _f(32, "Configurations of one graph scored together in a step.")
+    fast_bias: float = _f(0.0, "Skew config sampling toward fast ones (0: uniform; layout "
+                               "baseline style: 2).")
+    dedup: bool = _f(True, "Merge repeated configurations (runtime: their mean).")
+    prune_hops: int = _f(-1, "Keep configurable nodes and their k-hop neighbours (-1: all nodes).")
+    gst: bool = _f(False, "Graph Segment Training instead of full-graph back-propagation.")
+    segment_size: int = _f(1000, "GST: nodes per segment.")
+    fresh_segments: int = _f(1, "GST: segments back-propagated per step.")
+    sed_p: float = _f(0.5, "GST: stale embedding dropout probability.")
+    halo: int = _f(-1, "GST: hops of context around a segment (-1: layers + 1, exact; 0: cut "
+                       "edges as in the paper).")
+    eval_chunk: int = _f(256, "Configurations scored at once at evaluation.")
+    seed: int = _f(0, "Seed of every random choice.")
+    device: str = _f("cpu", "Torch device.")
+    threads: int = _f(1, "Torch CPU threads.")
+    out: str = _f("runs/costmodel", "Folder under which the run directory is created.")
+    run_name: str = _f("", "Run directory name (default {data}__{model}__{seed}__{time}).")
+    resume: str = _f("", "Run directory to continue (its config.json is used; epochs may be raised).")
+    progress: bool = _f(True, "Show a progress bar.")
+
+
+# ----------------------------------------------------------------------------------------
+# Data: load, split, normalize (fitted on the training split only)
+# ----------------------------------------------------------------------------------------
+
+def _load_split(cfg: TrainConfig) -> tuple[list[CostGraph], list[CostGraph], str]:
+    prune_hops = None if cfg.prune_hops < 0 else cfg.prune_hops
+    root = Path(cfg.data)
+    if not cfg.data:
+        raise CostModelError("no training data given (TrainConfig.data)")
+    split = cfg.split
+    if split not in ("auto", "dirs", "configs", "graphs"):
+        raise CostModelError(f"split {split!r} unknown; expected auto, dirs, configs or graphs")
+    has_dirs = root.is_dir() and (root / "train").is_dir() and (root / "valid").is_dir()
+    if split == "dirs" or (split == "auto" and has_dirs):
+        if not has_dirs:
+            raise CostModelError(f"{root}: split 'dirs' needs train/ and valid/ subfolders")
+        return (load_dataset(root / "train", dedup=cfg.dedup, prune_hops=prune_hops),
+                load_dataset(root / "valid", dedup=cfg.dedup, prune_hops=prune_hops), "dirs")
+    graphs = load_dataset(root, dedup=cfg.dedup, prune_hops=prune_hops)
+    if split == "auto":
+        split = "graphs" if len(graphs) >= 4 else "configs"
+    if split == "configs":
+        return (*split_configs(graphs, cfg.test_fraction, cfg.seed), split)
+    names = [s.strip() for s in cfg.test_graphs.split(",") if s.strip()] or None
+    return (*split_graphs(graphs, cfg.test_fraction, cfg.seed, names), split)
+
+
+def _resolve_model(cfg: TrainConfig, collection: str) -> str:
+    name = cfg.model if cfg.model != "auto" else ("tile_sage" if collection == "tile" else "layout_gcn")
+    if name not in MODELS:
+        raise CostModelError(f"model {name!r} unknown; expected auto or one of {sorted(MODELS)}")
+    if cfg.loss not in LOSSES:
+        raise CostModelError(f"loss {cfg.loss!r} unknown; expected one of {sorted(LOSSES)}")
+    return name
+
+
+def _model_from(meta: dict) -> CostModel:
+    return build_model(meta["model"], meta["num_node_feat"], meta["config_dim"],
+                       hidden=meta["hidden"] or None, op_embed=meta["op_embed"] or None,
+                       num_layers=meta["layers"] or None, dropout=meta["dropout"])
+
+
+# ----------------------------------------------------------------------------------------
+# Checkpoints: safetensors for tensors, JSON for the rest
+# ----------------------------------------------------------------------------------------
+
+def _save_checkpoint(run: Path, model: CostModel, opt: torch.optim.Optimizer, norm: FeatureNormalizer,
+                     table: HistoryTable, epoch: int, history: list[dict]) -> None:
+    tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    tensors |= {f"norm.{k}": torch.from_numpy(np.ascontiguousarray(v)) for k, v in norm.arrays().items()}
+    tensors |= {f"gst.{k}": v for k, v in table.arrays().items()}
+    state = opt.state_dict()
+    for pid, st in state["state"].items():
+        tensors |= {f"optim.{pid}.{k}": torch.as_tensor(v).cpu() for k, v in st.items()}
+    meta = {"epoch": epoch, "param_groups": state["param_groups"], "history": history,
+            "gst_keys": sorted(table.stats),
+            "optim_keys": {str(p): sorted(s) for p, s in state["state"].items()}}
+    for name, write in (("checkpoint.safetensors", lambda p: save_file(tensors, str(p))),
+                        ("checkpoint.json", lambda p: p.write_text(json.dumps(meta, indent=1)))):
+        tmp = run / f".{name}.tmp"
+        write(tmp)
+        os.replace(tmp, run / name)
+
+
+def load_run(run_dir: str | os.PathLike) -> tuple[dict, CostModel, FeatureNormalizer, dict]:
+    """``(config, model, normalizer, checkpoint)`` of a run directory; the model is in
+    eval mode on the CPU.
+
+    Raises
+    ------
+    CostModelError
+        The directory has no ``config.json`` or no checkpoint yet.
+    GraphFormatError
+        A checkpoint file is unreadable or does not match the config.
+    """
+    run = Path(run_dir)
+    for name in ("config.json", "checkpoint.json", "checkpoint.safetensors"):
+        if not (run / name).is_file():
+            raise CostModelError(f"{run}: missing {name}; not a (finished epoch of a) cost-model run")
+    try:
+        meta = json.loads((run / "config.json").read_text())
+        ckpt = json.loads((run / "checkpoint.json").read_text())
+        tensors = load_file(str(run / "checkpoint.safetensors"))
+    except (OSError, ValueError, SafetensorError) as err:
+        raise GraphFormatError(f"{run}: unreadable checkpoint ({err})") from err
+    model = _model_from(meta)
+    try:
+        model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
+    except RuntimeError as err:
+        raise GraphFormatError(f"{run / 'checkpoint.safetensors'}: weights do not match config.json "
+                               f"({str(err).splitlines()[0]})") from err
+    norm = FeatureNormalizer.from_arrays({k[5:]: v.numpy() for k, v in tensors.items()
+                                          if k.startswith("norm.")})
+    ckpt["tensors"] = tensors
+    return meta, model.eval(), norm, ckpt
+
+
+def _restore_optimizer(opt: torch.optim.Optimizer, ckpt: dict) -> None:
+    state = {"param_groups": ckpt["param_groups"],
+             "state": {int(p): {k: ckpt["tensors"][f"optim.{p}.{k}"] for k in keys}
+                       for p, keys in ckpt["optim_keys"].items()}}
+    opt.load_state_dict(state)
+
+
+# ----------------------------------------------------------------------------------------
+# Scoring
+# ----------------------------------------------------------------------------------------
+
+@torch.no_grad()
+def score_graph(model: CostModel, g: CostGraph, chunk: int = 256, device: str = "cpu") -> np.ndarray:
+    """Predicted costs ``(c,)`` of every configuration of ``g`` (already normalized),
+    ``chunk`` configurations at a time (a cross-configuration model compares the
+    configurations of a chunk with each other)."""
+    model.eval()
+    t = graph_tensors(g, device)
+    out = [model(t["op"], t["x"], t["edge_index"], t["cfg"][i:i + chunk], t["config_nodes"])
+           for i in range(0, g.num_configs, chunk)]
+    return torch.cat(out).double().cpu().numpy()
+
+
+def _metrics(model: CostModel, graphs: list[CostGraph], chunk: int, device: str) -> dict:
+    per = []
+    for g in (g for g in graphs if g.num_configs >= 2):  # one configuration: nothing to rank
+        m = ranking_metrics(score_graph(model, g, chunk, device), g.runtime)
+        per.append({"graph": g.name, "configs": g.num_configs, **m})
+    keys = [k for k in per[0] if k not in ("graph", "configs")] if per else []
+    return {"graphs": per, "overall": {k: float(np.mean([p[k] for p in per])) for k in keys}}
+
+
+# ----------------------------------------------------------------------------------------
+# Training
+# ----------------------------------------------------------------------------------------
+
+def train(cfg: TrainConfig) -> Path:
+    """Train a cost model; returns the run directory (see the module docstring).
+
+    Raises
+    ------
+    CostModelError
+        Bad option values, an empty split, or ``resume`` pointing at no run.
+    GraphFormatError
+        Unreadable data files (named).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from graphopt.data import tpugraphs_dir
+    >>> p = tpugraphs_dir() / "op_tuning_data.pb"
+    >>> run = train(TrainConfig(data=str(p), epochs=1, out=tempfile.mkdtemp(),
+    ...                         progress=False))  # doctest: +SKIP
+    """
+    # --- arguments: a resumed run takes its stored config, with the new epoch count
+    resume_ckpt = None
+    if cfg.resume:
+        stored, _, _, resume_ckpt = load_run(cfg.resume)
+        cfg = dataclasses.replace(TrainConfig(**stored["train_config"]), epochs=cfg.epochs,
+                                  resume=cfg.resume, progress=cfg.progress)
+    # --- seeding
+    random.seed(cfg.seed)
+    np.random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    torch.set_num_threads(max(cfg.threads, 1))
+    device = torch.device(cfg.device)
+
+    # --- data
+    train_graphs, test_graphs, split = _load_split(cfg)
+    if not train_graphs or not test_graphs:
+        raise CostModelError(f"{cfg.data}: split {split!r} left {len(train_graphs)} training and "
+                             f"{len(test_graphs)} test graphs; need at least one of each")
+    collection = train_graphs[0].collection
+    model_name = _resolve_model(cfg, collection)
+    norm = FeatureNormalizer.from_arrays({k[5:]: v.numpy() for k, v in resume_ckpt["tensors"].items()
+                                          if k.startswith("norm.")}) if resume_ckpt \
+        else FeatureNormalizer.fit(train_graphs)
+    train_graphs = [norm(g) for g in train_graphs]
+    test_graphs = [norm(g) for g in test_graphs]
+    train_graphs = [g for g in train_graphs if g.num_configs >= 2]  # nothing to rank otherwise
+    if not train_graphs:
+        raise CostModelError(f"{cfg.data}: no training graph has 2 or more configurations")
+
+    # --- run directory and logged configuration
+    if cfg.resume:
+        run = Path(cfg.resume)
+    else:
+        stem = Path(cfg.data.rstrip("/")).name.replace(".", "_") or "data"
+        run = Path(cfg.out) / (cfg.run_name or f"{stem}__{model_name}__{cfg.seed}__{int(time.time())}")
+        run.mkdir(parents=True, exist_ok=cfg.run_name != "")
+    meta = {"train_config": dataclasses.asdict(cfg), "model": model_name, "collection": collection,
+            "split": split, "num_node_feat": int(train_graphs[0].node_feat.shape[1]),
+            "config_dim": int(train_graphs[0].config_feat.shape[-1]), "hidden": cfg.hidden,
+            "op_embed": cfg.op_embed, "layers": cfg.layers, "dropout": cfg.dropout,
+            "train_graphs": [g.name for g in train_graphs], "test_graphs": [g.name for g in test_graphs]}
+    (run / "config.json").write_text(json.dumps(meta, indent=1))
+
+    # --- model and optimizer
+    model = _model_from(meta).to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    table = HistoryTable()
+    tensors = {g.name: graph_tensors(g, device) for g in train_graphs}
+    halo = cfg.halo if cfg.halo >= 0 else model.num_layers + 1
+    segments = {g.name: partition(g.num_nodes, tensors[g.name]["edge_index"].cpu(), cfg.segment_size, halo)
+                for g in train_graphs} if cfg.gst else {}
+    segments = {k: [dataclasses.replace(s, nodes=s.nodes.to(device), own=s.own.to(device),
+                                        edge_index=s.edge_index.to(device)) for s in v]
+                for k, v in segments.items()}
+    start_epoch, history = 0, []
+    if resume_ckpt:
+        model.load_state_dict({k[6:]: v for k, v in resume_ckpt["tensors"].items() if k.startswith("model.")})
+        _restore_optimizer(opt, resume_ckpt)
+        table.load_arrays(resume_ckpt["gst_keys"], {k[4:]: v for k, v in resume_ckpt["tensors"].items()
+                                                    if k.startswith("gst.")})
+        start_epoch, history = resume_ckpt["epoch"] + 1, resume_ckpt["history"]
+
+    # --- the loop: one graph and a sample of its configurations per step
+    from rich.progress import Progress
+
+    steps = len(train_graphs)
+    with Progress(disable=not cfg.progress, transient=True) as bar:
+        task = bar.add_task("training", total=(cfg.epochs - start_epoch) * steps)
+        for epoch in range(start_epoch, cfg.epochs):
+            rng = np.random.default_rng([cfg.seed, epoch])
+            torch.manual_seed(cfg.seed * 1_000_003 + epoch)
+            model.train()
+            t0, losses = time.perf_counter(), []
+            for gi in rng.permutation(steps):
+                g = train_graphs[gi]
+                t = tensors[g.name]
+                idx = torch.as_tensor(sample_configs(g.runtime, cfg.configs_per_graph, rng, cfg.fast_bias),
+                                      device=device)
+                if cfg.gst:
+                    scores = gst_scores(model, t, idx, segments[g.name], table, g.name,
+                                        cfg.fresh_segments, cfg.sed_p, rng)
+                else:
+                    scores = model(t["op"], t["x"], t["edge_index"], t["cfg"][idx], t["config_nodes"])
+                loss = ranking_loss(cfg.loss, scores, t["runtime"][idx].float(), cfg.mse_weight, cfg.margin)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                losses.append(loss.item())
+                bar.advance(task)
+            seconds = time.perf_counter() - t0
+            test = _metrics(model, test_graphs, cfg.eval_chunk, cfg.device)["overall"]
+            row = {"epoch": epoch, "losses/train": float(np.mean(losses)),
+                   **{f"charts/{k}": v for k, v in test.items()},
+                   "charts/steps_per_s": steps / max(seconds, 1e-9), "charts/epoch_seconds": seconds}
+            history.append(row)
+            if cfg.progress:
+                bar.console.log(f"epoch {epoch}: loss {row['losses/train']:.4f}  test tau "
+                                f"{test['kendall_tau']:.3f}  top5 err {test['top5_error']:.4f}")
+            _save_checkpoint(run, model, opt, norm, table, epoch, history)
+            _write_log(run, history)
+    return run
+
+
+def _write_log(run: Path, history: list[dict]) -> None:
+    with open(run / "log.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(history[0]))
+        w.writeheader()
+        w.writerows(history)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ep = [h["epoch"] for h in history]
+    fig, ax = plt.subplots(1, 2, figsize=(9, 3.2))
+    ax[0].plot(ep, [h["losses/train"] for h in history])
+    ax[0].set(xlabel="epoch", ylabel="training loss")
+    ax[1].plot(ep, [h["charts/kendall_tau"] for h in history], label="Kendall tau")
+    ax[1].plot(ep, [h["charts/tile_score"] for h in history], label="tile score")
+    ax[1].set(xlabel="epoch", ylabel="held-out")
+    ax[1].legend()
+    fig.tight_layout()
+    fig.savefig(run / "curve.png", dpi=100)
+    plt.close(fig)
+
+
+# ----------------------------------------------------------------------------------------
+# Evaluation and ranking
+# ----------------------------------------------------------------------------------------
+
+def _prepare(meta: dict, norm: FeatureNormalizer, data: str | os.PathLike | None,
+             dedup: bool = True) -> list[CostGraph]:
+    cfg = TrainConfig(**meta["train_config"])
+    if data is None:
+        _, graphs, _ = _load_split(cfg)
+    else:
+        graphs = load_dataset(data, dedup=cfg.dedup and dedup,
+                              prune_hops=None if cfg.prune_hops < 0 else cfg.prune_hops)
+    if graphs and graphs[0].collection != meta["collection"]:
+        raise CostModelError(f"{data}: {graphs[0].collection} graphs, but the model was trained on "
+                             f"{meta['collection']} graphs")
+    return [norm(g) for g in graphs]
+
+
+def evaluate(run_dir: str | os.PathLike, data: str | os.PathLike | None = None) -> dict:
+    """Metrics of a trained run per graph and overall (their mean).
+
+    Parameters
+    ----------
+    data : path, optional
+        Graphs to score (any :func:`~graphopt.costmodel.data.load_dataset` source);
+        default the run's own held-out split.
+
+    Returns
+    -------
+    dict
+        ``{"graphs": [{"graph", "configs", "kendall_tau", "top1_error", "top5_error",
+        "top10_error", "tile_score", "pair_accuracy"}, ...], "overall": {...}}``.
+    """
+    meta, model, norm, _ = load_run(run_dir)
+    return _metrics(model, _prepare(meta, norm, data), meta["train_config"]["eval_chunk"], "cpu")
+
+
+def rank(run_dir: str | os.PathLike, path: str | os.PathLike, top: int = 5) -> list[dict]:
+    """The ``top`` configurations of each graph in ``path`` a compiler should try first.
+
+    Returns
+    -------
+    list of dict
+        Per graph: ``graph``, ``configs`` (how many were scored) and ``top``: a list
+        of ``{"config", "score", "runtime"}`` in the order to try, ``config`` indexing
+        the file's configurations (not deduplicated; for a ``.pb`` its valid runs in
+        order) and ``runtime`` the measured value (``None`` when it is 0, i.e. not
+        measured).
+    """
+    if top < 1:
+        raise CostModelError(f"top must be >= 1, got {top}")
+    meta, model, norm, _ = load_run(run_dir)
+    out = []
+    for g in _prepare(meta, norm, path, dedup=False):
+        s = score_graph(model, g, meta["train_config"]["eval_chunk"])
+        order = np.argsort(s, kind="stable")[:top]
+        out.append({"graph": g.name, "configs": g.num_configs,
+                    "top": [{"config": int(i), "score": float(s[i]),
+                             "runtime": float(g.runtime[i]) if g.runtime[i] > 0 else None}
+                            for i in order]})
+    return out
