@@ -520,14 +520,19 @@ def evaluate(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ
 def evaluate_batch(places, prios, fifo, fprios, mode, pred_ptr, pred_idx, succ_ptr, succ_idx,
                    succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes, temp_bytes,
                    persistent, coloc, capacity, bw, lat, cand, single_eb, max_fuse, nthreads):
-    """:func:`evaluate` for B plans, one chunk of plans (and one workspace) per thread."""
+    """:func:`evaluate` for B plans in chunks of plans, one workspace per chunk.
+
+    There are a few chunks per thread, handed out one at a time (the caller sets numba's
+    parallel chunk size to 1), so a core slowed by another process does not hold the
+    whole batch back; a workspace per chunk keeps allocations to a handful per batch.
+    """
     b = places.shape[0]
     n = places.shape[1]
     step = np.zeros(b)
     peak = np.zeros((b, capacity.shape[0]))
     code = np.zeros(b, np.int64)
     arg = np.zeros(b, np.int64)
-    nchunks = max(1, min(b, nthreads))
+    nchunks = max(1, min(b, 4 * nthreads))
     for c in prange(nchunks):
         ws = workspace(n, capacity.shape[0], succ_idx.shape[0])
         for i in range(c * b // nchunks, (c + 1) * b // nchunks):

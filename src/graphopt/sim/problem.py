@@ -272,7 +272,8 @@ def simulate_batch(problem: Problem, placements: np.ndarray, priorities: np.ndar
     prios = np.zeros((b, n)) if fifo else rows(priorities, "priorities")
     mode = 1 if fusion is None else 2
     fprios = np.zeros((b, n)) if fusion is None else rows(fusion, "fusion")
-    step, peak, code, arg = engine.evaluate_batch(places, prios, fifo, fprios, mode,
-                                                    *problem.arrays(), numba.get_num_threads())
+    with numba.parallel_chunksize(1):
+        step, peak, code, arg = engine.evaluate_batch(places, prios, fifo, fprios, mode,
+                                                        *problem.arrays(), numba.get_num_threads())
     return BatchResult(step_time=step, valid=code == _OK, peak_memory=peak, reason_code=code,
                        reason_arg=arg)
