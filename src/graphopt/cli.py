@@ -20,7 +20,8 @@ from graphopt.errors import GraphoptError
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Optimize ML computation graphs: placement, scheduling and fusion.\n\n"
                        "Example: graphopt simulate graph.npz --cluster dgx1-v100:4 --gantt g.png")
-console = Console()
+# Tables are wide; when output goes to a file or a pipe, do not squeeze them to 80 columns.
+console = Console(width=None if Console().is_terminal else 140)
 
 GRAPH_HELP = ("Graph file (.npz or .json saved by graphopt), a zoo model 'zoo:NAME' (see "
               "'graphopt zoo list'), or a built-in example: 'example:mlp' (a 4-layer MLP "
