@@ -1,0 +1,329 @@
+"""``hdp``: the hierarchical device placer (Mirhoseini, Goldie, Pham, Steiner, Le and
+Dean, ICLR 2018), with the values of TensorFlow grappler's ``hierarchical_controller``.
+
+Reads top to bottom: hyperparameters → grouper module → seeding → op inputs → grouper,
+placer and optimizer (resumed from a checkpoint when one fits) → the training loop →
+the best placement seen and the run's statistics.
+
+1. **Grouper.** A feed-forward network gives every op a softmax over ``num_groups``
+   groups (default ``min(256, 20 · devices)``, grappler's) and one grouping is sampled.
+   Op inputs: a learned op-type embedding, standardized node features (output shape,
+   sizes, degree, position) and HDP's adjacency slots (:func:`graphopt.rl.op_inputs`).
+2. **Placer.** The groups of that grouping (:class:`graphopt.rl.GroupFeatures`:
+   adjacency rows, op-type histogram, sizes) go to a bidirectional LSTM encoder; an
+   LSTM decoder with attention samples ``placer_samples`` placements of the groups
+   (:class:`graphopt.rl.AttentionLSTMPlacer`).
+3. **Colocation.** A sampled grouping may split a colocation group across groups and so
+   across devices. Each placement is expanded to ops and then every colocation group is
+   moved, whole, to the device most of its members were given (ties: the lower device)
+   before it is simulated; the policy is credited with the cost of that repaired plan.
+4. **Training.** Grouper and placer are trained jointly by REINFORCE:
+   ``loss = mean((c − b) · (log π_place + log π_group))``, cost ``c = √(step time)``, an
+   invalid plan (out of memory) charged √(``failing_signal``) seconds; the baseline ``b``
+   is an exponential moving average (0.9) of the costs of non-failing samples. Adam
+   with learning rate 0.1, ×0.95 every 50 updates from update 400; gradients clipped to
+   norm 1; Gaussian noise (0.5 × the logits' RMS) on every logit for the first 750
+   updates.
+
+Departures from grappler, kept small: one output shape per op (our IR's) instead of
+five; node features and an op-type embedding where grappler feeds the raw type index and
+raw dimensions; a ReLU between the grouper's two layers (grappler has none, which makes
+them one linear map); the baseline starts at the first batch's mean, not at the failing
+signal; logits ``C·tanh(z/T)`` with HDP §4's C = 5, T = 10. Only the placement is
+learned; priorities and fusion come from ``init`` (or stay the compiler defaults).
+
+With ``checkpoint_dir``, both networks, Adam's state, the sampling generator, the
+baseline, the best plan and the history are saved every ``checkpoint_every`` updates and
+at the end (safetensors + JSON), with a learning-curve PNG; a later run with the same
+config resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from torch import Tensor, nn
+
+from graphopt.dist.local import BudgetExhausted, LocalEvaluator
+from graphopt.errors import GraphoptError
+from graphopt.optim.base import Budget, register
+from graphopt.optim.heuristics._common import unify_groups
+from graphopt.rl import (
+    AttentionLSTMPlacer,
+    EMABaseline,
+    GroupFeatures,
+    load_checkpoint,
+    op_inputs,
+    save_checkpoint,
+    seed_everything,
+    sqrt_cost,
+    staircase_lr,
+    time_to_within,
+)
+from graphopt.sim import Plan, Problem
+from graphopt.viz.curves import learning_curve
+
+__all__ = ["HDP", "Grouper"]
+
+
+@register("hdp")
+@dataclass
+class HDP:
+    """Hierarchical placer: feed-forward grouper + LSTM placer, trained jointly by REINFORCE.
+
+    Examples
+    --------
+    >>> from graphopt.hardware import load_cluster
+    >>> from graphopt.ir.generate import mlp_training_graph
+    >>> prob = Problem(mlp_training_graph(layers=2, hidden=64), load_cluster("dgx1-v100:2"))
+    >>> plan, stats = HDP(hidden=16, progress=False).optimize(
+    ...     prob, frozenset({"placement"}), Budget(evals=16), seed=0)
+    >>> stats["evals"], stats["updates"], stats["groups"]
+    (16, 4, 40)
+
+    References
+    ----------
+    A. Mirhoseini, A. Goldie, H. Pham, B. Steiner, Q. V. Le and J. Dean, "A Hierarchical
+    Model for Device Placement", ICLR 2018. TensorFlow,
+    ``tensorflow/python/grappler/hierarchical_controller.py``.
+    """
+
+    num_groups: int | None = None
+    """Groups the grouper assigns ops to (None: min(256, 20 · devices), grappler's)."""
+    hidden: int = 512
+    """LSTM units of the placer (grappler: 512; the encoder has half per direction)."""
+    grouping_hidden: int = 64
+    """Hidden units of the feed-forward grouper (grappler: 64)."""
+    type_embedding: int = 16
+    """Width of the grouper's learned op-type embedding (ours)."""
+    adj_slots: int = 10
+    """Neighbours per op in the grouper's input, two numbers each (grappler: adj_embed_dim 20)."""
+    bidirectional: bool = True
+    """Bidirectional encoder (grappler: bi_lstm)."""
+    placer_samples: int = 4
+    """Placements sampled per grouping and update (HDP §4: k = 4)."""
+    lr: float = 0.1
+    """Adam learning rate at the start (grappler: 0.1)."""
+    lr_decay: float = 0.95
+    """Learning-rate factor per decay_steps updates once decay starts (grappler: 0.95)."""
+    start_decay_step: int = 400
+    """Update at which the learning rate starts to decay (grappler: 400)."""
+    decay_steps: int = 50
+    """Updates per decay step (grappler: 50)."""
+    grad_bound: float = 1.0
+    """Gradients clipped to this global norm (grappler: 1.0)."""
+    logits_noise: float = 0.5
+    """Std of the noise on grouper and placer logits, relative to their RMS (grappler: 0.5)."""
+    stop_noise_step: int = 750
+    """Update from which logits are no longer noised (grappler: 750)."""
+    temperature: float = 10.0
+    """Placer logits divided by this before the tanh (HDP §4: T = 10)."""
+    tanh_constant: float = 5.0
+    """Placer logits squashed into [−C, C] (HDP §4: C = 5)."""
+    baseline_decay: float = 0.9
+    """Decay of the moving-average baseline, updated on non-failing samples (grappler: 0.9)."""
+    failing_signal: float = 100.0
+    """Seconds an invalid placement is charged (grappler: 100)."""
+    threads: int = 1
+    """torch CPU threads for the networks (the simulator has its own)."""
+    checkpoint_every: int = 50
+    """Policy updates between checkpoints (with checkpoint_dir)."""
+    progress: bool = True
+    """Show a progress bar."""
+    checkpoint_dir: str | None = None
+    """Folder to save the run in and resume it from (None: no checkpoints)."""
+
+    def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,
+                 init: Plan | None = None) -> tuple[Plan, dict]:
+        if "placement" not in task:
+            raise GraphoptError(f"hdp decides placement; task {sorted(task)} leaves it out")
+        graph, base, devices = problem.graph, init or Plan(), problem.num_devices
+        num_groups = self.num_groups or min(256, 20 * devices)
+        hparams = {k: v for k, v in asdict(self).items()
+                   if k not in ("threads", "checkpoint_every", "progress", "checkpoint_dir")}
+        config = {"method": "hdp", "graph": graph.name, "nodes": graph.num_nodes,
+                  "edges": graph.num_edges, "cluster": problem.cluster.name, "seed": seed,
+                  "task": sorted(task), **hparams, "num_groups": num_groups}
+        run_name = f"{graph.name}__hdp__{seed}__{int(time.time())}"
+
+        # -- seeding --------------------------------------------------------------------
+        generator = seed_everything(seed, self.threads)
+
+        # -- op inputs ------------------------------------------------------------------------
+        types, feats = op_inputs(graph, self.adj_slots)
+        op_type, op_x = torch.as_tensor(types), torch.as_tensor(feats)
+        features = GroupFeatures(graph)
+
+        # -- grouper, placer, optimizer, resume --------------------------------------------
+        grouper = Grouper(int(op_type.max()) + 1, op_x.shape[1], num_groups,
+                          self.grouping_hidden, self.type_embedding)
+        placer = AttentionLSTMPlacer(features.dim(num_groups), devices, self.hidden,
+                                     self.bidirectional, self.temperature, self.tanh_constant)
+        modules = {"grouper": grouper, "placer": placer}
+        optimizer = torch.optim.Adam([*grouper.parameters(), *placer.parameters()], lr=self.lr)
+        baseline = EMABaseline(self.baseline_decay)
+        ev = LocalEvaluator(problem, budget.evals, budget.seconds)
+        state: dict[str, Any] = {"update": 0, "evals": 0, "seconds": 0.0, "baseline": None, "best": None,
+                 "best_time": None, "initial_step_time": None, "history": [], "curve": []}
+        if self.checkpoint_dir is not None:
+            state = load_checkpoint(self.checkpoint_dir, config, modules, optimizer,
+                                    generator) or state
+        resumed_from = state["update"]
+        baseline.value = state["baseline"]
+        if state["best"] is not None:
+            ev.best_plan, ev.best_time = Plan(placement=state["best"]), state["best_time"]
+
+        def rows(a: np.ndarray | None, b: int) -> np.ndarray | None:
+            return None if a is None else np.broadcast_to(a, (b, graph.num_nodes))
+
+        def checkpoint(folder: str) -> None:
+            best = ev.best_plan
+            state.update(baseline=baseline.value, best_time=None if best is None else ev.best_time,
+                         best=None if best is None else np.asarray(best.placement).tolist())
+            save_checkpoint(folder, config, modules, optimizer, generator, state)
+            learning_curve(state["history"], f"{folder}/curve.png", state["curve"],
+                           title=f"hdp on {graph.name} ({problem.cluster.name}), seed {seed}")
+
+        # -- training loop -----------------------------------------------------------------
+        interrupted, placements = False, None
+        columns = (TextColumn("hdp"), BarColumn(), TextColumn("{task.completed:,} evals"),
+                   TextColumn("best {task.fields[best]}"), TimeElapsedColumn())
+        with Progress(*columns, disable=not self.progress, transient=True) as bar:
+            progress = bar.add_task("train", total=budget.evals, best="-")
+            try:
+                while not ev.exhausted():
+                    step = state["update"]
+                    for group in optimizer.param_groups:
+                        group["lr"] = staircase_lr(step, self.lr, self.lr_decay,
+                                                   self.start_decay_step, self.decay_steps)
+                    noise = self.logits_noise if step < self.stop_noise_step else 0.0
+                    groups, group_log_prob = grouper(op_type, op_x, generator, noise)
+                    x = features(groups[None], num_groups)
+                    actions, place_log_prob, _ = placer(x, self.placer_samples, generator, noise)
+                    placements = np.stack([unify_groups(graph, a[groups.numpy()], devices)
+                                           for a in actions.numpy()])
+                    res = ev.evaluate(placements, rows(base.priority, len(placements)),
+                                      rows(base.fusion, len(placements)))
+                    k = len(res.step_time)
+                    cost = sqrt_cost(res.step_time, res.valid, self.failing_signal)
+                    advantage = torch.as_tensor(baseline.advantage(cost), dtype=torch.float32)
+                    loss = (advantage * (place_log_prob[:k] + group_log_prob)).mean()
+                    optimizer.zero_grad()
+                    loss.backward()
+                    torch.nn.utils.clip_grad_norm_([*grouper.parameters(), *placer.parameters()],
+                                                   self.grad_bound)
+                    optimizer.step()
+                    baseline.update(cost, res.valid)
+
+                    state["update"] += 1
+                    evals, mean = state["evals"] + ev.evals, None
+                    if res.valid.any():
+                        mean = float(res.step_time[res.valid].mean())
+                        if state["initial_step_time"] is None:
+                            state["initial_step_time"] = mean
+                    state["curve"].append([evals, mean])
+                    state["history"].append([evals, state["seconds"] + ev.elapsed,
+                                             ev.best_time if ev.best_plan is not None else None])
+                    bar.update(progress, completed=ev.evals,
+                               best=f"{ev.best_time * 1e3:.3f} ms" if ev.best_plan else "-")
+                    if self.checkpoint_dir and state["update"] % self.checkpoint_every == 0:
+                        checkpoint(self.checkpoint_dir)
+            except BudgetExhausted:
+                pass
+            except KeyboardInterrupt:
+                interrupted = True
+        state["evals"] += ev.evals
+        state["seconds"] += ev.elapsed
+        if self.checkpoint_dir is not None:
+            checkpoint(self.checkpoint_dir)
+
+        # -- result ------------------------------------------------------------------------
+        best = ev.best_plan
+        if best is not None:
+            placement = best.placement
+        elif placements is not None:
+            placement = placements[0]
+        else:
+            placement = unify_groups(graph, np.zeros(graph.num_nodes, np.int64), devices)
+        plan = Plan(placement=placement, priority=base.priority, fusion=base.fusion)
+        evals_2pct, seconds_2pct = time_to_within(state["history"], 0.02)
+        stats = {"evals": ev.evals, "seconds": ev.elapsed, "valid": best is not None,
+                 "step_time": ev.best_time if best is not None else None,
+                 "initial_step_time": state["initial_step_time"], "updates": state["update"],
+                 "resumed_from_update": resumed_from, "groups": num_groups,
+                 "total_evals": state["evals"], "evals_to_within_2pct": evals_2pct,
+                 "seconds_to_within_2pct": seconds_2pct, "interrupted": interrupted,
+                 "history": state["history"], "curve": state["curve"], "run_name": run_name,
+                 "config": config}
+        return plan, stats
+
+
+class Grouper(nn.Module):
+    r"""HDP's feed-forward grouper: a softmax over groups for every op, sampled.
+
+    .. math::
+        z_i = W_2\, \mathrm{ReLU}(W_1 [e(\tau_i); x_i] + b_1) + \epsilon_i, \quad
+        g_i \sim \mathrm{softmax}(z_i)
+
+    with :math:`\tau_i` the op's type, :math:`e` a learned embedding and
+    :math:`\epsilon` Gaussian noise of standard deviation ``noise`` × the logits' RMS.
+
+    Parameters
+    ----------
+    num_types : int
+        Op types (ids ``0..num_types-1``).
+    in_dim : int
+        Width of an op's feature vector :math:`x_i`.
+    num_groups : int
+    hidden : int
+        Hidden units (grappler: 64).
+    type_dim : int
+        Width of the op-type embedding.
+
+    Shapes
+    ------
+    - input: op types (N,) int64, features (N, in_dim)
+    - output: groups (N,) int64 in ``0..num_groups-1``, summed log-probability (scalar)
+
+    Examples
+    --------
+    >>> g, logp = Grouper(3, 4, num_groups=5)(torch.tensor([0, 2, 1]), torch.rand(3, 4))
+    >>> tuple(g.shape), int(g.max()) < 5, logp.shape
+    ((3,), True, torch.Size([]))
+    """
+
+    def __init__(self, num_types: int, in_dim: int, num_groups: int, hidden: int = 64,
+                 type_dim: int = 16):
+        super().__init__()
+        self.num_groups = num_groups
+        self.type_embedding = nn.Embedding(num_types, type_dim)
+        self.hidden = nn.Linear(type_dim + in_dim, hidden)
+        self.out = nn.Linear(hidden, num_groups, bias=False)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Glorot-uniform weights (grappler's initializer), zero bias."""
+        nn.init.xavier_uniform_(self.type_embedding.weight)
+        nn.init.xavier_uniform_(self.hidden.weight)
+        nn.init.zeros_(self.hidden.bias)
+        nn.init.xavier_uniform_(self.out.weight)
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(types={self.type_embedding.num_embeddings}, "
+                f"hidden={self.hidden.out_features}, num_groups={self.num_groups})")
+
+    def forward(self, op_type: Tensor, x: Tensor, generator: torch.Generator | None = None,
+                noise: float = 0.0) -> tuple[Tensor, Tensor]:
+        h = torch.relu(self.hidden(torch.cat([self.type_embedding(op_type), x], 1)))
+        logits = self.out(h)
+        if noise > 0:
+            rms = logits.detach().square().mean().sqrt()
+            logits = logits + noise * rms * torch.randn(logits.shape, generator=generator)
+        log_probs = torch.log_softmax(logits, 1)
+        groups = torch.multinomial(log_probs.detach().exp(), 1, generator=generator).squeeze(1)
+        return groups, log_probs.gather(1, groups[:, None]).sum()

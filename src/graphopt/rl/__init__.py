@@ -1,0 +1,18 @@
+"""Reinforcement-learning pieces shared by the learned placers in
+:mod:`graphopt.optim.learned`: the seq2seq placer, group inputs, REINFORCE helpers and
+checkpoints (safetensors + JSON)."""
+
+from graphopt.rl.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from graphopt.rl.groups import GroupFeatures, cap_groups, op_inputs
+from graphopt.rl.reinforce import (
+    EMABaseline,
+    seed_everything,
+    sqrt_cost,
+    staircase_lr,
+    time_to_within,
+)
+from graphopt.rl.seq2seq import AttentionLSTMPlacer
+
+__all__ = ["AttentionLSTMPlacer", "CheckpointError", "EMABaseline", "GroupFeatures", "cap_groups",
+           "load_checkpoint", "op_inputs", "save_checkpoint", "seed_everything", "sqrt_cost",
+           "staircase_lr", "time_to_within"]

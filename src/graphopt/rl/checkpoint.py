@@ -1,0 +1,121 @@
+"""Training checkpoints: tensors in safetensors, everything else in JSON, never pickle.
+
+A checkpoint is a folder with two files:
+
+- ``weights.safetensors``: every module's parameters and buffers (``model.<name>.<key>``),
+  the optimizer's per-parameter state (``optim.<index>.<key>``) and the state of the
+  torch generator the policy samples with (``rng``), so a resumed run draws the same
+  samples an uninterrupted one would;
+- ``checkpoint.json``: format and version, the run's ``config`` (hyperparameters and the
+  problem it trains on), the optimizer's parameter groups and the trainer's ``state``
+  (update count, baseline, best plan, history: anything JSON-ready).
+
+A checkpoint is resumed only by a run with the same config.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load as load_tensors
+from safetensors.torch import save as save_tensors
+from torch import nn
+
+from graphopt.errors import GraphoptError
+from graphopt.ir.io import atomic_write
+
+__all__ = ["CheckpointError", "load_checkpoint", "save_checkpoint"]
+
+FORMAT = "graphopt.rl.checkpoint"
+VERSION = 1
+WEIGHTS, META = "weights.safetensors", "checkpoint.json"
+
+
+class CheckpointError(GraphoptError):
+    """A checkpoint folder that cannot be resumed: corrupt, or from another run."""
+
+
+def _plain(config: dict) -> dict:
+    """``config`` as it reads back from JSON (tuples become lists)."""
+    return json.loads(json.dumps(config))
+
+
+def save_checkpoint(folder: str | os.PathLike, config: dict, modules: dict[str, nn.Module],
+                    optimizer: torch.optim.Optimizer, generator: torch.Generator,
+                    state: dict) -> Path:
+    """Write a checkpoint into ``folder`` (created if need be), each file atomically.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> net, gen = nn.Linear(2, 2), torch.Generator().manual_seed(0)
+    >>> opt = torch.optim.Adam(net.parameters())
+    >>> d = save_checkpoint(tempfile.mkdtemp(), {"lr": 0.1}, {"net": net}, opt, gen, {"step": 3})
+    >>> load_checkpoint(d, {"lr": 0.1}, {"net": nn.Linear(2, 2)},
+    ...                 torch.optim.Adam(nn.Linear(2, 2).parameters()), torch.Generator())
+    {'step': 3}
+    """
+    folder = Path(folder)
+    tensors = {f"model.{name}.{k}": v.detach().contiguous()
+               for name, m in modules.items() for k, v in m.state_dict().items()}
+    opt = optimizer.state_dict()
+    for index, per_param in opt["state"].items():
+        for k, v in per_param.items():
+            tensors[f"optim.{index}.{k}"] = torch.as_tensor(v).detach().contiguous()
+    tensors["rng"] = generator.get_state()
+    meta = {"format": FORMAT, "version": VERSION, "config": _plain(config),
+            "param_groups": opt["param_groups"], "state": state}
+    blob = save_tensors(tensors)
+    atomic_write(folder / WEIGHTS, lambda f: f.write(blob))
+    text = json.dumps(meta)
+    atomic_write(folder / META, lambda f: f.write(text.encode()))
+    return folder
+
+
+def load_checkpoint(folder: str | os.PathLike, config: dict, modules: dict[str, nn.Module],
+                    optimizer: torch.optim.Optimizer, generator: torch.Generator) -> dict | None:
+    """Restore modules, optimizer and generator from ``folder``; return the trainer state.
+
+    Returns None when ``folder`` holds no checkpoint.
+
+    Raises
+    ------
+    CheckpointError
+        The files are corrupt or incomplete, or the checkpoint belongs to a run with
+        another config (the message names the keys that differ).
+    """
+    folder = Path(folder)
+    if not (folder / META).is_file():
+        return None
+    try:
+        meta = json.loads((folder / META).read_text())
+        tensors = load_tensors((folder / WEIGHTS).read_bytes())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, SafetensorError) as err:
+        raise CheckpointError(f"{folder}: unreadable checkpoint ({err})") from err
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("version") != VERSION:
+        raise CheckpointError(f"{folder}/{META}: not a graphopt checkpoint (expected format "
+                              f"{FORMAT!r} version {VERSION})")
+    want, have = _plain(config), meta.get("config", {})
+    if want != have:
+        keys = sorted(k for k in set(want) | set(have) if want.get(k) != have.get(k))
+        raise CheckpointError(f"{folder}: checkpoint of another run (config differs in "
+                              f"{', '.join(keys)}); use a new checkpoint folder")
+    try:
+        for name, m in modules.items():
+            prefix = f"model.{name}."
+            m.load_state_dict({k[len(prefix):]: v for k, v in tensors.items()
+                               if k.startswith(prefix)})
+        per_param: dict[int, dict] = {}
+        for k, v in tensors.items():
+            if k.startswith("optim."):
+                _, index, key = k.split(".", 2)
+                per_param.setdefault(int(index), {})[key] = v
+        optimizer.load_state_dict({"state": per_param, "param_groups": meta["param_groups"]})
+        generator.set_state(tensors["rng"])
+    except (KeyError, RuntimeError, ValueError) as err:
+        raise CheckpointError(f"{folder}: checkpoint does not fit this model ({err})") from err
+    return meta["state"]

@@ -1,0 +1,106 @@
+"""REINFORCE pieces the learned placers share: seeding, the √(step time) cost, the
+moving-average baseline, the learning-rate schedule and convergence figures.
+
+Costs here are *lower is better*: a placement's cost is √(step time in seconds), and an
+invalid placement (out of memory, split colocation group) costs √(a large constant
+step time), as in Mirhoseini et al. (2017) and grappler's hierarchical controller.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+__all__ = ["EMABaseline", "seed_everything", "sqrt_cost", "staircase_lr", "time_to_within"]
+
+
+def seed_everything(seed: int, threads: int = 1) -> torch.Generator:
+    """Seed Python, numpy and torch; set torch's CPU threads; return a torch generator
+    seeded with ``seed`` for the policy's own sampling (so that a checkpoint can carry it).
+
+    >>> g = seed_everything(0)
+    >>> bool(torch.rand(1, generator=g) == torch.rand(1, generator=seed_everything(0)))
+    True
+    """
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    torch.set_num_threads(threads)
+    return torch.Generator().manual_seed(seed)
+
+
+def sqrt_cost(step_time: np.ndarray, valid: np.ndarray, invalid_step_time: float) -> np.ndarray:
+    """√(step time), with ``invalid_step_time`` standing in for an invalid plan's time.
+
+    The square root separates short step times better than the time itself
+    (Mirhoseini et al. 2017, §3).
+
+    >>> sqrt_cost(np.array([0.04, 0.09]), np.array([True, False]), 100.0).tolist()
+    [0.2, 10.0]
+    """
+    return np.sqrt(np.where(valid, step_time, invalid_step_time))
+
+
+@dataclass
+class EMABaseline:
+    """Exponential moving average of the costs of valid samples: ``b ← decay·b + (1 −
+    decay)·mean(cost[valid])``. Starts at the first batch's valid mean (None until then);
+    a batch without a valid sample leaves it unchanged (grappler's
+    ``always_update_baseline=False``).
+
+    >>> b = EMABaseline(0.9)
+    >>> b.update(np.array([1.0, 3.0]), np.array([True, True])); b.value
+    2.0
+    >>> b.update(np.array([4.0, 9.0]), np.array([True, False])); round(b.value, 6)
+    2.2
+    """
+
+    decay: float
+    value: float | None = None
+
+    def update(self, cost: np.ndarray, valid: np.ndarray) -> None:
+        if not valid.any():
+            return
+        m = float(cost[valid].mean())
+        self.value = m if self.value is None else self.decay * self.value + (1 - self.decay) * m
+
+    def advantage(self, cost: np.ndarray) -> np.ndarray:
+        """``cost − b`` (the batch mean when no baseline exists yet): positive is worse."""
+        ref = float(cost.mean()) if self.value is None else self.value
+        return cost - ref
+
+
+def staircase_lr(step: int, lr: float, decay: float, start: int, every: int) -> float:
+    """``lr`` until ``start`` updates, then ``lr · decay^⌊(step − start) / every⌋``
+    (grappler's schedule: 0.1, ×0.95 every 50 updates from update 400).
+
+    >>> staircase_lr(399, 0.1, 0.95, 400, 50), round(staircase_lr(500, 0.1, 0.95, 400, 50), 6)
+    (0.1, 0.09025)
+    """
+    if step < start:
+        return lr
+    return lr * decay ** ((step - start) // every)
+
+
+def time_to_within(history: Sequence[Sequence], fraction: float = 0.02) -> tuple[int | None,
+                                                                                float | None]:
+    """Evaluations and seconds at which the best step time first came within
+    ``fraction`` of the final best.
+
+    ``history`` rows are ``(evals, seconds, best)`` (``best`` None or inf before the first
+    valid plan). Returns ``(None, None)`` when no valid plan was seen.
+
+    >>> time_to_within([(10, 1.0, 2.0), (20, 2.0, 1.01), (30, 3.0, 1.0)])
+    (20, 2.0)
+    """
+    best = [(e, s, t) for e, s, t in history if t is not None and math.isfinite(t)]
+    if not best:
+        return None, None
+    final = best[-1][2]
+    e, s, _ = next(r for r in best if r[2] <= final * (1 + fraction))
+    return int(e), float(s)

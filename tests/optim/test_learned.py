@@ -1,0 +1,88 @@
+"""The learned placers (rl-lstm, hdp): they learn, keep colocation, respect budgets,
+repeat with a seed and resume from checkpoints exactly."""
+
+import numpy as np
+import pytest
+
+from graphopt.hardware import load_cluster
+from graphopt.ir.generate import layered_graph, mlp_training_graph
+from graphopt.optim import Budget, get_optimizer, list_optimizers
+from graphopt.rl import CheckpointError
+from graphopt.sim import Problem, simulate, simulate_batch
+
+METHODS = ["rl-lstm", "hdp"]
+SMALL = {"hidden": 32, "progress": False}  # keep the tests quick on a shared CPU
+PLACE = frozenset({"placement"})
+
+
+@pytest.fixture(scope="module")
+def layered():
+    return Problem(layered_graph(6, 4, seed=0), load_cluster("dgx1-v100:2"))
+
+
+@pytest.fixture(scope="module")
+def mlp():
+    return Problem(mlp_training_graph(layers=3, hidden=256, batch=32), load_cluster("dgx1-v100:4"))
+
+
+def run(method, prob, evals, seed=0, **kw):
+    return get_optimizer(method, **SMALL, **kw).optimize(prob, PLACE, Budget(evals=evals), seed)
+
+
+def test_registered():
+    assert set(METHODS) <= set(list_optimizers())
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_improves_on_random_placement(layered, method):
+    plan, stats = run(method, layered, 400)
+    rand = simulate_batch(layered, np.random.default_rng(0).integers(0, 2, (256, layered.num_nodes)))
+    res = simulate(layered, plan)
+    assert res.valid and res.step_time == pytest.approx(stats["step_time"])
+    assert res.step_time < rand.step_time.mean()
+    assert res.step_time < stats["initial_step_time"]
+    assert stats["evals"] == 400 and stats["history"][-1][0] == 400
+    assert stats["evals_to_within_2pct"] <= 400
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_colocation_groups_kept_whole(mlp, method):
+    plan, stats = run(method, mlp, 24)
+    coloc = mlp.graph.coloc
+    assert (coloc >= 0).any()
+    for c in np.unique(coloc[coloc >= 0]):
+        assert len(set(plan.placement[coloc == c].tolist())) == 1
+    assert simulate(mlp, plan).valid and stats["valid"]
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_same_seed_same_result(layered, method):
+    (a, sa), (b, sb) = run(method, layered, 24, seed=3), run(method, layered, 24, seed=3)
+    assert a == b and sa["curve"] == sb["curve"]
+    assert [r[::2] for r in sa["history"]] == [r[::2] for r in sb["history"]]
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_budget_respected(layered, method):
+    _, stats = run(method, layered, 10)  # 4 samples per update: the last batch is cut to 2
+    assert stats["evals"] == 10 and stats["updates"] == 3
+    _, stats = get_optimizer(method, **SMALL).optimize(layered, PLACE,
+                                                       Budget(evals=None, seconds=0.5), 0)
+    assert stats["seconds"] < 5 and stats["evals"] > 0
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_resume_matches_uninterrupted_run(layered, method, tmp_path):
+    _, first = run(method, layered, 16, checkpoint_dir=str(tmp_path))
+    plan, resumed = run(method, layered, 16, checkpoint_dir=str(tmp_path))
+    whole, straight = run(method, layered, 32)
+    assert first["updates"] == 4 and resumed["resumed_from_update"] == 4
+    assert plan == whole and resumed["curve"] == straight["curve"]
+    assert resumed["total_evals"] == 32
+    assert (tmp_path / "weights.safetensors").is_file() and (tmp_path / "curve.png").is_file()
+
+
+def test_checkpoint_of_another_run_is_refused(layered, tmp_path):
+    run("rl-lstm", layered, 4, checkpoint_dir=str(tmp_path))
+    with pytest.raises(CheckpointError, match="lr"):
+        run("rl-lstm", layered, 4, checkpoint_dir=str(tmp_path), lr=0.5)
