@@ -33,6 +33,8 @@ Scores are predicted costs: lower means faster.
 
 from __future__ import annotations
 
+import abc
+
 import torch
 from torch import nn
 from torch_geometric.nn import GCNConv, SAGEConv
@@ -43,7 +45,7 @@ from graphopt.costmodel.data import PAD
 __all__ = ["MODELS", "ConfigAttention", "CostModel", "LayoutGCN", "TileSAGE", "build_model", "graph_tensors"]
 
 
-class CostModel(nn.Module):
+class CostModel(nn.Module, abc.ABC):
     r"""Base cost model: embed, pass messages, pool, read out a score per configuration.
 
     The node input is ``[embed(op_v), x_v, c_v]`` where ``c_v`` is the tile config
@@ -119,9 +121,9 @@ class CostModel(nn.Module):
         self.out = nn.Linear(d, 1)
         self.reset_parameters()
 
+    @abc.abstractmethod
     def init_conv(self, in_channels: int, out_channels: int) -> MessagePassing:
         """The message-passing layer of this variant (the one hook)."""
-        raise NotImplementedError
 
     def reset_parameters(self) -> None:
         """Re-initialize every child module."""
