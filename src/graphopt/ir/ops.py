@@ -87,6 +87,8 @@ _add("view", "permute_view transpose_view select_view split_view unbind_view nar
 _add("input", "buffer optimizer_state")
 _add("conv", "convolution_backward")
 _add("norm", "group_norm_backward")
+# The backward of slicing and selecting: writes a gradient into a zero tensor.
+_add("data_movement", "slice_scatter select_scatter")
 
 #: Ordered vocabulary; id 0 is reserved for op types not listed.
 OP_VOCAB: tuple[str, ...] = ("<unknown>",) + tuple(_CLASS_OF)
