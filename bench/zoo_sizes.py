@@ -23,6 +23,8 @@ from pathlib import Path
 
 import torch
 
+from graphopt.benchmarks import replace_section
+
 
 def measure(name: str) -> dict:
     """Build ``name`` once, uncached, in this process."""
@@ -42,14 +44,32 @@ def measure(name: str) -> dict:
             "build_s": wall, "build_cpu_s": cpu}
 
 
+def docs_table(result: dict) -> str:
+    """The zoo table of docs/benchmarks.md."""
+    lines = ["| model | devices | split | ops | of which views | edges | parameters | TFLOP / step "
+             "| build (s) | build CPU (s) |", "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in result["rows"]:
+        lines.append(f"| {r['name']} | {r['devices']} | {'train' if r['train_split'] else 'held out'} "
+                     f"| {r['ops']:,} | {r['view_ops']:,} | {r['edges']:,} | "
+                     f"{r['parameters'] / 1e6:.1f} M | {r['tflops_per_step']:.2f} | "
+                     f"{r['build_s']:.1f} | {r['build_cpu_s']:.1f} |")
+    return f"`{result['command'].strip()}`:\n\n" + "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("names", nargs="*", help="entries to build (default: all)")
     ap.add_argument("--out", default="bench/results/zoo_sizes.json")
+    ap.add_argument("--docs", default="docs/benchmarks.md", help="markdown file to update")
+    ap.add_argument("--render", action="store_true",
+                    help="only rewrite the docs table from an existing --out file")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # child mode: print one JSON row
     args = ap.parse_args()
     if args.one:
         print(json.dumps(measure(args.one)))
+        return
+    if args.render:
+        replace_section(args.docs, "zoo-sizes", docs_table(json.loads(Path(args.out).read_text())))
         return
 
     from graphopt import zoo
@@ -79,6 +99,7 @@ def main() -> None:
     path = Path(args.out)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1))
+    replace_section(args.docs, "zoo-sizes", docs_table(result))
     print(f"largest: {max(rows, key=lambda r: r['ops'])['name']} "
           f"({max(r['ops'] for r in rows)} ops); slowest build "
           f"{max(r['build_s'] for r in rows):.1f} s; wrote {path}")

@@ -7,7 +7,6 @@ a mistake in the input prints one line naming what is wrong and exits 2.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -614,13 +613,5 @@ def demo(out: Path = typer.Option(Path("runs/demo"), help="Folder for the output
     console.print(f"plans, Chrome traces and Gantt charts in {out}/<plan>/")
 
 
-def main() -> None:  # pragma: no cover - console entry point
-    try:
-        app()
-    except GraphoptError as err:
-        console.print(f"[bold red]error:[/] {err}")
-        sys.exit(2)
-
-
 if __name__ == "__main__":  # pragma: no cover
-    main()
+    app()

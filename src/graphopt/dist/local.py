@@ -9,11 +9,7 @@ import numpy as np
 
 from graphopt.sim import BatchResult, Plan, Problem, simulate_batch
 
-__all__ = ["LocalEvaluator", "BudgetExhausted", "INVALID_PENALTY"]
-
-#: Score of an invalid plan, as a multiple of the worst valid step time seen in a batch
-#: (the plain step time is kept in the results).
-INVALID_PENALTY = 10.0
+__all__ = ["LocalEvaluator", "BudgetExhausted"]
 
 
 class BudgetExhausted(Exception):
@@ -102,9 +98,3 @@ class LocalEvaluator:
                                       fusion=None if fusion is None else fusion[i])
         self.history.append((self.evals, self.elapsed, self.best_time))
         return res
-
-    def scores(self, res: BatchResult) -> np.ndarray:
-        """Step times with invalid plans pushed above every valid one (lower is better)."""
-        worst = res.step_time[res.valid].max() if res.valid.any() else res.step_time.max()
-        return np.where(res.valid, res.step_time, INVALID_PENALTY * max(worst, 1e-12)
-                        + res.step_time)

@@ -19,7 +19,8 @@ import numpy as np
 from graphopt.errors import GraphError, GraphFormatError
 from graphopt.ir.graph import MAX_RANK, Graph
 
-__all__ = ["atomic_write", "from_networkx", "load_graph", "save_graph", "to_networkx"]
+__all__ = ["atomic_write", "check_header", "from_networkx", "load_graph", "save_graph",
+           "to_networkx"]
 
 FORMAT = "graphopt.graph"
 VERSION = 1
@@ -116,7 +117,7 @@ def load_graph(path: str | os.PathLike) -> Graph:
                                f"({type(err).__name__}: {err})") from err
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise GraphFormatError(f"{path}: header says format {header!r}, expected {FORMAT!r}")
-    _check_header(header, path)
+    check_header(header, path)
     try:
         g = Graph(name=str(header.get("name", path.stem)), meta=dict(header.get("meta") or {}),
                   **arrays)
@@ -125,15 +126,18 @@ def load_graph(path: str | os.PathLike) -> Graph:
     return _validated(g, path)
 
 
-def _check_header(header: dict, source: Any) -> None:
-    version, meta = header.get("version", 0), header.get("meta")
-    if not isinstance(version, int) or isinstance(version, bool):
-        raise GraphFormatError(f"{source}: format version {version!r} is not an integer")
-    if version > VERSION:
-        raise GraphFormatError(f"{source}: format version {version} is newer than this "
-                               f"graphopt reads ({VERSION}); upgrade graphopt")
+def check_header(header: dict, source: Any, version: int = VERSION,
+                 error: type[Exception] = GraphFormatError) -> None:
+    """Reject a file header whose ``version`` is not an integer or is newer than
+    ``version``, or whose ``meta`` is not an object (graphopt's JSON file formats)."""
+    got, meta = header.get("version", 0), header.get("meta")
+    if not isinstance(got, int) or isinstance(got, bool):
+        raise error(f"{source}: format version {got!r} is not an integer")
+    if got > version:
+        raise error(f"{source}: format version {got} is newer than this graphopt reads "
+                    f"({version}); upgrade graphopt")
     if meta is not None and not isinstance(meta, dict):
-        raise GraphFormatError(f"{source}: meta must be an object, got {type(meta).__name__}")
+        raise error(f"{source}: meta must be an object, got {type(meta).__name__}")
 
 
 def _validated(g: Graph, source: Any) -> Graph:
@@ -164,7 +168,7 @@ def graph_from_dict(data: Any, source: str = "<dict>") -> Graph:
     """Inverse of :func:`graph_to_dict`; validates the result."""
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise GraphFormatError(f"{source}: not a graphopt graph (expected format {FORMAT!r})")
-    _check_header(data, source)
+    check_header(data, source)
     try:
         nodes, edges = data["nodes"], data["edges"]
         n = len(nodes)

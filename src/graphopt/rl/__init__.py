@@ -6,6 +6,9 @@ from graphopt.rl.checkpoint import CheckpointError, load_checkpoint, save_checkp
 from graphopt.rl.groups import GroupFeatures, cap_groups, op_inputs
 from graphopt.rl.reinforce import (
     EMABaseline,
+    new_run_state,
+    record_update,
+    run_stats,
     seed_everything,
     sqrt_cost,
     staircase_lr,
@@ -14,5 +17,5 @@ from graphopt.rl.reinforce import (
 from graphopt.rl.seq2seq import AttentionLSTMPlacer
 
 __all__ = ["AttentionLSTMPlacer", "CheckpointError", "EMABaseline", "GroupFeatures", "cap_groups",
-           "load_checkpoint", "op_inputs", "save_checkpoint", "seed_everything", "sqrt_cost",
-           "staircase_lr", "time_to_within"]
+           "load_checkpoint", "new_run_state", "op_inputs", "record_update", "run_stats",
+           "save_checkpoint", "seed_everything", "sqrt_cost", "staircase_lr", "time_to_within"]

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["EMABaseline", "seed_everything", "sqrt_cost", "staircase_lr", "time_to_within"]
+__all__ = ["EMABaseline", "new_run_state", "record_update", "run_stats", "seed_everything",
+           "sqrt_cost", "staircase_lr", "time_to_within"]
 
 
 def seed_everything(seed: int, threads: int = 1) -> torch.Generator:
@@ -104,3 +105,37 @@ def time_to_within(history: Sequence[Sequence], fraction: float = 0.02) -> tuple
     final = best[-1][2]
     e, s, _ = next(r for r in best if r[2] <= final * (1 + fraction))
     return int(e), float(s)
+
+
+def new_run_state() -> dict:
+    """The trainer state a checkpoint carries besides the weights: update and evaluation
+    counts, the baseline, the best plan, and the convergence records."""
+    return {"update": 0, "evals": 0, "seconds": 0.0, "baseline": None, "best": None,
+            "best_time": None, "initial_step_time": None, "history": [], "curve": []}
+
+
+def record_update(state: dict, ev, res) -> None:
+    """Count one policy update of evaluator ``ev`` whose batch gave ``res``: the batch's
+    mean valid step time goes to ``curve``, ``(evals, seconds, best)`` to ``history``."""
+    state["update"] += 1
+    evals, mean = state["evals"] + ev.evals, None
+    if res.valid.any():
+        mean = float(res.step_time[res.valid].mean())
+        if state["initial_step_time"] is None:
+            state["initial_step_time"] = mean
+    state["curve"].append([evals, mean])
+    state["history"].append([evals, state["seconds"] + ev.elapsed,
+                             ev.best_time if ev.best_plan is not None else None])
+
+
+def run_stats(state: dict, ev, **extra) -> dict:
+    """The stats a learned placer returns: this call's evaluations and seconds, the best
+    step time, convergence figures (:func:`time_to_within`) and the records."""
+    best = ev.best_plan is not None
+    evals_2pct, seconds_2pct = time_to_within(state["history"], 0.02)
+    return {"evals": ev.evals, "seconds": ev.elapsed, "valid": best,
+            "step_time": ev.best_time if best else None,
+            "initial_step_time": state["initial_step_time"], "updates": state["update"],
+            "total_evals": state["evals"], "evals_to_within_2pct": evals_2pct,
+            "seconds_to_within_2pct": seconds_2pct, "history": state["history"],
+            "curve": state["curve"], **extra}

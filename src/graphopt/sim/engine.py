@@ -71,6 +71,25 @@ def _ready_pop(buf, base, size, key):
 
 
 @njit(cache=True, inline="always")
+def _ended_at(t, ends, running, out):
+    """Free every server (device or link) whose work ends at ``t``; write what ended into
+    ``out`` in increasing index order (an insertion sort: at most D*D entries); return
+    how many ended."""
+    count = 0
+    for s in range(ends.shape[0]):
+        if ends[s] == t:
+            ends[s] = np.inf
+            x = running[s]
+            q = count
+            while q > 0 and out[q - 1] > x:
+                out[q] = out[q - 1]
+                q -= 1
+            out[q] = x
+            count += 1
+    return count
+
+
+@njit(cache=True, inline="always")
 def _ready_add(buf, base, head, size, k, prio, use_fifo):
     """Make kernel k ready: append to the device's FIFO (each kernel enters its device's
     queue once, so a plain array segment suffices), or push on its priority heap."""
@@ -329,28 +348,8 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
         # handle every event at time t before dispatching again, so that memory freed at
         # t is free for kernels that start at t; kernel ends first, each kind in index
         # order (insertion sorts of at most D and D*D entries)
-        nk_ev = 0
-        for d in range(D):
-            if dev_end[d] == t:
-                dev_end[d] = np.inf
-                k = dev_run[d]
-                q = nk_ev
-                while q > 0 and ev_k[q - 1] > k:
-                    ev_k[q] = ev_k[q - 1]
-                    q -= 1
-                ev_k[q] = k
-                nk_ev += 1
-        nt_ev = 0
-        for li in range(D * D):
-            if link_end[li] == t:
-                link_end[li] = np.inf
-                tr = link_run[li]
-                q = nt_ev
-                while q > 0 and ev_tr[q - 1] > tr:
-                    ev_tr[q] = ev_tr[q - 1]
-                    q -= 1
-                ev_tr[q] = tr
-                nt_ev += 1
+        nk_ev = _ended_at(t, dev_end, dev_run, ev_k)
+        nt_ev = _ended_at(t, link_end, link_run, ev_tr)
         for e in range(nk_ev + nt_ev):
             typ = _KERNEL_END if e < nk_ev else _TRANSFER_END
             idx = ev_k[e] if e < nk_ev else ev_tr[e - nk_ev]

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from graphopt.errors import PlanError
-from graphopt.ir.io import atomic_write
+from graphopt.ir.io import atomic_write, check_header
 
 __all__ = ["Plan"]
 
@@ -111,17 +111,10 @@ class Plan:
     def from_dict(cls, data: Any, source: str = "<dict>") -> Plan:
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise PlanError(f"{source}: not a graphopt plan (expected format {FORMAT!r})")
-        version, meta = data.get("version", 0), data.get("meta")
-        if not isinstance(version, int) or isinstance(version, bool):
-            raise PlanError(f"{source}: plan version {version!r} is not an integer")
-        if version > VERSION:
-            raise PlanError(f"{source}: plan version {version} is newer than this "
-                            f"graphopt reads ({VERSION})")
-        if meta is not None and not isinstance(meta, dict):
-            raise PlanError(f"{source}: plan meta must be an object, got {type(meta).__name__}")
+        check_header(data, source, VERSION, PlanError)
         try:
             return cls(placement=data.get("placement"), priority=data.get("priority"),
-                       fusion=data.get("fusion"), meta=dict(meta or {}))
+                       fusion=data.get("fusion"), meta=dict(data.get("meta") or {}))
         except PlanError as err:
             raise PlanError(f"{source}: {err}") from err
 

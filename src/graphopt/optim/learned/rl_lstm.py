@@ -53,9 +53,11 @@ from graphopt.rl import (
     cap_groups,
     load_checkpoint,
     save_checkpoint,
+    new_run_state,
+    record_update,
+    run_stats,
     seed_everything,
     sqrt_cost,
-    time_to_within,
 )
 from graphopt.sim import Plan, Problem
 from graphopt.viz.curves import learning_curve
@@ -142,8 +144,7 @@ class RLLSTM:
         optimizer = torch.optim.Adam(policy.parameters(), lr=self.lr)
         baseline = EMABaseline(self.baseline_decay)
         ev = LocalEvaluator(problem, budget.evals, budget.seconds)
-        state: dict[str, Any] = {"update": 0, "evals": 0, "seconds": 0.0, "baseline": None, "best": None,
-                 "best_time": None, "initial_step_time": None, "history": [], "curve": []}
+        state: dict[str, Any] = new_run_state()
         if self.checkpoint_dir is not None:
             state = load_checkpoint(self.checkpoint_dir, config, {"policy": policy}, optimizer,
                                     generator) or state
@@ -186,15 +187,7 @@ class RLLSTM:
                     optimizer.step()
                     baseline.update(cost, res.valid)
 
-                    state["update"] += 1
-                    evals, mean = state["evals"] + ev.evals, None
-                    if res.valid.any():
-                        mean = float(res.step_time[res.valid].mean())
-                        if state["initial_step_time"] is None:
-                            state["initial_step_time"] = mean
-                    state["curve"].append([evals, mean])
-                    state["history"].append([evals, state["seconds"] + ev.elapsed,
-                                             ev.best_time if ev.best_plan is not None else None])
+                    record_update(state, ev, res)
                     bar.update(progress, completed=ev.evals,
                                best=f"{ev.best_time * 1e3:.3f} ms" if ev.best_plan else "-")
                     if self.checkpoint_dir and state["update"] % self.checkpoint_every == 0:
@@ -217,13 +210,5 @@ class RLLSTM:
         else:
             placement = np.zeros(graph.num_nodes, np.int64)
         plan = Plan(placement=placement, priority=base.priority, fusion=base.fusion)
-        evals_2pct, seconds_2pct = time_to_within(state["history"], 0.02)
-        stats = {"evals": ev.evals, "seconds": ev.elapsed, "valid": best is not None,
-                 "step_time": ev.best_time if best is not None else None,
-                 "initial_step_time": state["initial_step_time"], "updates": state["update"],
-                 "resumed_from_update": resumed_from, "groups": num_groups,
-                 "total_evals": state["evals"], "evals_to_within_2pct": evals_2pct,
-                 "seconds_to_within_2pct": seconds_2pct, "interrupted": interrupted,
-                 "history": state["history"], "curve": state["curve"], "run_name": run_name,
-                 "config": config}
-        return plan, stats
+        return plan, run_stats(state, ev, resumed_from_update=resumed_from, groups=num_groups,
+                               interrupted=interrupted, run_name=run_name, config=config)

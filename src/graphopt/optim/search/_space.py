@@ -21,8 +21,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from graphopt.dist.local import INVALID_PENALTY, LocalEvaluator
+from graphopt.dist.local import LocalEvaluator
 from graphopt.sim import Plan, Problem
+
+#: How much each unit of relative memory overflow adds to an invalid plan's score, in
+#: multiples of the upper bound on valid step times: invalid plans always rank below
+#: valid ones, and worse overflows rank lower.
+INVALID_PENALTY = 10.0
 
 __all__ = ["Decisions", "SearchSpace", "budget_fraction", "priority_ranks", "upward_rank"]
 
