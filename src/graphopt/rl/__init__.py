@@ -2,7 +2,13 @@
 :mod:`graphopt.optim.learned`: the seq2seq placer, group inputs, REINFORCE helpers and
 checkpoints (safetensors + JSON)."""
 
-from graphopt.rl.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from graphopt.rl.checkpoint import (
+    CheckpointError,
+    load_checkpoint,
+    load_policy,
+    save_checkpoint,
+    save_policy,
+)
 from graphopt.rl.groups import GroupFeatures, cap_groups, op_inputs
 from graphopt.rl.reinforce import (
     EMABaseline,
@@ -17,5 +23,5 @@ from graphopt.rl.reinforce import (
 from graphopt.rl.seq2seq import AttentionLSTMPlacer
 
 __all__ = ["AttentionLSTMPlacer", "CheckpointError", "EMABaseline", "GroupFeatures", "cap_groups",
-           "load_checkpoint", "new_run_state", "op_inputs", "record_update", "run_stats",
-           "save_checkpoint", "seed_everything", "sqrt_cost", "staircase_lr", "time_to_within"]
+           "load_checkpoint", "load_policy", "new_run_state", "op_inputs", "record_update", "run_stats",
+           "save_checkpoint", "save_policy", "seed_everything", "sqrt_cost", "staircase_lr", "time_to_within"]

@@ -28,7 +28,7 @@ from torch import nn
 from graphopt.errors import GraphoptError
 from graphopt.ir.io import atomic_write
 
-__all__ = ["CheckpointError", "load_checkpoint", "save_checkpoint"]
+__all__ = ["CheckpointError", "load_checkpoint", "load_policy", "save_checkpoint", "save_policy"]
 
 FORMAT = "graphopt.rl.checkpoint"
 VERSION = 1
@@ -119,3 +119,47 @@ def load_checkpoint(folder: str | os.PathLike, config: dict, modules: dict[str, 
     except (KeyError, RuntimeError, ValueError) as err:
         raise CheckpointError(f"{folder}: checkpoint does not fit this model ({err})") from err
     return meta["state"]
+
+
+# -- a trained policy on its own (what ships in the package) -----------------------------------
+POLICY_WEIGHTS, POLICY_META = "policy.safetensors", "policy.json"
+POLICY_FORMAT = "graphopt.policy"
+
+
+def save_policy(folder: str | os.PathLike, policy: nn.Module, config: dict, info: dict) -> Path:
+    """Write a policy's weights (safetensors) and its constructor ``config`` and provenance
+    ``info`` (JSON) into ``folder``, each file atomically; no optimizer state."""
+    folder = Path(folder)
+    blob = save_tensors({k: v.detach().contiguous() for k, v in policy.state_dict().items()})
+    atomic_write(folder / POLICY_WEIGHTS, lambda f: f.write(blob))
+    text = json.dumps({"format": POLICY_FORMAT, "version": VERSION, "config": _plain(config),
+                       "info": info}, indent=1)
+    atomic_write(folder / POLICY_META, lambda f: f.write(text.encode()))
+    return folder
+
+
+def load_policy(folder: str | os.PathLike, build) -> tuple[nn.Module, dict]:
+    """``build(config)`` a module, load the weights of ``folder`` into it; return it and
+    the saved ``info``.
+
+    Raises
+    ------
+    CheckpointError
+        Missing, corrupt or mismatched files (the message names the folder).
+    """
+    folder = Path(folder)
+    try:
+        meta = json.loads((folder / POLICY_META).read_text())
+        tensors = load_tensors((folder / POLICY_WEIGHTS).read_bytes())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, SafetensorError) as err:
+        raise CheckpointError(f"{folder}: no readable policy ({err})") from err
+    if not isinstance(meta, dict) or meta.get("format") != POLICY_FORMAT \
+            or meta.get("version") != VERSION:
+        raise CheckpointError(f"{folder}/{POLICY_META}: not a graphopt policy (expected format "
+                              f"{POLICY_FORMAT!r} version {VERSION})")
+    try:
+        module = build(meta["config"])
+        module.load_state_dict(tensors)
+    except (KeyError, TypeError, RuntimeError, ValueError) as err:
+        raise CheckpointError(f"{folder}: policy does not fit its config ({err})") from err
+    return module, meta.get("info", {})

@@ -1,0 +1,216 @@
+"""GO against the baselines on GO's Table 2 (``graphopt bench go``).
+
+Four measurements, each run side by side in one process, same problems, same seed:
+
+1. **Placement** on the rows where PPO fits the budget: every non-learned method of
+   ``go-table2``, the learned placers before GO (``rl-lstm``, ``hdp``), and GO zero-shot
+   (``go``), fine-tuned (``go-finetune``) and trained from scratch (``go-one``), all at the
+   same evaluation budget; step times, speed-ups over ``expert``, geometric means.
+2. **Search cost**: evaluations and seconds each search needed to come within 2% of
+   its own final step time.
+3. **Transfer**: the rows of the held-out families (never seen in pre-training) in the
+   same table, and zero-shot GO on every other row, the largest graph included, with
+   its inference time.
+4. **Multi-task**: go-one deciding placement, scheduling and fusion jointly, against each
+   task alone and against the compiler defaults (one device, FIFO, greedy fusion).
+
+Results go to a JSON file (checkpointed after every row; ``resume=True`` keeps rows
+already there with the same settings) and a markdown section of docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+import time
+from pathlib import Path
+
+from graphopt.benchmarks import replace_section
+from graphopt.benchmarks.go_table2 import QUICK, ROWS
+from graphopt.benchmarks.go_table2 import METHODS as BASELINES
+from graphopt.ir.io import atomic_write
+from graphopt.optim.base import Budget
+from graphopt.optim.compare import compare
+from graphopt.rl.reinforce import time_to_within
+from graphopt.sim import Plan, Problem, simulate
+
+__all__ = ["LEARNED_ROWS", "MULTITASK_ROWS", "run", "to_markdown", "update_docs"]
+
+#: Rows where every method, PPO included, runs within the budget in minutes on a CPU.
+LEARNED_ROWS = ("rnnlm-2", "transformer-xl-2", "transformer-xl-4", "transformer-xl-8",
+                "inception-v3-b32", "inception-v3-b64", "amoebanet", "wavenet-2x18")
+#: The learned methods compared on those rows.
+LEARNED = ("rl-lstm", "hdp", "go", "go-finetune", "go-one")
+#: Rows of the multi-task comparison.
+MULTITASK_ROWS = ("transformer-xl-2", "inception-v3-b32", "wavenet-2x18")
+#: Task sets of the multi-task comparison.
+TASKS = ("placement", "scheduling", "fusion", "placement,scheduling,fusion")
+
+
+def _problem(name: str, cluster: str, quick: bool) -> Problem:
+    from graphopt.hardware import load_cluster
+    from graphopt.zoo import build, get_entry
+
+    entry = get_entry(name)
+    if quick:
+        entry = entry.with_config(f"{name}-quick", **QUICK[entry.family])
+    return Problem(build(entry), load_cluster(f"{cluster}:{entry.num_devices}"))
+
+
+def _figures(r) -> dict:
+    st = r.stats
+    e2, s2 = time_to_within(st["history"], 0.02) if st.get("history") else (None, None)
+    return {"step_time": r.step_time if r.result.valid else None, "valid": r.result.valid,
+            "reason": r.result.reason, "evals": st.get("evals", 0), "seconds": st.get("seconds"),
+            "evals_to_within_2pct": e2, "seconds_to_within_2pct": s2,
+            **{k: st[k] for k in ("inference_seconds", "greedy_step_time") if k in st}}
+
+
+def run(cluster: str = "p100", budget: int = 2000, seed: int = 0, quick: bool = False,
+        learned_rows: tuple[str, ...] = LEARNED_ROWS, zero_shot_rows: tuple[str, ...] = ROWS,
+        multitask_rows: tuple[str, ...] = MULTITASK_ROWS, multitask_budget: int = 1000,
+        learned: tuple[str, ...] = LEARNED, out: Path | None = None, resume: bool = False,
+        progress: bool = True, params: dict[str, dict] | None = None) -> dict:
+    """Run the benchmark; return (and, with ``out``, checkpoint after each row) its results."""
+    from rich.progress import Progress
+
+    from graphopt.zoo import get_entry
+
+    settings = {"cluster": cluster, "budget": budget, "seed": seed, "quick": quick,
+                "learned_rows": list(learned_rows), "learned": list(learned),
+                "zero_shot_rows": list(zero_shot_rows), "multitask_rows": list(multitask_rows),
+                "multitask_budget": multitask_budget, "params": params or {}}
+    result = {"benchmark": "go", "settings": settings,
+              "machine": {"cpu": platform.processor() or platform.machine(),
+                          "python": platform.python_version()},
+              "placement": [], "zero_shot": [], "multitask": []}
+    if resume and out and Path(out).is_file():
+        old = json.loads(Path(out).read_text())
+        if old.get("settings") == settings:
+            result = old
+
+    def save() -> None:
+        if out:
+            text = json.dumps(result, indent=1)
+            atomic_write(out, lambda f: f.write(text.encode()))
+
+    methods = list(BASELINES) + list(learned)
+    jobs = ([("placement", r) for r in learned_rows]
+            + [("zero_shot", r) for r in zero_shot_rows if r not in learned_rows]
+            + [("multitask", r) for r in multitask_rows])
+    with Progress(disable=not progress, transient=True) as bar:
+        task = bar.add_task("bench go", total=len(jobs))
+        for part, name in jobs:
+            if any(row["model"] == name for row in result[part]):
+                bar.advance(task)
+                continue
+            prob = _problem(name, cluster, quick)
+            row = {"model": name, "ops": prob.num_nodes, "devices": prob.num_devices,
+                   "held_out": not get_entry(name).train_split, "lower_bound": prob.lower_bound}
+            show = lambda m, name=name, part=part: bar.update(  # noqa: E731
+                task, description=f"{part} {name}: {m}")
+            if part == "placement":
+                res = compare(prob, methods, "placement", Budget(budget), seed, on_start=show,
+                              params=params)
+                row["methods"] = {r.method: _figures(r) for r in res}
+            elif part == "zero_shot":
+                res = compare(prob, ["expert", "go"], "placement", Budget(budget), seed,
+                              on_start=show, params=params)
+                row["methods"] = {r.method: _figures(r) for r in res}
+            else:
+                default = simulate(prob, Plan())
+                row["default"] = default.step_time if default.valid else None
+                row["tasks"] = {}
+                for t in TASKS:
+                    show(f"go-one {t}")
+                    (r,) = compare(prob, ["go-one"], t, Budget(multitask_budget), seed,
+                                   params=params)
+                    row["tasks"][t] = _figures(r)
+            result[part].append(row)
+            save()
+            bar.advance(task)
+    result["geomean_speedup_vs_expert"] = {
+        m: _geomean([r["methods"]["expert"]["step_time"] / r["methods"][m]["step_time"]
+                     for r in result["placement"] if r["methods"][m]["valid"]
+                     and r["methods"]["expert"]["valid"]]) for m in methods}
+    save()
+    return result
+
+
+def _geomean(xs: list[float]) -> float | None:
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None else f"{x * 1e3:.2f}"
+
+
+def to_markdown(result: dict) -> str:
+    """The four tables of the benchmark."""
+    s = result["settings"]
+    methods = list(BASELINES) + s["learned"]
+    out = ["**Placement** (step time in ms, speed-up over `expert` in brackets; "
+           "\\* held-out family):", "",
+           "| model | units | dev | " + " | ".join(methods) + " | GO-one vs best non-learned |",
+           "|" + "---|" * (len(methods) + 4)]
+    for row in result["placement"]:
+        ms = row["methods"]
+        e = ms["expert"]["step_time"]
+        cells = []
+        for m in methods:
+            t = ms[m]["step_time"]
+            cells.append("OOM" if t is None else
+                         _ms(t) + (f" ({e / t:.2f}x)" if e and m != "expert" else ""))
+        best = min((ms[m]["step_time"] for m in BASELINES if ms[m]["step_time"]), default=None)
+        go = ms.get("go-one", {}).get("step_time")
+        vs = f"{best / go:.2f}x" if best and go else "-"
+        out.append(f"| {row['model']}{'\\*' if row['held_out'] else ''} | {row['ops']:,} | "
+                   f"{row['devices']} | " + " | ".join(cells) + f" | {vs} |")
+    gm = result.get("geomean_speedup_vs_expert", {})
+    out.append("| **geomean vs expert** | | | " + " | ".join(
+        f"{gm[m]:.3f}x" if gm.get(m) else "-" for m in methods) + " | |")
+
+    searches = [m for m in ("sa", "brkga", "rl-lstm", "hdp", "go-finetune", "go-one")
+                if m in methods]
+    out += ["", "**Search cost**: evaluations / seconds to come within 2% of the method's own "
+            "final step time.", "",
+            "| model | " + " | ".join(searches) + " |", "|" + "---|" * (len(searches) + 1)]
+    for row in result["placement"]:
+        cells = []
+        for m in searches:
+            r = row["methods"][m]
+            cells.append("-" if r["evals_to_within_2pct"] is None else
+                         f"{r['evals_to_within_2pct']:,} / {r['seconds_to_within_2pct']:.1f} s")
+        out.append(f"| {row['model']} | " + " | ".join(cells) + " |")
+
+    out += ["", "**Zero-shot GO on the other rows** (pre-trained policy, no training on the "
+            "graph; inference = features + one forward pass):", "",
+            "| model | ops | dev | expert | go | go vs expert | inference s | go total s |",
+            "|---|---|---|---|---|---|---|---|"]
+    for row in result["zero_shot"]:
+        e, g = row["methods"]["expert"], row["methods"]["go"]
+        sp = f"{e['step_time'] / g['step_time']:.2f}x" if e["step_time"] and g["step_time"] else "-"
+        out.append(f"| {row['model']}{'\\*' if row['held_out'] else ''} | {row['ops']:,} | "
+                   f"{row['devices']} | {_ms(e['step_time'])} | {_ms(g['step_time'])} | {sp} | "
+                   f"{g.get('inference_seconds', 0):.2f} | {g['seconds']:.2f} |")
+
+    out += ["", f"**Multi-task** (go-one, {s['multitask_budget']} evaluations per task set; "
+            "speed-up over the compiler defaults: one device, FIFO, greedy fusion):", "",
+            "| model | defaults | " + " | ".join(TASKS) + " |", "|" + "---|" * (len(TASKS) + 2)]
+    for row in result["multitask"]:
+        d = row["default"]
+        cells = []
+        for t in TASKS:
+            x = row["tasks"][t]["step_time"]
+            cells.append("OOM" if x is None else _ms(x) + (f" ({d / x:.2f}x)" if d else ""))
+        out.append(f"| {row['model']} | {_ms(d)} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def update_docs(result: dict, docs: Path, command: str) -> None:
+    """Replace the ``go`` section of ``docs`` with this result."""
+    s = result["settings"]
+    replace_section(docs, "go-quick" if s["quick"] else "go",
+                    f"`{command}` — cluster `{s['cluster']}`, budget {s['budget']} evaluations per "
+                    f"method, seed {s['seed']}.\n\n{to_markdown(result)}")

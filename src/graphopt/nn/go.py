@@ -1,0 +1,124 @@
+"""GO's policy network: one forward pass gives every node's placement, scheduling
+priority and fusion priority (Zhou et al., "Transferable Graph Optimizers for ML
+Compilers", NeurIPS 2020)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch_geometric.utils import scatter
+
+from graphopt.nn.attention import SegmentRecurrentAttention
+from graphopt.nn.sage import BiSAGE
+
+__all__ = ["TASK_LEVELS", "GOPolicy", "GOPolicyConfig"]
+
+#: The config field that sets how many choices each task's head has.
+TASK_LEVELS = {"placement": "max_devices", "scheduling": "priority_levels",
+               "fusion": "fusion_levels"}
+
+
+@dataclass
+class GOPolicyConfig:
+    """Shape of a :class:`GOPolicy`; saved next to its weights."""
+
+    in_dim: int
+    """Width of a node's feature vector."""
+    num_op_types: int
+    """Rows of the op-type embedding table (ids beyond it read as unknown, id 0)."""
+    dim: int = 64
+    """Width of every hidden layer."""
+    sage_layers: int = 2
+    """GraphSAGE layers (hops)."""
+    attn_layers: int = 2
+    """Shared segment-recurrent attention layers."""
+    heads: int = 4
+    """Attention heads."""
+    segment: int = 64
+    """Nodes per attention segment."""
+    max_devices: int = 8
+    """Largest device count the placement head serves; fewer are masked."""
+    priority_levels: int = 8
+    """Scheduling priorities to choose from (higher runs first)."""
+    fusion_levels: int = 4
+    """Fusion priorities to choose from; level 0 means "do not fuse"."""
+
+
+class GOPolicy(nn.Module):
+    r"""GraphSAGE → segment-recurrent attention with FiLM → one attention layer and
+    linear head per task.
+
+    1. **Node embedding**: a linear map of the features plus the mean op-type embedding of
+       the ops a node stands for (a node may be a group of ops), then :class:`BiSAGE`.
+    2. **Graph context**: mean and max of the node embeddings and a one-hot of the device
+       count, through an MLP; it modulates every attention layer (:class:`FiLM`), so the
+       same weights specialize per graph and per cluster size.
+    3. **Shared trunk**: ``attn_layers`` :class:`SegmentRecurrentAttention` layers over the
+       nodes in topological order.
+    4. **Per task** (GO's multi-task network): one more attention layer, residual on the
+       shared embedding, and a linear head with a choice per level — devices (beyond the
+       cluster's count masked out), scheduling priorities, fusion priorities.
+
+    Shapes
+    ------
+    - ``x``: (N, in_dim) float, ``op_ids``: (M,) int64, ``op_node``: (M,) int64 in 0..N-1
+      (the node each op belongs to), ``edge_index``: (2, E)
+    - output: ``{task: logits (N, levels)}`` for the tasks asked for
+
+    Examples
+    --------
+    >>> cfg = GOPolicyConfig(in_dim=5, num_op_types=10, dim=16, segment=4)
+    >>> net = GOPolicy(cfg)
+    >>> out = net(torch.rand(7, 5), torch.arange(7), torch.arange(7),
+    ...           torch.tensor([[0, 1], [1, 2]]), num_devices=3)
+    >>> {t: tuple(v.shape) for t, v in out.items()}
+    {'placement': (7, 8), 'scheduling': (7, 8), 'fusion': (7, 4)}
+    >>> bool(torch.isinf(out["placement"][:, 3:]).all())
+    True
+    """
+
+    def __init__(self, config: GOPolicyConfig):
+        super().__init__()
+        c, d = config, config.dim
+        self.config = c
+        self.inp = nn.Linear(c.in_dim, d)
+        self.op_embed = nn.Embedding(c.num_op_types, d)
+        self.sage = BiSAGE(d, c.sage_layers)
+        self.context = nn.Sequential(nn.Linear(2 * d + c.max_devices + 1, d), nn.ReLU(),
+                                     nn.Linear(d, d))
+        self.trunk = nn.ModuleList(SegmentRecurrentAttention(d, c.heads, c.segment, d)
+                                   for _ in range(c.attn_layers))
+        self.task_attn = nn.ModuleDict({t: SegmentRecurrentAttention(d, c.heads, c.segment, d)
+                                        for t in TASK_LEVELS})
+        self.head = nn.ModuleDict({t: nn.Sequential(nn.LayerNorm(d), nn.Linear(d, getattr(c, f)))
+                                   for t, f in TASK_LEVELS.items()})
+
+    def forward(self, x: Tensor, op_ids: Tensor, op_node: Tensor, edge_index: Tensor,
+                num_devices: int, tasks: tuple[str, ...] = tuple(TASK_LEVELS)) -> dict[str, Tensor]:
+        c = self.config
+        if not 1 <= num_devices <= c.max_devices:
+            raise ValueError(f"this policy places on 1..{c.max_devices} devices, "
+                             f"not {num_devices}")
+        n = x.shape[0]
+        ids = torch.where(op_ids < c.num_op_types, op_ids, torch.zeros_like(op_ids))
+        h = self.inp(x) + scatter(self.op_embed(ids), op_node, dim=0, dim_size=n, reduce="mean")
+        h = self.sage(h, edge_index)
+        ctx = self.context(torch.cat([h.mean(0), h.max(0).values,
+                                      F.one_hot(torch.tensor(num_devices), c.max_devices + 1)]))
+        for layer in self.trunk:
+            h = layer(h, ctx)
+        out = {}
+        for t in tasks:
+            logits = self.head[t](self.task_attn[t](h, ctx))
+            if t == "placement":
+                logits = logits.masked_fill(torch.arange(c.max_devices) >= num_devices,
+                                            float("-inf"))
+            out[t] = logits
+        return out
+
+    def config_dict(self) -> dict:
+        """The config as plain data, for a checkpoint's JSON."""
+        return asdict(self.config)

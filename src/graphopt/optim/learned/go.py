@@ -1,0 +1,256 @@
+"""GO: the transferable graph optimizer (Zhou et al., NeurIPS 2020) — three ways to use it.
+
+=============  ==========================================================================
+name           what it does
+=============  ==========================================================================
+go             zero-shot: the pre-trained policy's most likely plan and ``samples − 1``
+               plans drawn from it, simulated in one batch; the best one. No training.
+go-finetune    the pre-trained policy, trained further by PPO on this graph within the
+               budget
+go-one         a fresh policy trained by PPO on this graph alone (GO-one in the paper)
+=============  ==========================================================================
+
+The policy (:class:`graphopt.nn.GOPolicy`) decides for every node at once — device,
+scheduling priority, fusion priority, whichever the task asks for — on the graph's
+colocation groups (:class:`graphopt.rl.go_env.GOEnv`); the trainer is PPO
+(:mod:`graphopt.rl.ppo`). :func:`pretrain` trains a policy on a corpus of graphs; the
+package ships one (``checkpoints/go``), trained by the command in its ``policy.json``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from graphopt.errors import GraphoptError
+from graphopt.ir.ops import OP_VOCAB
+from graphopt.nn import GOPolicy, GOPolicyConfig
+from graphopt.optim.base import Budget, register
+from graphopt.rl.checkpoint import load_policy, save_policy
+from graphopt.rl.go_env import UNIT_FEATURES, GOEnv
+from graphopt.rl.ppo import PPOConfig, sample, train
+from graphopt.rl.reinforce import seed_everything, time_to_within
+from graphopt.sim import Plan, Problem, simulate_batch
+
+__all__ = ["GO", "GOFinetune", "GOOne", "PRETRAIN_CORPUS", "SHIPPED", "load_go_policy", "new_policy", "pretrain"]
+
+#: The pre-trained policy in the package.
+SHIPPED = Path(__file__).parent / "checkpoints" / "go"
+
+#: Pre-training corpus of the shipped policy, GRAPH@CLUSTER: zoo models of the train
+#: split (the held-out families, WaveNet and AmoebaNet, never appear) on device counts
+#: around GO's, and random layered graphs. The largest train graphs (GNMT-4/8, RNNLM-8)
+#: are left out to keep pre-training within half an hour on two CPU cores.
+PRETRAIN_CORPUS = (
+    "zoo:rnnlm-2@p100:2", "zoo:rnnlm-4@p100:4", "zoo:gnmt-2@p100:2",
+    "zoo:transformer-xl-2@p100:2", "zoo:transformer-xl-4@p100:4", "zoo:transformer-xl-8@p100:8",
+    "zoo:inception-v3-b32@p100:2", "zoo:bert-base@p100:4", "zoo:gpt2-small@p100:4",
+    "zoo:resnet-50@p100:2", "zoo:bert-base@p100:8", "zoo:resnet-50@p100:4",
+    "example:layered-2000@p100:2", "example:layered-3000@p100:4", "example:layered-4000@p100:8",
+)
+
+
+def new_policy(seed: int, **config) -> GOPolicy:
+    """A freshly initialized policy (``config``: :class:`GOPolicyConfig` fields)."""
+    torch.manual_seed(seed)
+    return GOPolicy(GOPolicyConfig(in_dim=len(UNIT_FEATURES), num_op_types=len(OP_VOCAB), **config))
+
+
+def load_go_policy(folder: str | Path | None = None) -> tuple[GOPolicy, dict]:
+    """A saved policy and its provenance; ``None`` loads the shipped one."""
+    policy, info = load_policy(folder or SHIPPED, lambda c: GOPolicy(GOPolicyConfig(**c)))
+    if policy.config.in_dim != len(UNIT_FEATURES):
+        raise GraphoptError(f"{folder or SHIPPED}: policy reads {policy.config.in_dim} features, "
+                            f"this graphopt makes {len(UNIT_FEATURES)}")
+    return policy, info
+
+
+def _check(problem: Problem, task: frozenset[str], policy: GOPolicy, name: str) -> None:
+    if problem.num_devices > policy.config.max_devices:
+        raise GraphoptError(f"{name}: the policy places on at most {policy.config.max_devices} "
+                            f"devices; cluster {problem.cluster.name} has {problem.num_devices}")
+    if not task:
+        raise GraphoptError(f"{name}: empty task")
+
+
+def _result(problem: Problem, env: GOEnv, plan: Plan | None, step_time: float, init: Plan | None,
+            stats: dict) -> tuple[Plan, dict]:
+    base = init or Plan()
+    if plan is None:  # nothing valid seen: the compiler default
+        plan, step_time = Plan(), float("inf")
+    plan = Plan(placement=plan.placement if plan.placement is not None else base.placement,
+                priority=plan.priority if "scheduling" in env.task else base.priority,
+                fusion=plan.fusion if "fusion" in env.task else base.fusion)
+    return plan, {"valid": np.isfinite(step_time),
+                  "step_time": step_time if np.isfinite(step_time) else None,
+                  "units": env.num_units, **stats}
+
+
+@register("go")
+@dataclass
+class GO:
+    """Zero-shot GO: one forward pass of a pre-trained policy, no training on this graph.
+
+    Examples
+    --------
+    >>> from graphopt.hardware import load_cluster
+    >>> from graphopt.ir.generate import layered_graph
+    >>> prob = Problem(layered_graph(6, 4, seed=0), load_cluster("p100:2"))
+    >>> plan, stats = GO(samples=4).optimize(prob, frozenset({"placement"}), Budget(8), seed=0)
+    >>> stats["evals"], len(plan.placement) == prob.num_nodes
+    (4, True)
+    """
+
+    checkpoint: str | None = None
+    """Folder of a saved policy (None: the one shipped in the package)."""
+    samples: int = 16
+    """Plans simulated: the most likely one and ``samples − 1`` drawn from the policy."""
+    units: str = "groups"
+    """The policy's nodes: ``groups`` (colocation groups) or ``ops``."""
+    threads: int = 1
+    """torch CPU threads."""
+
+    def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,
+                 init: Plan | None = None) -> tuple[Plan, dict]:
+        t0 = time.perf_counter()
+        generator = seed_everything(seed, self.threads)
+        policy, _ = load_go_policy(self.checkpoint)
+        _check(problem, task, policy, "go")
+        env = GOEnv(problem, task, self.units)
+        k = max(1, min(self.samples, budget.evals or self.samples))
+        with torch.no_grad():
+            logits = policy(*env.inputs(), tasks=env.tasks)
+        actions = sample(logits, k, generator)
+        for t, a in sample(logits, 1, generator, greedy=True).items():
+            actions[t][0] = a[0]
+        place, prio, fuse = env.plans(actions)
+        infer_s = time.perf_counter() - t0
+        res = simulate_batch(problem, place, prio, fuse)
+        ok = np.flatnonzero(res.valid)
+        plan, best = None, float("inf")
+        if len(ok):
+            j = int(ok[np.argmin(res.step_time[ok])])
+            best = float(res.step_time[j])
+            plan = Plan(placement=place[j], priority=None if prio is None else prio[j],
+                        fusion=None if fuse is None else fuse[j])
+        greedy = float(res.step_time[0]) if res.valid[0] else None
+        return _result(problem, env, plan, best, init, {
+            "evals": k, "seconds": time.perf_counter() - t0, "inference_seconds": infer_s,
+            "greedy_step_time": greedy})
+
+
+@register("go-one")
+@dataclass
+class GOOne:
+    """GO-one: a fresh policy trained by PPO on this graph alone, within the budget.
+
+    Examples
+    --------
+    >>> from graphopt.hardware import load_cluster
+    >>> from graphopt.ir.generate import layered_graph
+    >>> prob = Problem(layered_graph(6, 4, seed=0), load_cluster("p100:2"))
+    >>> plan, stats = GOOne(dim=16, progress=False).optimize(
+    ...     prob, frozenset({"placement"}), Budget(32), seed=0)
+    >>> stats["evals"], stats["updates"]
+    (32, 2)
+    """
+
+    lr: float = PPOConfig.lr
+    """Adam learning rate."""
+    num_samples: int = PPOConfig.num_samples
+    """Plans per PPO update."""
+    update_epochs: int = PPOConfig.update_epochs
+    """Gradient steps per batch."""
+    clip_coef: float = PPOConfig.clip_coef
+    """PPO clip."""
+    ent_coef: float = PPOConfig.ent_coef
+    """Entropy bonus."""
+    dim: int = GOPolicyConfig.dim
+    """Width of the fresh policy (go-one only; a loaded policy keeps its own)."""
+    units: str = "groups"
+    """The policy's nodes: ``groups`` (colocation groups) or ``ops``."""
+    threads: int = 1
+    """torch CPU threads."""
+    checkpoint_dir: str | None = None
+    """Folder to checkpoint the run in and resume it from."""
+    progress: bool = True
+    """Show a progress bar."""
+
+    def _policy(self, seed: int) -> GOPolicy:
+        return new_policy(seed, dim=self.dim)
+
+    def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,
+                 init: Plan | None = None) -> tuple[Plan, dict]:
+        if budget.evals is None and budget.seconds is None:
+            raise GraphoptError(f"{self.name}: needs an evaluation or time budget")
+        seed_everything(seed, self.threads)
+        policy = self._policy(seed)
+        _check(problem, task, policy, self.name)
+        env = GOEnv(problem, task, self.units)
+        cfg = PPOConfig(**{f.name: getattr(self, f.name) for f in fields(PPOConfig)
+                           if hasattr(self, f.name)})
+        out = train(policy, [env], cfg, seed=seed, evals=budget.evals, seconds=budget.seconds,
+                    checkpoint_dir=self.checkpoint_dir, progress=self.progress,
+                    run_config={"method": self.name, **{k: v for k, v in asdict(self).items()
+                                                       if k not in ("progress", "threads",
+                                                                    "checkpoint_dir")}},
+                    label=f"{self.name} {problem.graph.name}")
+        plan, best = out["best"].get(problem.graph.name, (None, float("inf")))
+        evals_2pct, seconds_2pct = time_to_within(out["history"], 0.02)
+        initial = next((m for _, m in out["curve"] if m is not None), None)
+        return _result(problem, env, plan, best, init, {
+            "evals": out["evals"], "seconds": out["seconds"], "updates": out["updates"],
+            "initial_step_time": initial, "evals_to_within_2pct": evals_2pct,
+            "seconds_to_within_2pct": seconds_2pct, "interrupted": out["interrupted"],
+            "history": out["history"], "curve": out["curve"]})
+
+
+@register("go-finetune")
+@dataclass
+class GOFinetune(GOOne):
+    """GO fine-tuned: the pre-trained policy trained further by PPO on this graph.
+
+    Examples
+    --------
+    >>> from graphopt.hardware import load_cluster
+    >>> from graphopt.ir.generate import layered_graph
+    >>> prob = Problem(layered_graph(6, 4, seed=0), load_cluster("p100:2"))
+    >>> plan, stats = GOFinetune(progress=False).optimize(
+    ...     prob, frozenset({"placement"}), Budget(32), seed=0)
+    >>> stats["evals"]
+    32
+    """
+
+    checkpoint: str | None = None
+    """Folder of the pre-trained policy (None: the one shipped in the package)."""
+
+    def _policy(self, seed: int) -> GOPolicy:
+        return load_go_policy(self.checkpoint)[0]
+
+
+def pretrain(problems: list[Problem], out: str | Path, *, task: frozenset[str] = frozenset({"placement"}),
+             updates: int = 1000, seconds: float | None = None, seed: int = 0,
+             ppo: PPOConfig | None = None, units: str = "groups", command: str = "",
+             progress: bool = True, **policy_config) -> dict:
+    """Pre-train a policy on ``problems`` (one PPO update per problem in turn), checkpoint
+    into ``out`` (resumable), and save the policy there as ``policy.safetensors`` +
+    ``policy.json`` — the form :class:`GO` loads.
+    """
+    ppo = ppo or PPOConfig()
+    policy = new_policy(seed, **policy_config)
+    for p in problems:
+        _check(p, task, policy, "pretrain")
+    envs = [GOEnv(p, task, units) for p in problems]
+    result = train(policy, envs, ppo, seed=seed, updates=updates, seconds=seconds,
+                   checkpoint_dir=str(out), progress=progress, label="pretrain",
+                   run_config={"method": "go-pretrain", "units": units, "updates": updates})
+    save_policy(out, policy, policy.config_dict(), {
+        "command": command, "graphs": [f"{e.problem.graph.name}@{e.problem.cluster.name}"
+                                       for e in envs],
+        "task": sorted(task), "updates": result["updates"], "evals": result["total_evals"],
+        "seed": seed, "ppo": asdict(ppo), "units": units})
+    return result

@@ -1,0 +1,130 @@
+"""A problem as GO's policy sees it: nodes (colocation groups or ops), their features,
+the edges between them, and the plans a choice per node makes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from graphopt.ir.coarsen import colocation_groups
+from graphopt.ir.features import FEATURE_NAMES, node_features
+from graphopt.ir.ops import OP_CLASSES, class_ids
+from graphopt.sim import Problem
+
+__all__ = ["GOEnv", "UNIT_FEATURES"]
+
+#: Columns of a node's feature vector (a node is a colocation group or one op).
+UNIT_FEATURES: tuple[str, ...] = (
+    "compute_share", "cum_compute_start", "cum_compute_end", "out_transfer_share",
+    "in_transfer_share", "persistent_of_memory", "log_ops", "topo_first", "topo_last",
+    *(f"class_{c}" for c in OP_CLASSES), *(f"mean_{k}" for k in FEATURE_NAMES),
+)
+
+
+def _share(x: np.ndarray) -> np.ndarray:
+    """A non-negative ratio (1 = a device's fair share) squashed to about [0, 1.5]."""
+    return np.log1p(100.0 * x) / np.log(101.0)
+
+
+@dataclass
+class GOEnv:
+    """One graph on one cluster, ready for :class:`graphopt.nn.GOPolicy`.
+
+    Parameters
+    ----------
+    problem : Problem
+    task : frozenset of str
+        What the policy decides; the rest stays the compiler default.
+    units : "groups" or "ops"
+        The policy's nodes: colocation groups grown along single-consumer chains
+        (:func:`graphopt.ir.coarsen.colocation_groups`; every plan keeps them whole) or
+        raw ops.
+
+    Attributes
+    ----------
+    unit : int64 array (N_ops,)
+        Node of the policy each op belongs to.
+    x, op_ids, op_node, edge_index : Tensor
+        The policy's inputs (see :class:`graphopt.nn.GOPolicy`).
+
+    Notes
+    -----
+    Node features are measured in the cluster's terms, so they carry over between
+    graphs of any size: compute time as a share of one device's fair share
+    (``total / devices``), where the node sits in the cumulative compute of the
+    topological order, the transfer time of the bytes it sends and receives, its
+    persistent bytes against a device's memory, its op-class mix and mean op features.
+
+    Examples
+    --------
+    >>> from graphopt.hardware import load_cluster
+    >>> from graphopt.ir.generate import mlp_training_graph
+    >>> env = GOEnv(Problem(mlp_training_graph(), load_cluster("p100:2")), frozenset({"placement"}))
+    >>> env.x.shape[1] == len(UNIT_FEATURES), env.num_units <= env.problem.num_nodes
+    (True, True)
+    """
+
+    problem: Problem
+    task: frozenset[str]
+    units: str = "groups"
+
+    def __post_init__(self) -> None:
+        g, p = self.problem.graph, self.problem
+        if self.units not in ("groups", "ops"):
+            raise ValueError(f"units must be 'groups' or 'ops', not {self.units!r}")
+        unit = colocation_groups(g) if self.units == "groups" else np.arange(g.num_nodes)
+        u = int(unit.max()) + 1
+        self.unit, self.num_units = unit.astype(np.int64), u
+        d = p.num_devices
+
+        op_time = p.costs.time.mean(axis=1)
+        fair = max(op_time.sum() / d, 1e-12)
+        t = np.bincount(unit, op_time, u)
+        cum = np.cumsum(t) / max(t.sum(), 1e-12)
+        cross = unit[g.src] != unit[g.dst]
+        bw = p.bandwidth[~np.eye(d, dtype=bool)].mean() if d > 1 else np.inf
+        out_t = np.bincount(unit[g.src[cross]], g.edge_bytes[cross], u) / bw
+        in_t = np.bincount(unit[g.dst[cross]], g.edge_bytes[cross], u) / bw
+        persist = np.bincount(unit, g.persistent_bytes, u) / p.capacity.min()
+        count = np.bincount(unit, minlength=u)
+        pos = np.arange(g.num_nodes) / max(g.num_nodes - 1, 1)
+        first = np.full(u, np.inf)
+        np.minimum.at(first, unit, pos)
+        last = np.zeros(u)
+        np.maximum.at(last, unit, pos)
+        classes = np.zeros((u, len(OP_CLASSES)))
+        np.add.at(classes, (unit, class_ids(g.op)), 1.0)
+        ids, feats = node_features(g)
+        mean = np.zeros((u, feats.shape[1]))
+        np.add.at(mean, unit, feats)
+        cols = [_share(t / fair), cum - t / max(t.sum(), 1e-12), cum, _share(out_t / fair),
+                _share(in_t / fair), np.minimum(persist, 4.0), np.log1p(count) / 10, first, last]
+        x = np.concatenate([np.stack(cols, 1), classes / count[:, None],
+                            mean / count[:, None] / 10], axis=1)
+        assert x.shape[1] == len(UNIT_FEATURES), x.shape
+        self.x = torch.as_tensor(x, dtype=torch.float32)
+        self.op_ids = torch.as_tensor(ids)
+        self.op_node = torch.as_tensor(self.unit)
+        pairs = np.unique(np.stack([unit[g.src[cross]], unit[g.dst[cross]]], 1), axis=0)
+        self.edge_index = torch.as_tensor(pairs.T.reshape(2, -1), dtype=torch.long)
+        self.tasks = tuple(t for t in ("placement", "scheduling", "fusion") if t in self.task)
+
+    def inputs(self) -> tuple[Tensor, Tensor, Tensor, Tensor, int]:
+        """Positional arguments of :meth:`graphopt.nn.GOPolicy.forward` (less ``tasks``)."""
+        return self.x, self.op_ids, self.op_node, self.edge_index, self.problem.num_devices
+
+    def plans(self, actions: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray | None,
+                                                             np.ndarray | None]:
+        """Per-op placements, priorities and fusion priorities (B, N_ops) from a choice per
+        node (B, N_units) for each task; a task left out gives None (compiler default)
+        and placement left out puts everything on device 0."""
+        b = len(next(iter(actions.values())))
+        place = (actions["placement"][:, self.unit] if "placement" in actions
+                 else np.zeros((b, self.problem.num_nodes), np.int64))
+        prio = actions["scheduling"][:, self.unit].astype(np.float64) if "scheduling" in actions \
+            else None
+        fuse = actions["fusion"][:, self.unit].astype(np.float64) if "fusion" in actions else None
+        return place, prio, fuse

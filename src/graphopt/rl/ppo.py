@@ -1,0 +1,294 @@
+"""PPO for GO's whole-graph decisions, in one file (CleanRL's layout: hyperparameters
+with their defaults at the top, then the loop top to bottom).
+
+An *episode* is one decision for a whole graph: the policy gives every node a
+distribution per task (device, scheduling priority, fusion priority), a batch of
+``num_samples`` plans is drawn from it and simulated together with ``simulate_batch``,
+and each plan's reward is ``−√(step time / lower bound)`` (``−√invalid_ratio`` for a plan
+that runs out of memory). Episodes are one step long, so there is no critic: the
+advantage is the reward standardized within its batch — all plans of a batch come from
+the same graph, so the batch mean is the right baseline.
+
+The update is PPO's clipped objective with the ratio taken **per node**: each node's
+choice counts as one action, credited with its plan's advantage. The ratio of the
+joint probability of N choices would leave the trust region after any update; per node
+it stays near 1, and the clip does its job (as in GO, whose policy factorizes over
+nodes). Then ``update_epochs`` gradient steps on the same batch, an entropy bonus,
+global gradient clipping and Adam.
+
+With several graphs (pre-training), each update takes the next graph in turn.
+``train`` checkpoints (safetensors + JSON) every ``checkpoint_every`` updates and when
+it stops; called again with the same folder and config it resumes where it stopped,
+drawing what an uninterrupted run would have drawn, and it writes a CSV log and a
+training-curve PNG there.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from torch import Tensor
+
+from graphopt.dist.local import LocalEvaluator
+from graphopt.ir.io import atomic_write
+from graphopt.nn import GOPolicy
+from graphopt.rl.checkpoint import load_checkpoint, save_checkpoint
+from graphopt.rl.go_env import GOEnv
+from graphopt.sim import Plan
+
+__all__ = ["PPOConfig", "log_prob", "reward", "sample", "train"]
+
+
+@dataclass
+class PPOConfig:
+    """PPO's hyperparameters (CleanRL's names; defaults ours, from a sweep on the zoo's
+    train split — docs/go.md)."""
+
+    lr: float = 3e-3
+    """Adam learning rate."""
+    num_samples: int = 16
+    """Plans sampled and simulated per update (one batch, one graph)."""
+    update_epochs: int = 4
+    """Gradient steps on each batch."""
+    clip_coef: float = 0.2
+    """PPO's clip on the per-node probability ratio."""
+    ent_coef: float = 0.0
+    """Weight of the entropy bonus (mean per node, summed over tasks)."""
+    max_grad_norm: float = 0.5
+    """Global gradient-norm clip."""
+    anneal_lr: bool = True
+    """Decay the learning rate linearly to 0 over the run's bound (evals, else updates,
+    else seconds), as CleanRL does."""
+    invalid_ratio: float = 10.0
+    """An invalid plan (out of memory) is rewarded as if its step time were this many
+    lower bounds."""
+
+
+# -- the policy's distribution ---------------------------------------------------------------
+def sample(logits: dict[str, Tensor], k: int, generator: torch.Generator,
+           greedy: bool = False) -> dict[str, np.ndarray]:
+    """``k`` choices per node and task, ``{task: int64 array (k, N)}``; with ``greedy``
+    the most likely choice (``k`` identical rows)."""
+    out = {}
+    for t, z in logits.items():
+        if greedy:
+            a = z.argmax(1).expand(k, -1)
+        else:
+            p = torch.softmax(z.detach(), dim=1)
+            a = torch.multinomial(p, k, replacement=True, generator=generator).T
+        out[t] = a.numpy().copy()
+    return out
+
+
+def log_prob(logits: dict[str, Tensor], actions: dict[str, np.ndarray]) -> tuple[Tensor, Tensor]:
+    """Log-probability per plan and node summed over tasks, (k, N); and the entropy per
+    node summed over tasks, (N,)."""
+    lp, ent = 0.0, 0.0
+    for t, z in logits.items():
+        logp = torch.log_softmax(z, dim=1)
+        a = torch.as_tensor(actions[t])
+        lp = lp + logp.gather(1, a.T).T
+        p = logp.exp()
+        ent = ent - (p * torch.where(p > 0, logp, torch.zeros_like(logp))).sum(1)
+    return lp, ent
+
+
+def reward(step_time: np.ndarray, valid: np.ndarray, reference: float,
+           invalid_ratio: float) -> np.ndarray:
+    """``−√(step time / reference)``, ``−√invalid_ratio`` for an invalid plan.
+
+    >>> reward(np.array([4.0, 1.0]), np.array([True, False]), 1.0, 9.0).tolist()
+    [-2.0, -3.0]
+    """
+    return -np.sqrt(np.where(valid, step_time / reference, invalid_ratio))
+
+
+# -- the training loop -----------------------------------------------------------------------
+@dataclass
+class _EnvRecord:
+    best_time: float = float("inf")
+    best: dict | None = None
+
+
+def train(policy: GOPolicy, envs: list[GOEnv], cfg: PPOConfig, *, seed: int,
+          evals: int | None = None, updates: int | None = None, seconds: float | None = None,
+          checkpoint_dir: str | None = None, checkpoint_every: int = 50,
+          run_config: dict | None = None, progress: bool = True,
+          label: str = "go") -> dict:
+    """Train ``policy`` on ``envs`` until ``evals`` simulations, ``updates`` updates or
+    ``seconds`` of this call (the first reached; at least one must be set).
+
+    Returns a dict: ``best`` (per env name: ``Plan`` and step time), ``history``
+    (``[evals, seconds, best step time]`` per update of the first env), ``curve`` (batch
+    means), ``log`` (one row per update), counts and whether it was interrupted.
+    """
+    if evals is None and updates is None and seconds is None:
+        raise ValueError("train needs a bound: evals, updates or seconds")
+    generator = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
+    config = {"ppo": asdict(cfg), "policy": policy.config_dict(), "seed": seed,
+              "envs": [f"{e.problem.graph.name}@{e.problem.cluster.name}" for e in envs],
+              "tasks": [list(e.tasks) for e in envs], **(run_config or {})}
+    state: dict = {"update": 0, "evals": 0, "seconds": 0.0, "history": [], "curve": [],
+                   "log": [], "best": {}}
+    if checkpoint_dir is not None:
+        state = load_checkpoint(checkpoint_dir, config, {"policy": policy}, optimizer,
+                                generator) or state
+    resumed_from = state["update"]
+    records = [_EnvRecord() for _ in envs]
+    for i, rec in enumerate(records):
+        saved = state["best"].get(str(i))
+        if saved:
+            rec.best_time, rec.best = saved["time"], saved["plan"]
+    start_evals, t0 = state["evals"], time.perf_counter()
+
+    def spent() -> tuple[int, float]:
+        return state["evals"] - start_evals, time.perf_counter() - t0
+
+    def done() -> bool:
+        e, s = spent()
+        return ((evals is not None and e >= evals) or (seconds is not None and s >= seconds)
+                or (updates is not None and state["update"] - resumed_from >= updates))
+
+    def progress_fraction() -> float:
+        e, s = spent()
+        if evals is not None:
+            return e / evals
+        if updates is not None:
+            return (state["update"] - resumed_from) / updates
+        return s / seconds
+
+    def checkpoint() -> None:
+        state["best"] = {str(i): {"time": r.best_time, "plan": r.best}
+                         for i, r in enumerate(records) if r.best is not None}
+        save_checkpoint(checkpoint_dir, config, {"policy": policy}, optimizer, generator, state)
+        _write_log(state["log"], f"{checkpoint_dir}/log.csv")
+        _plot(state, envs, f"{checkpoint_dir}/curve.png", label)
+
+    interrupted = False
+    columns = (TextColumn(label), BarColumn(), TextColumn("{task.completed:,.0f}/{task.total:,.0f}"),
+               TextColumn("{task.fields[info]}"), TimeElapsedColumn())
+    total = evals if evals is not None else (updates if updates is not None else seconds)
+    with Progress(*columns, disable=not progress, transient=True) as bar:
+        task = bar.add_task("train", total=total, info="")
+        try:
+            while not done():
+                i = state["update"] % len(envs)
+                env, rec = envs[i], records[i]
+                k = cfg.num_samples if evals is None else min(cfg.num_samples, evals - spent()[0])
+                step_t0 = time.perf_counter()
+                if cfg.anneal_lr:
+                    optimizer.param_groups[0]["lr"] = cfg.lr * (1.0 - progress_fraction())
+
+                # -- rollout: k whole-graph plans from one forward pass ---------------------
+                logits = policy(*env.inputs(), tasks=env.tasks)
+                actions = sample(logits, k, generator)
+                place, prio, fuse = env.plans(actions)
+                res = LocalEvaluator(env.problem).evaluate(place, prio, fuse)
+                ref = env.problem.lower_bound
+                r = reward(res.step_time, res.valid, ref, cfg.invalid_ratio)
+                ok = np.flatnonzero(res.valid)
+                if len(ok) and res.step_time[ok].min() < rec.best_time:
+                    j = int(ok[np.argmin(res.step_time[ok])])
+                    rec.best_time = float(res.step_time[j])
+                    rec.best = Plan(placement=place[j], priority=None if prio is None else prio[j],
+                                    fusion=None if fuse is None else fuse[j]).to_dict()
+
+                # -- PPO update: update_epochs steps on this batch -------------------------
+                adv = torch.as_tensor((r - r.mean()) / (r.std() + 1e-8), dtype=torch.float32)
+                old_lp = None
+                stats = {"loss": 0.0, "entropy": 0.0, "approx_kl": 0.0, "clipfrac": 0.0}
+                for epoch in range(cfg.update_epochs if k > 1 else 0):
+                    if epoch > 0:
+                        logits = policy(*env.inputs(), tasks=env.tasks)
+                    lp, ent = log_prob(logits, actions)
+                    if old_lp is None:
+                        old_lp = lp.detach()
+                    log_ratio = lp - old_lp
+                    ratio = log_ratio.exp()
+                    pg = torch.max(-adv[:, None] * ratio,
+                                   -adv[:, None] * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef))
+                    loss = pg.mean() - cfg.ent_coef * ent.mean()
+                    optimizer.zero_grad()
+                    loss.backward()
+                    torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
+                    optimizer.step()
+                    with torch.no_grad():
+                        stats = {"loss": float(loss), "entropy": float(ent.mean()),
+                                 "approx_kl": float(((ratio - 1) - log_ratio).mean()),
+                                 "clipfrac": float(((ratio - 1).abs() > cfg.clip_coef).float().mean())}
+
+                # -- bookkeeping --------------------------------------------------------------
+                state["update"] += 1
+                state["evals"] += len(r)
+                state["seconds"] += time.perf_counter() - step_t0
+                mean = float(res.step_time[ok].mean()) if len(ok) else None
+                if i == 0:
+                    state["history"].append([state["evals"], state["seconds"],
+                                             rec.best_time if rec.best else None])
+                    state["curve"].append([state["evals"], mean])
+                state["log"].append({
+                    "update": state["update"], "env": i, "evals": state["evals"],
+                    "seconds": round(state["seconds"], 3),
+                    "mean_ratio": None if mean is None else mean / ref,
+                    "best_ratio": rec.best_time / ref if rec.best else None,
+                    "valid": float(res.valid.mean()), **stats})
+                e, s = spent()
+                bar.update(task, completed=e if evals is not None else (
+                    state["update"] - resumed_from if updates is not None else s),
+                    info=f"{env.problem.graph.name}: best {rec.best_time * 1e3:.2f} ms"
+                    if rec.best else "")
+                if checkpoint_dir and state["update"] % checkpoint_every == 0:
+                    checkpoint()
+        except KeyboardInterrupt:
+            interrupted = True
+    if checkpoint_dir is not None:
+        checkpoint()
+    return {"best": {env.problem.graph.name: (Plan.from_dict(rec.best), rec.best_time)
+                     for env, rec in zip(envs, records) if rec.best is not None},
+            "history": state["history"], "curve": state["curve"], "log": state["log"],
+            "updates": state["update"], "total_evals": state["evals"],
+            "evals": spent()[0], "seconds": spent()[1], "resumed_from_update": resumed_from,
+            "interrupted": interrupted}
+
+
+def _write_log(rows: list[dict], path: str) -> None:
+    if not rows:
+        return
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(rows[0]))
+    w.writeheader()
+    w.writerows(rows)
+    atomic_write(path, lambda f: f.write(buf.getvalue().encode()))
+
+
+def _plot(state: dict, envs: list[GOEnv], path: str, label: str) -> None:
+    """Mean and best step time over the lower bound, per graph, against updates."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
+    for i, env in enumerate(envs[:12]):
+        rows = [r for r in state["log"] if r["env"] == i and r["mean_ratio"] is not None]
+        if rows:
+            line, = ax.plot([r["update"] for r in rows], [r["mean_ratio"] for r in rows],
+                            lw=0.8, alpha=0.6, label=env.problem.graph.name)
+            ax.plot([r["update"] for r in rows], [r["best_ratio"] for r in rows], lw=1.2,
+                    color=line.get_color())
+    ax.set_xlabel("PPO update")
+    ax.set_ylabel("step time / lower bound")
+    ax.set_yscale("log")
+    ax.set_title(f"{label}: batch mean (thin) and best (thick)", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
