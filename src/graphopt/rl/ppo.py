@@ -130,6 +130,7 @@ def train(policy: GOPolicy, envs: list[GOEnv], cfg: PPOConfig, *, seed: int,
     """
     if evals is None and updates is None and seconds is None:
         raise ValueError("train needs a bound: evals, updates or seconds")
+    torch.set_flush_denormal(True)  # see graphopt.rl.reinforce.seed_everything
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
     config = {"ppo": asdict(cfg), "policy": policy.config_dict(), "seed": seed,
