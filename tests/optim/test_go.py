@@ -108,19 +108,15 @@ def test_go_one_beats_random_placement(prob):
 
 
 def test_go_one_is_deterministic_and_does_multitask(training_prob):
-    kw = dict(dim=16, progress=False, num_samples=4)
+    kw = {"dim": 16, "progress": False, "num_samples": 4}
     a, sa = optimize(training_prob, "go-one", "placement,scheduling,fusion", Budget(12), 1, **kw)
     b, sb = optimize(training_prob, "go-one", "placement,scheduling,fusion", Budget(12), 1, **kw)
     assert a == b and sa["step_time"] == sb["step_time"]
     assert a.priority is not None and a.fusion is not None
 
 
-def test_go_one_checkpoint_resumes_exactly(prob, tmp_path):
-    kw = dict(dim=16, progress=False, num_samples=4)
-    full, _ = optimize(prob, "go-one", "placement", Budget(24), 0, **kw)
-    d = str(tmp_path / "run")
-    # A run of 12 evaluations, then a second call continues the same run for 12 more.
-    optimize(prob, "go-one", "placement", Budget(12), 0, checkpoint_dir=d, **kw)
+def test_training_checkpoint_resumes_exactly(prob, tmp_path):
+    # 8 evaluations, then a second call on the same folder for 8 more, against 16 at once
     env = GOEnv(prob, frozenset({"placement"}))
     policy = new_policy(0, dim=16)
     out = train(policy, [env], PPOConfig(num_samples=4, anneal_lr=False), seed=0, evals=8,
@@ -134,7 +130,6 @@ def test_go_one_checkpoint_resumes_exactly(prob, tmp_path):
     assert resumed["log"][-1]["best_ratio"] == straight["log"][-1]["best_ratio"]
     assert resumed["log"][-1]["loss"] == straight["log"][-1]["loss"]
     assert (tmp_path / "other" / "log.csv").is_file() and (tmp_path / "other" / "curve.png").is_file()
-    assert full is not None
 
 
 def test_checkpoint_of_another_run_is_refused(prob, tmp_path):
@@ -186,3 +181,20 @@ def test_shipped_policy_places_every_zoo_family():
         plan, stats = optimize(p, "go", "placement", Budget(4), 0)
         assert len(plan.placement) == g.num_nodes and plan.placement.max() < p.num_devices
         assert stats["valid"], name
+
+
+def test_cli_train_then_optimize_with_the_policy(tmp_path):
+    from typer.testing import CliRunner
+
+    from graphopt.cli import app
+
+    out = tmp_path / "pre"
+    r = CliRunner().invoke(app, ["train", "--corpus", "example:layered-40@p100:2,example:mlp@p100:2",
+                                 "--updates", "2", "--num-samples", "2", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "layered" in r.output and (out / "policy.json").is_file()
+    r = CliRunner().invoke(app, ["optimize", "example:mlp", "-c", "p100:2", "-m", "single,go",
+                                 "-p", f"go.checkpoint={out}", "-b", "4"])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(app, ["train", "--corpus", "example:mlp", "--out", str(out)])
+    assert r.exit_code == 2 and "GRAPH@CLUSTER" in r.output

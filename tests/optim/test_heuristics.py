@@ -15,7 +15,8 @@ from graphopt.ir.generate import layered_graph, mlp_training_graph
 from graphopt.optim import Budget, list_optimizers, optimize
 from graphopt.optim.heuristics._common import coplace
 from graphopt.optim.heuristics.baechi import favourite_children
-from graphopt.optim.heuristics.expert import expert_placement, layer_of
+from graphopt.ir.features import layer_of
+from graphopt.optim.heuristics.expert import expert_placement
 from graphopt.sim import Plan, Problem, simulate
 from tests.conftest import cluster, graphs
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import math
 import platform
-import time
 from pathlib import Path
 
 from graphopt.benchmarks import replace_section
@@ -146,13 +145,17 @@ def _ms(x: float | None) -> str:
     return "-" if x is None else f"{x * 1e3:.2f}"
 
 
+def _name(row: dict) -> str:
+    return row["model"] + ("\\*" if row["held_out"] else "")
+
+
 def to_markdown(result: dict) -> str:
     """The four tables of the benchmark."""
     s = result["settings"]
     methods = list(BASELINES) + s["learned"]
     out = ["**Placement** (step time in ms, speed-up over `expert` in brackets; "
            "\\* held-out family):", "",
-           "| model | units | dev | " + " | ".join(methods) + " | GO-one vs best non-learned |",
+           "| model | ops | dev | " + " | ".join(methods) + " | GO-one vs best non-learned |",
            "|" + "---|" * (len(methods) + 4)]
     for row in result["placement"]:
         ms = row["methods"]
@@ -165,8 +168,8 @@ def to_markdown(result: dict) -> str:
         best = min((ms[m]["step_time"] for m in BASELINES if ms[m]["step_time"]), default=None)
         go = ms.get("go-one", {}).get("step_time")
         vs = f"{best / go:.2f}x" if best and go else "-"
-        out.append(f"| {row['model']}{'\\*' if row['held_out'] else ''} | {row['ops']:,} | "
-                   f"{row['devices']} | " + " | ".join(cells) + f" | {vs} |")
+        out.append(f"| {_name(row)} | {row['ops']:,} | {row['devices']} | "
+                   + " | ".join(cells) + f" | {vs} |")
     gm = result.get("geomean_speedup_vs_expert", {})
     out.append("| **geomean vs expert** | | | " + " | ".join(
         f"{gm[m]:.3f}x" if gm.get(m) else "-" for m in methods) + " | |")
@@ -191,7 +194,7 @@ def to_markdown(result: dict) -> str:
     for row in result["zero_shot"]:
         e, g = row["methods"]["expert"], row["methods"]["go"]
         sp = f"{e['step_time'] / g['step_time']:.2f}x" if e["step_time"] and g["step_time"] else "-"
-        out.append(f"| {row['model']}{'\\*' if row['held_out'] else ''} | {row['ops']:,} | "
+        out.append(f"| {_name(row)} | {row['ops']:,} | "
                    f"{row['devices']} | {_ms(e['step_time'])} | {_ms(g['step_time'])} | {sp} | "
                    f"{g.get('inference_seconds', 0):.2f} | {g['seconds']:.2f} |")
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from graphopt.ir.graph import MAX_RANK, Graph
 from graphopt.ir.ops import OP_CLASSES, class_ids, op_ids
 
-__all__ = ["FEATURE_NAMES", "node_features"]
+__all__ = ["FEATURE_NAMES", "MODULE_FEATURE_NAMES", "layer_of", "module_features", "node_features"]
 
 FEATURE_NAMES: tuple[str, ...] = (
     *(f"log_dim{k}" for k in range(MAX_RANK)), "rank", "log_numel",
@@ -54,3 +56,48 @@ def node_features(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
         onehot,
     ]
     return op_ids(graph.op), np.concatenate(cols, axis=1).astype(np.float32)
+
+
+_INDEX = re.compile(r"^\d+$")
+
+#: Columns of :func:`module_features`.
+MODULE_FEATURE_NAMES: tuple[str, ...] = ("in_layer", "layer_position", "module_order")
+
+
+def layer_of(module: str) -> tuple[str, int] | None:
+    """``(stack, index)`` of the first numbered component of a module path, else None.
+
+    >>> layer_of("encoder.layers.3.attn"), layer_of("rnn.lstm.1"), layer_of("loss")
+    (('encoder.layers', 3), ('rnn.lstm', 1), None)
+    """
+    parts = module.split(".")
+    for i in range(1, len(parts)):
+        if _INDEX.match(parts[i]):
+            return ".".join(parts[:i]), int(parts[i])
+    return None
+
+
+def module_features(graph: Graph) -> np.ndarray:
+    """Where each node sits in the model's module structure, from its module path.
+
+    Columns (:data:`MODULE_FEATURE_NAMES`): whether the path has a numbered layer
+    (:func:`layer_of`); the layer's position in its stack, ``(index + 0.5) / count`` (0
+    without one); and the rank of the node's module among all modules by first op, in
+    [0, 1]. What a human expert reads off the model to split it layer-wise.
+
+    >>> from graphopt.ir.generate import mlp_training_graph
+    >>> module_features(mlp_training_graph()).shape[1] == len(MODULE_FEATURE_NAMES)
+    True
+    """
+    names, first, inverse = np.unique(graph.module, return_index=True, return_inverse=True)
+    inverse = inverse.ravel()
+    layers = [layer_of(str(m)) for m in names]
+    count: dict[str, int] = {}
+    for lay in layers:
+        if lay is not None:
+            count[lay[0]] = max(count.get(lay[0], 0), lay[1] + 1)
+    has = np.array([lay is not None for lay in layers], dtype=np.float64)
+    pos = np.array([(lay[1] + 0.5) / count[lay[0]] if lay else 0.0 for lay in layers])
+    rank = np.empty(len(names))
+    rank[np.argsort(first, kind="stable")] = np.arange(len(names)) / max(len(names) - 1, 1)
+    return np.stack([has[inverse], pos[inverse], rank[inverse]], axis=1).astype(np.float32)

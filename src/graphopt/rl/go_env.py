@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from graphopt.ir.coarsen import colocation_groups
-from graphopt.ir.features import FEATURE_NAMES, node_features
+from graphopt.ir.features import FEATURE_NAMES, MODULE_FEATURE_NAMES, module_features, node_features
 from graphopt.ir.ops import OP_CLASSES, class_ids
 from graphopt.sim import Problem
 
@@ -21,6 +21,7 @@ UNIT_FEATURES: tuple[str, ...] = (
     "compute_share", "cum_compute_start", "cum_compute_end", "out_transfer_share",
     "in_transfer_share", "persistent_of_memory", "log_ops", "topo_first", "topo_last",
     *(f"class_{c}" for c in OP_CLASSES), *(f"mean_{k}" for k in FEATURE_NAMES),
+    *MODULE_FEATURE_NAMES,
 )
 
 
@@ -56,7 +57,9 @@ class GOEnv:
     graphs of any size: compute time as a share of one device's fair share
     (``total / devices``), where the node sits in the cumulative compute of the
     topological order, the transfer time of the bytes it sends and receives, its
-    persistent bytes against a device's memory, its op-class mix and mean op features.
+    persistent bytes against a device's memory, its op-class mix, mean op features, and
+    where its ops sit in the model's layers (:func:`graphopt.ir.features.module_features`:
+    our addition, the structure a human expert places by).
 
     Examples
     --------
@@ -100,10 +103,12 @@ class GOEnv:
         ids, feats = node_features(g)
         mean = np.zeros((u, feats.shape[1]))
         np.add.at(mean, unit, feats)
+        modules = np.zeros((u, len(MODULE_FEATURE_NAMES)))
+        np.add.at(modules, unit, module_features(g))
         cols = [_share(t / fair), cum - t / max(t.sum(), 1e-12), cum, _share(out_t / fair),
                 _share(in_t / fair), np.minimum(persist, 4.0), np.log1p(count) / 10, first, last]
         x = np.concatenate([np.stack(cols, 1), classes / count[:, None],
-                            mean / count[:, None] / 10], axis=1)
+                            mean / count[:, None] / 10, modules / count[:, None]], axis=1)
         assert x.shape[1] == len(UNIT_FEATURES), x.shape
         self.x = torch.as_tensor(x, dtype=torch.float32)
         self.op_ids = torch.as_tensor(ids)

@@ -58,7 +58,7 @@ class PPOConfig:
     """Gradient steps on each batch."""
     clip_coef: float = 0.2
     """PPO's clip on the per-node probability ratio."""
-    ent_coef: float = 0.0
+    ent_coef: float = 0.003
     """Weight of the entropy bonus (mean per node, summed over tasks)."""
     max_grad_norm: float = 0.5
     """Global gradient-norm clip."""
@@ -121,8 +121,9 @@ def train(policy: GOPolicy, envs: list[GOEnv], cfg: PPOConfig, *, seed: int,
           checkpoint_dir: str | None = None, checkpoint_every: int = 50,
           run_config: dict | None = None, progress: bool = True,
           label: str = "go") -> dict:
-    """Train ``policy`` on ``envs`` until ``evals`` simulations, ``updates`` updates or
-    ``seconds`` of this call (the first reached; at least one must be set).
+    """Train ``policy`` on ``envs`` until ``evals`` simulations or ``seconds`` of this call,
+    or until the run (resumed from ``checkpoint_dir`` or new) counts ``updates`` updates:
+    the first bound reached; at least one must be set.
 
     Returns a dict: ``best`` (per env name: ``Plan`` and step time), ``history``
     (``[evals, seconds, best step time]`` per update of the first env), ``curve`` (batch
@@ -130,7 +131,6 @@ def train(policy: GOPolicy, envs: list[GOEnv], cfg: PPOConfig, *, seed: int,
     """
     if evals is None and updates is None and seconds is None:
         raise ValueError("train needs a bound: evals, updates or seconds")
-    torch.set_flush_denormal(True)  # see graphopt.rl.reinforce.seed_everything
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
     config = {"ppo": asdict(cfg), "policy": policy.config_dict(), "seed": seed,
@@ -155,14 +155,14 @@ def train(policy: GOPolicy, envs: list[GOEnv], cfg: PPOConfig, *, seed: int,
     def done() -> bool:
         e, s = spent()
         return ((evals is not None and e >= evals) or (seconds is not None and s >= seconds)
-                or (updates is not None and state["update"] - resumed_from >= updates))
+                or (updates is not None and state["update"] >= updates))
 
     def progress_fraction() -> float:
         e, s = spent()
         if evals is not None:
             return e / evals
         if updates is not None:
-            return (state["update"] - resumed_from) / updates
+            return state["update"] / updates
         return s / seconds
 
     def checkpoint() -> None:
@@ -242,7 +242,7 @@ def train(policy: GOPolicy, envs: list[GOEnv], cfg: PPOConfig, *, seed: int,
                     "valid": float(res.valid.mean()), **stats})
                 e, s = spent()
                 bar.update(task, completed=e if evals is not None else (
-                    state["update"] - resumed_from if updates is not None else s),
+                    state["update"] if updates is not None else s),
                     info=f"{env.problem.graph.name}: best {rec.best_time * 1e3:.2f} ms"
                     if rec.best else "")
                 if checkpoint_dir and state["update"] % checkpoint_every == 0:

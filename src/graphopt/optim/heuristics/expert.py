@@ -34,29 +34,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from graphopt.ir.features import layer_of
 from graphopt.optim.base import Budget, register
 from graphopt.optim.heuristics._common import compose, unify_groups
 from graphopt.sim import Plan, Problem
 
-__all__ = ["Expert", "expert_placement", "layer_of"]
+__all__ = ["Expert", "expert_placement"]
 
-_INDEX = re.compile(r"^\d+$")
 _HEAD = re.compile(r"softmax|logits|loss|output|generator|lm_head|classifier|head|proj")
 _EMBED = re.compile(r"embed")
 _ATTN = re.compile(r"attention|attn")
-
-
-def layer_of(module: str) -> tuple[str, int] | None:
-    """``(stack, index)`` of the first numbered component of a module path, else None.
-
-    >>> layer_of("encoder.layers.3.attn"), layer_of("rnn.lstm.1"), layer_of("loss")
-    (('encoder.layers', 3), ('rnn.lstm', 1), None)
-    """
-    parts = module.split(".")
-    for i in range(1, len(parts)):
-        if _INDEX.match(parts[i]):
-            return ".".join(parts[:i]), int(parts[i])
-    return None
 
 
 def _within(path: str, prefix: str) -> bool:

@@ -36,7 +36,8 @@ from graphopt.rl.ppo import PPOConfig, sample, train
 from graphopt.rl.reinforce import seed_everything, time_to_within
 from graphopt.sim import Plan, Problem, simulate_batch
 
-__all__ = ["GO", "GOFinetune", "GOOne", "PRETRAIN_CORPUS", "SHIPPED", "load_go_policy", "new_policy", "pretrain"]
+__all__ = ["GO", "GOFinetune", "GOOne", "PRETRAIN_CORPUS", "SHIPPED", "load_go_policy", "new_policy",
+           "pretrain"]
 
 #: The pre-trained policy in the package.
 SHIPPED = Path(__file__).parent / "checkpoints" / "go"
@@ -50,6 +51,7 @@ PRETRAIN_CORPUS = (
     "zoo:transformer-xl-2@p100:2", "zoo:transformer-xl-4@p100:4", "zoo:transformer-xl-8@p100:8",
     "zoo:inception-v3-b32@p100:2", "zoo:bert-base@p100:4", "zoo:gpt2-small@p100:4",
     "zoo:resnet-50@p100:2", "zoo:bert-base@p100:8", "zoo:resnet-50@p100:4",
+    "zoo:rnnlm-2@p100:4", "zoo:gnmt-2@p100:4",
     "example:layered-2000@p100:2", "example:layered-3000@p100:4", "example:layered-4000@p100:8",
 )
 
@@ -232,7 +234,8 @@ class GOFinetune(GOOne):
         return load_go_policy(self.checkpoint)[0]
 
 
-def pretrain(problems: list[Problem], out: str | Path, *, task: frozenset[str] = frozenset({"placement"}),
+def pretrain(problems: list[Problem], out: str | Path, *,
+             task: frozenset[str] = frozenset({"placement"}),
              updates: int = 1000, seconds: float | None = None, seed: int = 0,
              ppo: PPOConfig | None = None, units: str = "groups", command: str = "",
              progress: bool = True, **policy_config) -> dict:
