@@ -82,3 +82,41 @@ def test_zoo_list_and_unknown_model(tmp_path, monkeypatch):
     assert r.exit_code == 0 and "gnmt-8" in r.output and "held out" in r.output
     r = run("zoo", "build", "nope")
     assert r.exit_code == 2 and "unknown zoo model" in r.output
+
+
+def test_param_sets_a_methods_hyperparameters(tmp_path):
+    r = run("optimize", "example:layered-60", "--cluster", "dgx1-v100:2", "--methods",
+            "single,rl-lstm", "--budget", "8", "-p", "rl-lstm.hidden=8",
+            "-p", "rl-lstm.progress=false", "-p", "rl-lstm.lr=0.01",
+            "-p", f"rl-lstm.checkpoint_dir={tmp_path / 'ckpt'}", "--out", tmp_path / "run")
+    assert r.exit_code == 0, r.output
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert report["params"] == {"rl-lstm": {"hidden": 8, "progress": False, "lr": 0.01,
+                                            "checkpoint_dir": str(tmp_path / "ckpt")}}
+    stats = report["rows"][1]["stats"]
+    assert stats["config"]["hidden"] == 8 and stats["config"]["lr"] == 0.01
+    assert (tmp_path / "ckpt" / "weights.safetensors").is_file()
+
+
+def test_method_params_parses_by_field_type():
+    from graphopt.cli import method_params
+
+    got = method_params(["hdp.num_groups=12", "hdp.num_groups=none", "hdp.bidirectional=no",
+                         "rl-lstm.tanh_constant=2", "hdp.checkpoint_dir=a=b"], ["hdp", "rl-lstm"])
+    assert got == {"hdp": {"num_groups": None, "bidirectional": False, "checkpoint_dir": "a=b"},
+                   "rl-lstm": {"tanh_constant": 2.0}}
+    assert isinstance(got["rl-lstm"]["tanh_constant"], float)
+
+
+@pytest.mark.parametrize("param, needle", [
+    ("rl-lstm.lr", "expected METHOD.KEY=VALUE"),
+    ("nosuch.lr=1", "'nosuch' is not among the methods run"),
+    ("rl-lstm.nosuch=1", "rl-lstm has no parameter 'nosuch'"),
+    ("rl-lstm.hidden=1.5", "rl-lstm.hidden expects int, got '1.5'"),
+    ("rl-lstm.progress=maybe", "expects bool"),
+])
+def test_bad_param_is_a_user_error(param, needle):
+    for cmd in (("optimize", "example:mlp", "--methods", "rl-lstm"),
+                ("bench", "go-table2", "--methods", "rl-lstm", "--rows", "rnnlm-2")):
+        r = run(*cmd, "-p", param)
+        assert r.exit_code == 2 and needle in r.output and "Traceback" not in r.output

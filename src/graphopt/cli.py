@@ -257,6 +257,11 @@ def profile(
     console.print(f"measured {len(p.entries)} distinct ops on {p.device_kind}; wrote {output}")
 
 
+PARAM_HELP = ("Set a method's hyperparameter, METHOD.KEY=VALUE (repeatable; the keys are the "
+              "method class's fields, see docs/learned.md). Example: -p rl-lstm.lr=0.01 "
+              "-p hdp.checkpoint_dir=runs/ckpt")
+
+
 @app.command()
 def optimize(
     graph: str = typer.Argument(..., help=GRAPH_HELP),
@@ -283,6 +288,7 @@ def optimize(
     out: Path | None = typer.Option(None, "--out", "-o",
                                        help="Folder for plan.json, trace.json and gantt.png per "
                                             "method and report.json. Example: runs/gnmt4"),
+    param: list[str] = typer.Option([], "--param", "-p", help=PARAM_HELP),
 ) -> None:
     """Compare optimization methods on a graph: a table of step time, speed-ups,
     memory and search cost, and a plan, Chrome trace and Gantt chart per method.
@@ -295,13 +301,15 @@ def optimize(
     from graphopt.sim import Problem
 
     try:
+        names = [m.strip() for m in methods.split(",") if m.strip()]
+        params = method_params(param, names)
         g = load_graph_arg(graph)
         c = load_cluster(cluster or _default_cluster(graph))
         prob = Problem(g, c)
-        names = [m.strip() for m in methods.split(",") if m.strip()]
         with console.status("") as status:
             results = compare(prob, names, task, Budget(budget, seconds), seed, init,
-                              on_start=lambda m: status.update(f"running {m} on {g.name} ..."))
+                              on_start=lambda m: status.update(f"running {m} on {g.name} ..."),
+                              params=params)
     except GraphoptError as err:
         _fail(err)
     ref = {r.method: r.step_time for r in results if r.result.valid}
@@ -323,8 +331,66 @@ def optimize(
                   f"{st.get('seconds', 0):.1f}", f"{st.get('evals', 0):,}")
     console.print(t)
     if out:
-        path = write_outputs(prob, results, out, {"task": task, "budget": budget, "seed": seed})
+        path = write_outputs(prob, results, out, {"task": task, "budget": budget, "seed": seed,
+                                                  "params": params})
         console.print(f"plans, traces and Gantt charts in {out}/<method>/; report: {path}")
+
+
+def method_params(specs: list[str], methods: list[str]) -> dict[str, dict]:
+    """``METHOD.KEY=VALUE`` options as constructor arguments per method.
+
+    Each value is parsed by the type of the method's dataclass field: int, float, bool
+    (true/false, yes/no, on/off, 1/0) or str; ``none`` sets an optional field to None.
+
+    Raises
+    ------
+    GraphoptError
+        A malformed option, a method not among ``methods`` or not known, a field the
+        method does not have, or a value that does not parse as the field's type.
+
+    Examples
+    --------
+    >>> method_params(["rl-lstm.lr=0.01", "rl-lstm.progress=false"], ["rl-lstm"])
+    {'rl-lstm': {'lr': 0.01, 'progress': False}}
+    """
+    import dataclasses
+    import types
+    import typing
+
+    from graphopt.optim import get_optimizer
+
+    out: dict[str, dict] = {}
+    for spec in specs:
+        target, eq, text = spec.partition("=")
+        method, dot, key = target.rpartition(".")
+        if not (eq and dot and method and key):
+            raise GraphoptError(f"--param {spec!r}: expected METHOD.KEY=VALUE, e.g. "
+                                "rl-lstm.lr=0.01")
+        if method not in methods:
+            raise GraphoptError(f"--param {spec!r}: method {method!r} is not among the methods "
+                                f"run ({', '.join(methods)})")
+        cls = type(get_optimizer(method))
+        fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) \
+            else set()
+        if key not in fields:
+            raise GraphoptError(f"--param {spec!r}: {method} has no parameter {key!r}; it has "
+                                f"{', '.join(sorted(fields)) or 'none'}")
+        hint = typing.get_type_hints(cls)[key]
+        kinds = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+        kind = next(k for k in kinds if k is not type(None))
+        try:
+            if text.lower() in ("none", "null") and type(None) in kinds:
+                value = None
+            elif kind is bool:
+                value = {"true": True, "yes": True, "on": True, "1": True, "false": False,
+                         "no": False, "off": False, "0": False}[text.lower()]
+            else:
+                value = kind(text)
+        except (KeyError, ValueError):
+            raise GraphoptError(f"--param {spec!r}: {method}.{key} expects "
+                                f"{getattr(kind, '__name__', kind)}, got {text!r}") from None
+        out.setdefault(method, {})[key] = value
+    return out
 
 
 def _default_cluster(graph: str) -> str:
@@ -356,26 +422,39 @@ def bench_go_table2(
                                                 "bench/results/go-table2[-quick].json"),
     docs: Path = typer.Option(Path("docs/benchmarks.md"), help="Markdown file whose "
                                                                "go-table2 section is rewritten."),
-    resume: bool = typer.Option(False, help="Skip rows already in --out with the same "
-                                            "settings (the run checkpoints after each row)."),
+    resume: bool = typer.Option(False, help="Extend --out instead of replacing it (same cluster, "
+                                            "budget, seed): keep its rows and run only the "
+                                            "methods a chosen row lacks. Example: --resume "
+                                            "--methods rl-lstm,hdp --rows rnnlm-2"),
+    redo: str = typer.Option("", help="With --resume, run these methods again even where "
+                                      "present, comma-separated. Example: sa,brkga"),
+    param: list[str] = typer.Option([], "--param", "-p", help=PARAM_HELP),
 ) -> None:
-    """GO's Table 2 on our zoo: every baseline on the 14 models, equal budgets.
+    """GO's Table 2 on our zoo: every baseline on the 14 models, equal budgets; the learned
+    placers (rl-lstm, hdp) added on chosen rows with --resume.
 
-    Example: graphopt bench go-table2 --quick
+    Example: graphopt bench go-table2 --resume --methods rl-lstm,hdp --rows transformer-xl-2
     """
     from graphopt.benchmarks import go_table2
 
     out = out or Path(f"bench/results/go-table2{'-quick' if quick else ''}.json")
+    names = tuple(m.strip() for m in methods.split(",") if m.strip())
+    chosen = tuple(r.strip() for r in rows.split(",") if r.strip()) or go_table2.ROWS
+    command = " ".join(["graphopt bench go-table2", *(["--quick"] if quick else []),
+                        *([f"--cluster {cluster}"] if cluster != "p100" else []),
+                        f"--budget {budget}", *([f"--methods {methods}"] if methods !=
+                                                 ",".join(go_table2.METHODS) else []),
+                        *([f"--rows {rows}"] if rows else []), *(["--resume"] if resume else []),
+                        *([f"--redo {redo}"] if redo else []), *(f"-p {p}" for p in param)])
     try:
-        res = go_table2.run(cluster, tuple(m.strip() for m in methods.split(",")), budget, seed,
-                            quick, tuple(r.strip() for r in rows.split(",")) if rows
-                            else go_table2.ROWS, out, resume)
+        params = method_params(param, list(names))
+        res = go_table2.run(cluster, names, budget, seed, quick, chosen, out, resume,
+                            params=params, command=command,
+                            redo=tuple(m.strip() for m in redo.split(",") if m.strip()))
     except GraphoptError as err:
         _fail(err)
     console.print(go_table2.to_markdown(res))
-    command = "graphopt bench go-table2" + (" --quick" if quick else "") + (
-        f" --cluster {cluster}" if cluster != "p100" else "") + f" --budget {budget}"
-    go_table2.update_docs(res, docs, command)
+    go_table2.update_docs(res, docs)
     console.print(f"results: {out}; table written into {docs}")
 
 
@@ -550,6 +629,145 @@ def costmodel_rank(
             t.add_row(str(i), str(c["config"]), f"{c['score']:.4f}",
                       "-" if c["runtime"] is None else f"{c['runtime']:,.0f}")
         console.print(t)
+
+
+@app.command()
+def train(
+    corpus: str = typer.Option("default", help="Graphs to pre-train on, comma-separated "
+                                               "GRAPH@CLUSTER items (GRAPH as for 'optimize'), "
+                                               "or 'default': the zoo's train split and "
+                                               "random layered graphs (see docs/go.md). "
+                                               "Example: zoo:rnnlm-2@p100:2,zoo:bert-base@p100:4"),
+    out: Path = typer.Option(Path("runs/go-pretrain"), "--out", "-o",
+                             help="Folder for the checkpoint (resumed when it exists), "
+                                  "log.csv, curve.png and the policy (policy.safetensors + "
+                                  "policy.json). Example: ckpt/go"),
+    updates: int = typer.Option(1200, min=1, help="PPO updates, one graph each, in turn."),
+    minutes: float | None = typer.Option(None, min=0.0, help="Stop after this many minutes "
+                                                            "(the checkpoint resumes later)."),
+    task: str = typer.Option("placement", "--task", "-t",
+                             help="What the policy learns to decide, comma-separated. "
+                                  "Example: placement,scheduling,fusion"),
+    lr: float | None = typer.Option(None, help="Adam learning rate (default: PPOConfig's)."),
+    num_samples: int | None = typer.Option(None, min=2, help="Plans per update (default: "
+                                                               "PPOConfig's)."),
+    ent_coef: float | None = typer.Option(None, min=0.0, help="Entropy bonus (default: "
+                                                             "PPOConfig's). Example: 0.01"),
+    seed: int = typer.Option(0, help="Seed of the policy's initialization and sampling."),
+    threads: int = typer.Option(1, min=1, help="torch CPU threads."),
+) -> None:
+    """Pre-train GO's policy with PPO on a corpus of graphs; the result is what the 'go'
+    and 'go-finetune' methods load with -p go.checkpoint=OUT.
+
+    Example: graphopt train --updates 1200 --out runs/go-pretrain
+    """
+    import dataclasses
+
+    import torch
+
+    from graphopt.hardware import load_cluster
+    from graphopt.optim.base import parse_task
+    from graphopt.optim.learned.go import PRETRAIN_CORPUS, pretrain
+    from graphopt.rl.ppo import PPOConfig
+    from graphopt.sim import Problem
+
+    torch.set_num_threads(threads)
+    items = PRETRAIN_CORPUS if corpus == "default" else tuple(
+        c.strip() for c in corpus.split(",") if c.strip())
+    command = " ".join(["graphopt train", *([f"--corpus {corpus}"] if corpus != "default" else []),
+                        f"--updates {updates}", *([f"--minutes {minutes:g}"] if minutes else []),
+                        f"--task {task}", f"--seed {seed}",
+                        *([f"--lr {lr}"] if lr is not None else []),
+                        *([f"--num-samples {num_samples}"] if num_samples is not None else []),
+                        *([f"--ent-coef {ent_coef}"] if ent_coef is not None else [])])
+    try:
+        problems = []
+        for item in items:
+            graph, at, cluster = item.rpartition("@")
+            if not at or not graph:
+                raise GraphoptError(f"--corpus item {item!r}: expected GRAPH@CLUSTER, e.g. "
+                                    "zoo:rnnlm-2@p100:2")
+            with console.status(f"loading {graph} ..."):
+                problems.append(Problem(load_graph_arg(graph), load_cluster(cluster)))
+        ppo = dataclasses.replace(PPOConfig(), **{k: v for k, v in (
+            ("lr", lr), ("num_samples", num_samples), ("ent_coef", ent_coef)) if v is not None})
+        res = pretrain(problems, out, task=parse_task(task), updates=updates,
+                       seconds=None if minutes is None else minutes * 60, seed=seed, ppo=ppo,
+                       command=command)
+    except GraphoptError as err:
+        _fail(err)
+    t = Table(title=f"pre-training: {res['updates']} updates, {res['total_evals']:,} plans "
+                    f"simulated ({res['seconds']:.0f} s this run)")
+    for col in ("graph", "cluster", "first batch mean / bound", "last batch mean / bound",
+                "best / bound"):
+        t.add_column(col, justify="left" if col in ("graph", "cluster") else "right")
+    for i, p in enumerate(problems):
+        rows = [r for r in res["log"] if r["env"] == i and r["mean_ratio"] is not None]
+        t.add_row(p.graph.name, p.cluster.name,
+                  *(f"{x:.2f}" if x is not None else "-" for x in (
+                      rows[0]["mean_ratio"] if rows else None,
+                      rows[-1]["mean_ratio"] if rows else None,
+                      rows[-1]["best_ratio"] if rows else None)))
+    console.print(t)
+    console.print(f"policy, checkpoint, log.csv and curve.png in {out}/")
+
+
+@bench_app.command("go")
+def bench_go(
+    quick: bool = typer.Option(False, "--quick", help="Small versions of every model (CI)."),
+    cluster: str = typer.Option("p100", help="Preset whose first N devices each row uses."),
+    budget: int = typer.Option(2000, min=1, help="Evaluations per method."),
+    learned_rows: str = typer.Option("", help="Rows where every method runs, comma-separated "
+                                              "(default: the rows where PPO fits the budget, "
+                                              "see docs/go.md). Example: rnnlm-2,wavenet-2x18"),
+    zero_shot_rows: str = typer.Option("", help="Rows where only expert and zero-shot go run "
+                                                "(default: all of GO's Table 2; 'none': "
+                                                "skip)."),
+    multitask_rows: str = typer.Option("", help="Rows of the multi-task comparison ('none': "
+                                                "skip it)."),
+    multitask_budget: int = typer.Option(1000, min=1, help="Evaluations per task set there."),
+    learned: str = typer.Option("rl-lstm,hdp,go,go-finetune,go-one",
+                                help="Learned methods compared with the baselines."),
+    seed: int = typer.Option(0, help="Seed of every method."),
+    out: Path | None = typer.Option(None, help="Results JSON; default bench/results/go[-quick].json"),
+    docs: Path = typer.Option(Path("docs/benchmarks.md"), help="Markdown file whose go "
+                                                               "section is rewritten."),
+    resume: bool = typer.Option(False, help="Keep the rows already in --out (same settings)."),
+    param: list[str] = typer.Option([], "--param", "-p", help=PARAM_HELP),
+) -> None:
+    """GO against every baseline on GO's Table 2: placement at equal budget, search cost,
+    transfer to held-out families and zero-shot on the largest graphs, multi-task.
+
+    Example: graphopt bench go --learned-rows rnnlm-2 --zero-shot-rows gnmt-8 --multitask-rows none
+    """
+    from graphopt.benchmarks import go as go_bench
+
+    def pick(text: str, default: tuple[str, ...]) -> tuple[str, ...]:
+        if text == "none":
+            return ()
+        return tuple(r.strip() for r in text.split(",") if r.strip()) if text else default
+
+    out = out or Path(f"bench/results/go{'-quick' if quick else ''}.json")
+    names = pick(learned, go_bench.LEARNED)
+    command = " ".join(["graphopt bench go", *(["--quick"] if quick else []),
+                        f"--budget {budget}", *([f"--learned-rows {learned_rows}"] if learned_rows
+                                                else []),
+                        *([f"--zero-shot-rows {zero_shot_rows}"] if zero_shot_rows else []),
+                        *([f"--multitask-rows {multitask_rows}"] if multitask_rows else []),
+                        *(f"-p {p}" for p in param)])
+    try:
+        from graphopt.benchmarks.go_table2 import METHODS
+
+        params = method_params(param, list(METHODS) + list(names))
+        res = go_bench.run(cluster, budget, seed, quick, pick(learned_rows, go_bench.LEARNED_ROWS),
+                           pick(zero_shot_rows, go_bench.ROWS),
+                           pick(multitask_rows, go_bench.MULTITASK_ROWS), multitask_budget,
+                           names, out, resume, params=params)
+    except GraphoptError as err:
+        _fail(err)
+    console.print(go_bench.to_markdown(res))
+    go_bench.update_docs(res, docs, command)
+    console.print(f"results: {out}; tables written into {docs}")
 
 
 @app.command()

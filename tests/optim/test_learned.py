@@ -66,6 +66,7 @@ def test_same_seed_same_result(layered, method):
 def test_budget_respected(layered, method):
     _, stats = run(method, layered, 10)  # 4 samples per update: the last batch is cut to 2
     assert stats["evals"] == 10 and stats["updates"] == 3
+    assert len(stats["entropy"]) == 3 and all(0 <= e <= np.log(2) + 1e-6 for e in stats["entropy"])
     _, stats = get_optimizer(method, **SMALL).optimize(layered, PLACE,
                                                        Budget(evals=None, seconds=0.5), 0)
     assert stats["seconds"] < 5 and stats["evals"] > 0
@@ -86,3 +87,10 @@ def test_checkpoint_of_another_run_is_refused(layered, tmp_path):
     run("rl-lstm", layered, 4, checkpoint_dir=str(tmp_path))
     with pytest.raises(CheckpointError, match="lr"):
         run("rl-lstm", layered, 4, checkpoint_dir=str(tmp_path), lr=0.5)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_warmup_and_entropy_bonus_are_used(layered, method):
+    plain = run(method, layered, 24, seed=1)[1]["entropy"]
+    assert run(method, layered, 24, seed=1, warmup=5)[1]["entropy"] != plain
+    assert run(method, layered, 24, seed=1, entropy_coef=0.1)[1]["entropy"] != plain

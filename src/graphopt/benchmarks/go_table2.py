@@ -6,8 +6,12 @@ the era. The result is a JSON file with every figure and a markdown table with s
 times, speed-ups over the human-expert placement, ratios to the lower bound and the
 geometric means — the numbers GO's headline claims are measured against.
 
-The run checkpoints after each row into its JSON file; ``resume=True`` skips rows
-already there with the same settings.
+The learned placers (``rl-lstm``, ``hdp``) are not in the default methods: their budget
+fits only the smaller rows, so they are added to chosen rows of an existing results file
+(``resume=True`` with ``methods`` and ``rows``), next to the baselines measured before.
+
+The run checkpoints after each method into its JSON file; ``resume=True`` keeps what is
+there and runs only what is missing.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from graphopt.optim.base import Budget
 from graphopt.optim.compare import compare
 from graphopt.sim import Problem
 
-__all__ = ["ROWS", "METHODS", "QUICK", "run", "to_markdown", "update_docs"]
+__all__ = ["ROWS", "METHODS", "LEARNED", "QUICK", "run", "to_markdown", "update_docs"]
 
 #: GO's Table 2 rows, in the paper's order.
 ROWS = ("rnnlm-2", "rnnlm-4", "rnnlm-8", "gnmt-2", "gnmt-4", "gnmt-8", "transformer-xl-2",
@@ -32,6 +36,8 @@ ROWS = ("rnnlm-2", "rnnlm-4", "rnnlm-8", "gnmt-2", "gnmt-4", "gnmt-8", "transfor
         "amoebanet", "wavenet-2x18", "wavenet-4x36")
 #: The non-learned methods the table compares.
 METHODS = ("single", "expert", "metis", "m-etf", "m-sct", "heft", "sa", "brkga")
+#: The learned placers GO is compared with, run on the rows where their budget fits.
+LEARNED = ("rl-lstm", "hdp")
 #: Size overrides per family for ``quick`` runs (CI): same structure, small tensors and
 #: short unrolls, so every row builds and optimizes in seconds.
 QUICK = {
@@ -52,30 +58,69 @@ def _geomean(xs: list[float]) -> float | None:
 
 def run(cluster: str = "p100", methods: tuple[str, ...] = METHODS, budget: int = 2000,
         seed: int = 0, quick: bool = False, rows: tuple[str, ...] = ROWS,
-        out: Path | None = None, resume: bool = False, progress: bool = True) -> dict:
-    """Run the benchmark; return (and, with ``out``, checkpoint after every row) its results."""
+        out: Path | None = None, resume: bool = False, progress: bool = True,
+        params: dict[str, dict] | None = None, redo: tuple[str, ...] = (),
+        command: str | None = None) -> dict:
+    """Run the benchmark; return (and, with ``out``, checkpoint after every row) its results.
+
+    Parameters
+    ----------
+    methods, rows : tuple of str
+        What to run: every method on every row.
+    params : dict, optional
+        Constructor arguments per method (``{"rl-lstm": {"lr": 0.01}}``), recorded with
+        the method's results.
+    resume : bool
+        Extend the results already in ``out`` instead of replacing them, when they were
+        run with the same cluster, budget, seed and sizes: every row there is kept, and on
+        each of ``rows`` only the methods it lacks are run (and those whose ``params``
+        differ, and those named in ``redo``). So learned methods can be added to some rows
+        of an earlier run of the baselines, and an interrupted run continues.
+    command : str, optional
+        The command line that ran this, appended to the results' ``commands``.
+
+    Notes
+    -----
+    Per row and method the results hold the step time, validity, wall seconds and
+    evaluations; for methods that report their convergence (learned placers, searches
+    with a ``history``) also the evaluations and seconds at which their best came within
+    2% of its final value.
+    """
     from rich.progress import Progress
 
     from graphopt.hardware import load_cluster
     from graphopt.zoo import build, get_entry
 
-    settings = {"cluster": cluster, "methods": list(methods), "budget": budget, "seed": seed,
-                "quick": quick}
-    done: dict[str, dict] = {}
-    if resume and out and Path(out).is_file():
-        old = json.loads(Path(out).read_text())
-        if old.get("settings") == settings:
-            done = {r["model"]: r for r in old["rows"]}
-    result = {"benchmark": "go-table2", "settings": settings,
+    params = {m: p for m, p in (params or {}).items() if p}
+    settings = {"cluster": cluster, "budget": budget, "seed": seed, "quick": quick}
+    result = {"benchmark": "go-table2", "settings": {**settings, "methods": list(methods),
+                                                     "params": params},
               "machine": {"cpu": platform.processor() or platform.machine(),
                           "python": platform.python_version()},
-              "rows": []}
+              "commands": [], "rows": []}
+    if resume and out and Path(out).is_file():
+        old = json.loads(Path(out).read_text())
+        if {k: old["settings"].get(k) for k in settings} == settings:
+            have = old["settings"]["methods"]
+            result["settings"] = {**settings,
+                                  "methods": have + [m for m in methods if m not in have],
+                                  "params": {**old["settings"].get("params", {}), **params}}
+            result["commands"] = old.get("commands", [])
+            result["rows"] = old["rows"]
+    if command:
+        result["commands"].append(command)
+    by_name = {r["model"]: r for r in result["rows"]}
+
+    def todo(name: str) -> list[str]:
+        have = by_name.get(name, {"methods": {}})["methods"]
+        return [m for m in methods if m not in have or m in redo
+                or have[m].get("params", {}) != params.get(m, {})]
+
     with Progress(disable=not progress, transient=True) as bar:
-        task = bar.add_task("go-table2", total=len(rows) * len(methods))
+        task = bar.add_task("go-table2", total=sum(len(todo(n)) for n in rows))
         for name in rows:
-            if name in done:
-                result["rows"].append(done[name])
-                bar.advance(task, len(methods))
+            run_now = todo(name)
+            if not run_now:
                 continue
             entry = get_entry(name)
             if quick:
@@ -84,27 +129,50 @@ def run(cluster: str = "p100", methods: tuple[str, ...] = METHODS, budget: int =
             graph = build(entry)
             build_s = time.perf_counter() - t0
             prob = Problem(graph, load_cluster(f"{cluster}:{entry.num_devices}"))
-            res = compare(prob, list(methods), "placement", Budget(budget), seed,
-                          on_start=lambda m, name=name: bar.update(task,
-                                                                   description=f"{name}: {m}"))
-            for _ in methods:
+            row = by_name.get(name) or {
+                "model": name, "ops": graph.num_nodes, "devices": entry.num_devices,
+                "build_seconds": build_s, "lower_bound": prob.lower_bound,
+                "reported": None if entry.reported is None else {
+                    "go_one": entry.reported.go_one, "human_expert": entry.reported.human_expert,
+                    "metis": entry.reported.metis, "hdp": entry.reported.hdp},
+                "methods": {}}
+            if name not in by_name:
+                by_name[name] = row
+                result["rows"].append(row)
+            for m in run_now:
+                bar.update(task, description=f"{name}: {m}")
+                res = compare(prob, [m], "placement", Budget(budget), seed, params=params)[0]
+                row["methods"][m] = _method_record(res, params.get(m, {}))
                 bar.advance(task)
-            row = {"model": name, "ops": graph.num_nodes, "devices": entry.num_devices,
-                   "build_seconds": build_s, "lower_bound": prob.lower_bound,
-                   "reported": None if entry.reported is None else {
-                       "go_one": entry.reported.go_one, "human_expert": entry.reported.human_expert,
-                       "metis": entry.reported.metis, "hdp": entry.reported.hdp},
-                   "methods": {r.method: {"step_time": r.step_time, "valid": r.result.valid,
-                                          "reason": r.result.reason,
-                                          "seconds": r.stats.get("seconds"),
-                                          "evals": r.stats.get("evals", 0)} for r in res}}
-            result["rows"].append(row)
-            if out:
-                _save(result, out)
-    result["geomean_speedup_vs_expert"] = {m: _geomean(_speedups(result, m)) for m in methods}
+                if out:
+                    _save(result, out)
+    order = {n: i for i, n in enumerate(ROWS)}
+    result["rows"].sort(key=lambda r: order.get(r["model"], len(order)))
+    result["geomean_speedup_vs_expert"] = {m: _geomean(_speedups(result, m))
+                                           for m in result["settings"]["methods"]}
     if out:
         _save(result, out)
     return result
+
+
+def _method_record(res, params: dict) -> dict:
+    """One method's figures on one row; convergence when the method reports it."""
+    from graphopt.rl.reinforce import time_to_within
+
+    st = res.stats
+    rec = {"step_time": res.step_time, "valid": res.result.valid, "reason": res.result.reason,
+           "seconds": st.get("seconds"), "evals": st.get("evals", 0)}
+    if "evals_to_within_2pct" in st:
+        rec["evals_to_within_2pct"] = st["evals_to_within_2pct"]
+        rec["seconds_to_within_2pct"] = st["seconds_to_within_2pct"]
+    elif st.get("history"):
+        rec["evals_to_within_2pct"], rec["seconds_to_within_2pct"] = time_to_within(
+            st["history"])
+    if "initial_step_time" in st:
+        rec["initial_step_time"] = st["initial_step_time"]
+    if params:
+        rec["params"] = params
+    return rec
 
 
 def _speedups(result: dict, method: str) -> list[float]:
@@ -123,7 +191,10 @@ def _save(result: dict, path: Path) -> None:
 
 def to_markdown(result: dict) -> str:
     """Step time (ms) per row and method, speed-up over ``expert`` in brackets, OOM where
-    invalid; then the ratio of the best method to the lower bound and the geomeans."""
+    invalid and "-" where a method was not run; the ratio of the best method to the lower
+    bound and the geomeans (each over the rows its method ran on). Then, for the methods
+    that report convergence, a second table: evaluations and wall seconds used, and those
+    needed to come within 2% of the final best."""
     methods = result["settings"]["methods"]
     head = "| model | ops | dev | " + " | ".join(methods) + " | best / bound |"
     lines = [head, "|" + "---|" * (len(methods) + 4)]
@@ -131,28 +202,57 @@ def to_markdown(result: dict) -> str:
         e = row["methods"].get("expert")
         cells, best = [], math.inf
         for m in methods:
-            r = row["methods"][m]
+            r = row["methods"].get(m)
+            if r is None:
+                cells.append("-")
+                continue
             if not r["valid"]:
                 cells.append("OOM" if r["reason"].startswith("OOM") else "invalid")
                 continue
             best = min(best, r["step_time"])
-            sp = (f" ({e['step_time'] / r['step_time']:.2f}x)"
-                  if e and e["valid"] and m != "expert" else "")
-            cells.append(f"{r['step_time'] * 1e3:.2f}{sp}")
+            cells.append(f"{r['step_time'] * 1e3:.2f}{_vs(e, r, m)}")
         ratio = f"{best / row['lower_bound']:.2f}" if row["lower_bound"] > 0 and best < math.inf \
             else "-"
         lines.append(f"| {row['model']} | {row['ops']:,} | {row['devices']} | "
                      + " | ".join(cells) + f" | {ratio} |")
-    gm = result.get("geomean_speedup_vs_expert") or {}
+    gm, rows = result.get("geomean_speedup_vs_expert") or {}, len(result["rows"])
+    counts = {m: len(_speedups(result, m)) for m in methods}
     lines.append("| **geomean vs expert** | | | " + " | ".join(
-        f"{gm[m]:.3f}x" if gm.get(m) else "-" for m in methods) + " | |")
+        "-" if not gm.get(m) else f"{gm[m]:.3f}x" if counts[m] == rows
+        else f"{gm[m]:.3f}x ({counts[m]} rows)" for m in methods) + " | |")
+    conv = [m for m in methods
+            if any("evals_to_within_2pct" in r["methods"].get(m, {}) for r in result["rows"])]
+    if conv:
+        lines += ["", "| model | method | step ms | evals | seconds | evals to 2% | "
+                      "seconds to 2% |", "|---|---|---|---|---|---|---|"]
+        for row in result["rows"]:
+            e = row["methods"].get("expert")
+            for m in conv:
+                r = row["methods"].get(m)
+                if r is None or "evals_to_within_2pct" not in r:
+                    continue
+                step = f"{r['step_time'] * 1e3:.2f}{_vs(e, r, m)}" if r["valid"] else "invalid"
+                e2, s2 = r["evals_to_within_2pct"], r["seconds_to_within_2pct"]
+                lines.append(f"| {row['model']} | {m} | {step} | {r['evals']:,} | "
+                             f"{r['seconds']:.1f} | {'-' if e2 is None else f'{e2:,}'} | "
+                             f"{'-' if s2 is None else f'{s2:.1f}'} |")
     return "\n".join(lines)
 
 
-def update_docs(result: dict, docs: Path, command: str) -> None:
-    """Replace the go-table2 section of ``docs`` (between its markers) with this result."""
+def _vs(expert: dict | None, r: dict, method: str) -> str:
+    """`` (1.23x)``: the speed-up of ``r`` over a valid ``expert``; "" for expert itself."""
+    if not expert or not expert["valid"] or method == "expert":
+        return ""
+    return f" ({expert['step_time'] / r['step_time']:.2f}x)"
+
+
+def update_docs(result: dict, docs: Path) -> None:
+    """Replace the go-table2 section of ``docs`` (between its markers) with this result,
+    headed by the commands that produced it."""
     s = result["settings"]
+    commands = "; then ".join(f"`{c}`" for c in result.get("commands", [])) or "`graphopt bench go-table2`"
     replace_section(docs, "go-table2-quick" if s["quick"] else "go-table2",
-                    f"`{command}` — cluster `{s['cluster']}`, budget {s['budget']} evaluations "
-                    f"per search method, seed {s['seed']}; step times in ms, speed-up over "
-                    f"`expert` in brackets.\n\n{to_markdown(result)}")
+                    f"{commands} — cluster `{s['cluster']}`, budget {s['budget']} evaluations "
+                    f"per search or learned method, seed {s['seed']}; step times in ms, speed-up "
+                    f"over `expert` in brackets; \"-\": not run on that row.\n\n"
+                    f"{to_markdown(result)}")

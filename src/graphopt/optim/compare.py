@@ -48,10 +48,11 @@ class MethodResult:
 
 def compare(problem: Problem, methods: list[str], task: str = "placement",
             budget: Budget | None = None, seed: int = 0, init: str | None = None,
-            on_start=None) -> list[MethodResult]:
+            on_start=None, params: dict[str, dict] | None = None) -> list[MethodResult]:
     """Run ``methods`` one after another; each starts from ``init``'s plan when given.
 
-    ``on_start(method)`` is called before each method (for progress display).
+    ``on_start(method)`` is called before each method (for progress display);
+    ``params[method]``, when given, are that method's constructor arguments.
 
     >>> from graphopt.hardware import load_cluster
     >>> from graphopt.ir.generate import mlp_training_graph
@@ -67,7 +68,8 @@ def compare(problem: Problem, methods: list[str], task: str = "placement",
     for m in methods:
         if on_start:
             on_start(m)
-        plan, stats = optimize(problem, m, tasks, budget, seed, init=start)
+        plan, stats = optimize(problem, m, tasks, budget, seed, init=start,
+                               **(params or {}).get(m, {}))
         out.append(MethodResult(m, plan, simulate(problem, plan, timeline=True), stats))
     return out
 
