@@ -726,8 +726,10 @@ def bench_go(
     multitask_rows: str = typer.Option("", help="Rows of the multi-task comparison ('none': "
                                                 "skip it)."),
     multitask_budget: int = typer.Option(1000, min=1, help="Evaluations per task set there."),
-    learned: str = typer.Option("rl-lstm,hdp,go,go-finetune,go-one",
-                                help="Learned methods compared with the baselines."),
+    learned: str = typer.Option("go,go-finetune,go-one",
+                                help="Learned methods run beside the baselines (rl-lstm and "
+                                     "hdp join from go-table2's results with the same "
+                                     "settings, or run here when listed)."),
     seed: int = typer.Option(0, help="Seed of every method."),
     out: Path | None = typer.Option(None, help="Results JSON; default bench/results/go[-quick].json"),
     docs: Path = typer.Option(Path("docs/benchmarks.md"), help="Markdown file whose go "

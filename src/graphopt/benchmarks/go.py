@@ -3,9 +3,10 @@
 Four measurements, each run side by side in one process, same problems, same seed:
 
 1. **Placement** on the rows where PPO fits the budget: every non-learned method of
-   ``go-table2``, the learned placers before GO (``rl-lstm``, ``hdp``), and GO zero-shot
-   (``go``), fine-tuned (``go-finetune``) and trained from scratch (``go-one``), all at the
-   same evaluation budget; step times, speed-ups over ``expert``, geometric means.
+   ``go-table2`` and GO zero-shot (``go``), fine-tuned (``go-finetune``) and trained from
+   scratch (``go-one``), all at the same evaluation budget; step times, speed-ups over
+   ``expert``, geometric means. The learned placers before GO (``rl-lstm``, ``hdp``)
+   join from go-table2's results file where it has them for the same settings.
 2. **Search cost**: evaluations and seconds each search needed to come within 2% of
    its own final step time.
 3. **Transfer**: the rows of the held-out families (never seen in pre-training) in the
@@ -39,8 +40,12 @@ __all__ = ["LEARNED_ROWS", "MULTITASK_ROWS", "run", "to_markdown", "update_docs"
 #: Rows where every method, PPO included, runs within the budget in minutes on a CPU.
 LEARNED_ROWS = ("rnnlm-2", "transformer-xl-2", "transformer-xl-4", "transformer-xl-8",
                 "inception-v3-b32", "inception-v3-b64", "amoebanet", "wavenet-2x18")
-#: The learned methods compared on those rows.
-LEARNED = ("rl-lstm", "hdp", "go", "go-finetune", "go-one")
+#: The learned methods run on those rows.
+LEARNED = ("go", "go-finetune", "go-one")
+#: The learned placers before GO: taken from go-table2's results where that run used the
+#: same cluster, budget and seed (their runs take minutes; the simulator and the seeded
+#: methods are deterministic, so the step times are those a run here would give).
+PRIOR = ("rl-lstm", "hdp")
 #: Rows of the multi-task comparison.
 MULTITASK_ROWS = ("transformer-xl-2", "inception-v3-b32", "wavenet-2x18")
 #: Task sets of the multi-task comparison.
@@ -70,7 +75,8 @@ def run(cluster: str = "p100", budget: int = 2000, seed: int = 0, quick: bool = 
         learned_rows: tuple[str, ...] = LEARNED_ROWS, zero_shot_rows: tuple[str, ...] = ROWS,
         multitask_rows: tuple[str, ...] = MULTITASK_ROWS, multitask_budget: int = 1000,
         learned: tuple[str, ...] = LEARNED, out: Path | None = None, resume: bool = False,
-        progress: bool = True, params: dict[str, dict] | None = None) -> dict:
+        progress: bool = True, params: dict[str, dict] | None = None,
+        prior: Path | None = Path("bench/results/go-table2.json")) -> dict:
     """Run the benchmark; return (and, with ``out``, checkpoint after each row) its results."""
     from rich.progress import Progress
 
@@ -95,6 +101,7 @@ def run(cluster: str = "p100", budget: int = 2000, seed: int = 0, quick: bool = 
             atomic_write(out, lambda f: f.write(text.encode()))
 
     methods = list(BASELINES) + list(learned)
+    prior_rows = _prior_rows(prior, cluster, budget, seed, quick)
     jobs = ([("placement", r) for r in learned_rows]
             + [("zero_shot", r) for r in zero_shot_rows if r not in learned_rows]
             + [("multitask", r) for r in multitask_rows])
@@ -113,6 +120,9 @@ def run(cluster: str = "p100", budget: int = 2000, seed: int = 0, quick: bool = 
                 res = compare(prob, methods, "placement", Budget(budget), seed, on_start=show,
                               params=params)
                 row["methods"] = {r.method: _figures(r) for r in res}
+                for m in PRIOR:
+                    if m not in row["methods"] and m in prior_rows.get(name, {}):
+                        row["methods"][m] = {**prior_rows[name][m], "from": "go-table2"}
             elif part == "zero_shot":
                 res = compare(prob, ["expert", "go"], "placement", Budget(budget), seed,
                               on_start=show, params=params)
@@ -131,10 +141,25 @@ def run(cluster: str = "p100", budget: int = 2000, seed: int = 0, quick: bool = 
             bar.advance(task)
     result["geomean_speedup_vs_expert"] = {
         m: _geomean([r["methods"]["expert"]["step_time"] / r["methods"][m]["step_time"]
-                     for r in result["placement"] if r["methods"][m]["valid"]
-                     and r["methods"]["expert"]["valid"]]) for m in methods}
+                     for r in result["placement"] if m in r["methods"]
+                     and r["methods"][m]["valid"] and r["methods"]["expert"]["valid"]])
+        for m in methods + list(PRIOR)}
     save()
     return result
+
+
+def _prior_rows(path: Path | None, cluster: str, budget: int, seed: int,
+                quick: bool) -> dict[str, dict]:
+    """``{row: {method: figures}}`` of go-table2's results, if its settings match."""
+    if path is None or not Path(path).is_file():
+        return {}
+    old = json.loads(Path(path).read_text())
+    s = old.get("settings", {})
+    if (s.get("cluster"), s.get("budget"), s.get("seed"), s.get("quick")) != (cluster, budget,
+                                                                              seed, quick):
+        return {}
+    return {r["model"]: {m: f for m, f in r["methods"].items() if m in PRIOR}
+            for r in old.get("rows", [])}
 
 
 def _geomean(xs: list[float]) -> float | None:
@@ -152,9 +177,13 @@ def _name(row: dict) -> str:
 def to_markdown(result: dict) -> str:
     """The four tables of the benchmark."""
     s = result["settings"]
-    methods = list(BASELINES) + s["learned"]
+    prior = [m for m in PRIOR if m not in s["learned"]
+             and any(m in r["methods"] for r in result["placement"])]
+    methods = list(BASELINES) + prior + s["learned"]
     out = ["**Placement** (step time in ms, speed-up over `expert` in brackets; "
-           "\\* held-out family):", "",
+           "\\* held-out family" + ("; " + ", ".join(prior) + " from go-table2's run with the "
+                                    "same settings, - where it has none" if prior else "")
+           + "):", "",
            "| model | ops | dev | " + " | ".join(methods) + " | GO-one vs best non-learned |",
            "|" + "---|" * (len(methods) + 4)]
     for row in result["placement"]:
@@ -162,8 +191,8 @@ def to_markdown(result: dict) -> str:
         e = ms["expert"]["step_time"]
         cells = []
         for m in methods:
-            t = ms[m]["step_time"]
-            cells.append("OOM" if t is None else
+            t = ms[m]["step_time"] if m in ms else None
+            cells.append("-" if m not in ms else "OOM" if t is None else
                          _ms(t) + (f" ({e / t:.2f}x)" if e and m != "expert" else ""))
         best = min((ms[m]["step_time"] for m in BASELINES if ms[m]["step_time"]), default=None)
         go = ms.get("go-one", {}).get("step_time")
@@ -182,8 +211,8 @@ def to_markdown(result: dict) -> str:
     for row in result["placement"]:
         cells = []
         for m in searches:
-            r = row["methods"][m]
-            cells.append("-" if r["evals_to_within_2pct"] is None else
+            r = row["methods"].get(m)
+            cells.append("-" if r is None or r.get("evals_to_within_2pct") is None else
                          f"{r['evals_to_within_2pct']:,} / {r['seconds_to_within_2pct']:.1f} s")
         out.append(f"| {row['model']} | " + " | ".join(cells) + " |")
 

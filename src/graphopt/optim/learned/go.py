@@ -227,6 +227,10 @@ class GOFinetune(GOOne):
     32
     """
 
+    lr: float = 1e-3
+    """Adam learning rate: the shipped policy's pre-training value."""
+    ent_coef: float = 0.01
+    """Entropy bonus: the shipped policy's pre-training value."""
     checkpoint: str | None = None
     """Folder of the pre-trained policy (None: the one shipped in the package)."""
 
