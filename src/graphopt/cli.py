@@ -642,24 +642,25 @@ def train(
                              help="Folder for the checkpoint (resumed when it exists), "
                                   "log.csv, curve.png and the policy (policy.safetensors + "
                                   "policy.json). Example: ckpt/go"),
-    updates: int = typer.Option(1200, min=1, help="PPO updates, one graph each, in turn."),
+    updates: int = typer.Option(3000, min=1, help="PPO updates of the run, one graph each, in "
+                                                  "turn (a resumed run stops at this total)."),
     minutes: float | None = typer.Option(None, min=0.0, help="Stop after this many minutes "
                                                             "(the checkpoint resumes later)."),
     task: str = typer.Option("placement", "--task", "-t",
                              help="What the policy learns to decide, comma-separated. "
                                   "Example: placement,scheduling,fusion"),
-    lr: float | None = typer.Option(None, help="Adam learning rate (default: PPOConfig's)."),
-    num_samples: int | None = typer.Option(None, min=2, help="Plans per update (default: "
-                                                               "PPOConfig's)."),
+    lr: float | None = typer.Option(None, help="Adam learning rate (default: PRETRAIN_PPO's, "
+                                               "1e-3)."),
+    num_samples: int | None = typer.Option(None, min=2, help="Plans per update (default: 16)."),
     ent_coef: float | None = typer.Option(None, min=0.0, help="Entropy bonus (default: "
-                                                             "PPOConfig's). Example: 0.01"),
+                                                             "PRETRAIN_PPO's, 0.01)."),
     seed: int = typer.Option(0, help="Seed of the policy's initialization and sampling."),
     threads: int = typer.Option(1, min=1, help="torch CPU threads."),
 ) -> None:
     """Pre-train GO's policy with PPO on a corpus of graphs; the result is what the 'go'
     and 'go-finetune' methods load with -p go.checkpoint=OUT.
 
-    Example: graphopt train --updates 1200 --out runs/go-pretrain
+    Example: graphopt train --updates 3000 --out runs/go-pretrain
     """
     import dataclasses
 
@@ -667,8 +668,7 @@ def train(
 
     from graphopt.hardware import load_cluster
     from graphopt.optim.base import parse_task
-    from graphopt.optim.learned.go import PRETRAIN_CORPUS, pretrain
-    from graphopt.rl.ppo import PPOConfig
+    from graphopt.optim.learned.go import PRETRAIN_CORPUS, PRETRAIN_PPO, pretrain
     from graphopt.sim import Problem
 
     torch.set_num_threads(threads)
@@ -689,7 +689,7 @@ def train(
                                     "zoo:rnnlm-2@p100:2")
             with console.status(f"loading {graph} ..."):
                 problems.append(Problem(load_graph_arg(graph), load_cluster(cluster)))
-        ppo = dataclasses.replace(PPOConfig(), **{k: v for k, v in (
+        ppo = dataclasses.replace(PRETRAIN_PPO, **{k: v for k, v in (
             ("lr", lr), ("num_samples", num_samples), ("ent_coef", ent_coef)) if v is not None})
         res = pretrain(problems, out, task=parse_task(task), updates=updates,
                        seconds=None if minutes is None else minutes * 60, seed=seed, ppo=ppo,

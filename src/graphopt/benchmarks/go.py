@@ -46,6 +46,8 @@ LEARNED = ("go", "go-finetune", "go-one")
 #: same cluster, budget and seed (their runs take minutes; the simulator and the seeded
 #: methods are deterministic, so the step times are those a run here would give).
 PRIOR = ("rl-lstm", "hdp")
+#: GO's methods compared with the best non-learned method of each row.
+_VS = ("go", "go-finetune", "go-one")
 #: Rows of the multi-task comparison.
 MULTITASK_ROWS = ("transformer-xl-2", "inception-v3-b32", "wavenet-2x18")
 #: Task sets of the multi-task comparison.
@@ -184,8 +186,10 @@ def to_markdown(result: dict) -> str:
            "\\* held-out family" + ("; " + ", ".join(prior) + " from go-table2's run with the "
                                     "same settings, - where it has none" if prior else "")
            + "):", "",
-           "| model | ops | dev | " + " | ".join(methods) + " | GO-one vs best non-learned |",
-           "|" + "---|" * (len(methods) + 4)]
+           "| model | ops | dev | " + " | ".join(methods) + " | " + " | ".join(
+               f"{m} vs best non-learned" for m in _VS) + " |",
+           "|" + "---|" * (len(methods) + 3 + len(_VS))]
+    vs_best: dict[str, list[float]] = {m: [] for m in _VS}
     for row in result["placement"]:
         ms = row["methods"]
         e = ms["expert"]["step_time"]
@@ -195,13 +199,23 @@ def to_markdown(result: dict) -> str:
             cells.append("-" if m not in ms else "OOM" if t is None else
                          _ms(t) + (f" ({e / t:.2f}x)" if e and m != "expert" else ""))
         best = min((ms[m]["step_time"] for m in BASELINES if ms[m]["step_time"]), default=None)
-        go = ms.get("go-one", {}).get("step_time")
-        vs = f"{best / go:.2f}x" if best and go else "-"
+        vs = []
+        for m in _VS:
+            t = ms.get(m, {}).get("step_time")
+            if best and t:
+                vs_best[m].append(best / t)
+            vs.append(f"{best / t:.2f}x" if best and t else "-")
         out.append(f"| {_name(row)} | {row['ops']:,} | {row['devices']} | "
-                   + " | ".join(cells) + f" | {vs} |")
+                   + " | ".join(cells) + " | " + " | ".join(vs) + " |")
     gm = result.get("geomean_speedup_vs_expert", {})
-    out.append("| **geomean vs expert** | | | " + " | ".join(
-        f"{gm[m]:.3f}x" if gm.get(m) else "-" for m in methods) + " | |")
+    rows = len(result["placement"])
+
+    def geo(m: str) -> str:
+        n = sum(m in r["methods"] and r["methods"][m]["valid"] for r in result["placement"])
+        return "-" if not gm.get(m) else f"{gm[m]:.3f}x" + (f" ({n} rows)" if n < rows else "")
+
+    out.append("| **geomean** | | | " + " | ".join(geo(m) for m in methods) + " | " + " | ".join(
+        f"{_geomean(v):.3f}x" if v else "-" for v in vs_best.values()) + " |")
 
     searches = [m for m in ("sa", "brkga", "rl-lstm", "hdp", "go-finetune", "go-one")
                 if m in methods]

@@ -36,8 +36,8 @@ from graphopt.rl.ppo import PPOConfig, sample, train
 from graphopt.rl.reinforce import seed_everything, time_to_within
 from graphopt.sim import Plan, Problem, simulate_batch
 
-__all__ = ["GO", "GOFinetune", "GOOne", "PRETRAIN_CORPUS", "SHIPPED", "load_go_policy", "new_policy",
-           "pretrain"]
+__all__ = ["GO", "GOFinetune", "GOOne", "PRETRAIN_CORPUS", "PRETRAIN_PPO", "SHIPPED",
+           "load_go_policy", "new_policy", "pretrain"]
 
 #: The pre-trained policy in the package.
 SHIPPED = Path(__file__).parent / "checkpoints" / "go"
@@ -54,6 +54,10 @@ PRETRAIN_CORPUS = (
     "zoo:rnnlm-2@p100:4", "zoo:gnmt-2@p100:4",
     "example:layered-2000@p100:2", "example:layered-3000@p100:4", "example:layered-4000@p100:8",
 )
+
+#: PPO settings of pre-training: a lower learning rate and a larger entropy bonus than
+#: go-one's, which collapsed every corpus graph onto one device (docs/go.md).
+PRETRAIN_PPO = PPOConfig(lr=1e-3, ent_coef=0.01)
 
 
 def new_policy(seed: int, **config) -> GOPolicy:
@@ -227,10 +231,10 @@ class GOFinetune(GOOne):
     32
     """
 
-    lr: float = 1e-3
-    """Adam learning rate: the shipped policy's pre-training value."""
-    ent_coef: float = 0.01
-    """Entropy bonus: the shipped policy's pre-training value."""
+    lr: float = PRETRAIN_PPO.lr
+    """Adam learning rate: pre-training's."""
+    ent_coef: float = PRETRAIN_PPO.ent_coef
+    """Entropy bonus: pre-training's."""
     checkpoint: str | None = None
     """Folder of the pre-trained policy (None: the one shipped in the package)."""
 
@@ -240,14 +244,14 @@ class GOFinetune(GOOne):
 
 def pretrain(problems: list[Problem], out: str | Path, *,
              task: frozenset[str] = frozenset({"placement"}),
-             updates: int = 1000, seconds: float | None = None, seed: int = 0,
+             updates: int = 3000, seconds: float | None = None, seed: int = 0,
              ppo: PPOConfig | None = None, units: str = "groups", command: str = "",
              progress: bool = True, **policy_config) -> dict:
     """Pre-train a policy on ``problems`` (one PPO update per problem in turn), checkpoint
     into ``out`` (resumable), and save the policy there as ``policy.safetensors`` +
     ``policy.json`` — the form :class:`GO` loads.
     """
-    ppo = ppo or PPOConfig()
+    ppo = ppo or PRETRAIN_PPO
     policy = new_policy(seed, **policy_config)
     for p in problems:
         _check(p, task, policy, "pretrain")
