@@ -16,9 +16,10 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# The main job: compare placement methods on GNMT-2's training step, two V100s of a DGX-1.
+# The main job: compare placement methods, GO's shipped policy among them, on GNMT-2's
+# training step, two V100s of a DGX-1.
 run: $(STAMP)
-	$(BIN)/graphopt optimize zoo:gnmt-2 --methods single,expert,metis,m-etf,heft,sa,brkga \
+	$(BIN)/graphopt optimize zoo:gnmt-2 --methods single,expert,metis,m-etf,heft,sa,brkga,go \
 		--budget 1000 --out runs/gnmt-2
 
 test: $(STAMP)

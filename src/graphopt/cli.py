@@ -638,6 +638,9 @@ def train(
                                                "or 'default': the zoo's train split and "
                                                "random layered graphs (see docs/go.md). "
                                                "Example: zoo:rnnlm-2@p100:2,zoo:bert-base@p100:4"),
+    cluster: str | None = typer.Option(None, "--cluster", "-c",
+                                       help="Cluster for --corpus items given without "
+                                            "@CLUSTER. Example: p100:4"),
     out: Path = typer.Option(Path("runs/go-pretrain"), "--out", "-o",
                              help="Folder for the checkpoint (resumed when it exists), "
                                   "log.csv, curve.png and the policy (policy.safetensors + "
@@ -675,6 +678,7 @@ def train(
     items = PRETRAIN_CORPUS if corpus == "default" else tuple(
         c.strip() for c in corpus.split(",") if c.strip())
     command = " ".join(["graphopt train", *([f"--corpus {corpus}"] if corpus != "default" else []),
+                        *([f"--cluster {cluster}"] if cluster else []),
                         f"--updates {updates}", *([f"--minutes {minutes:g}"] if minutes else []),
                         f"--task {task}", f"--seed {seed}",
                         *([f"--lr {lr}"] if lr is not None else []),
@@ -683,12 +687,14 @@ def train(
     try:
         problems = []
         for item in items:
-            graph, at, cluster = item.rpartition("@")
-            if not at or not graph:
+            graph, at, where = item.rpartition("@")
+            if not at:
+                graph, where = item, cluster
+            if not graph or not where:
                 raise GraphoptError(f"--corpus item {item!r}: expected GRAPH@CLUSTER, e.g. "
-                                    "zoo:rnnlm-2@p100:2")
+                                    "zoo:rnnlm-2@p100:2, or GRAPH with --cluster")
             with console.status(f"loading {graph} ..."):
-                problems.append(Problem(load_graph_arg(graph), load_cluster(cluster)))
+                problems.append(Problem(load_graph_arg(graph), load_cluster(where)))
         ppo = dataclasses.replace(PRETRAIN_PPO, **{k: v for k, v in (
             ("lr", lr), ("num_samples", num_samples), ("ent_coef", ent_coef)) if v is not None})
         res = pretrain(problems, out, task=parse_task(task), updates=updates,

@@ -198,3 +198,7 @@ def test_cli_train_then_optimize_with_the_policy(tmp_path):
     assert r.exit_code == 0, r.output
     r = CliRunner().invoke(app, ["train", "--corpus", "example:mlp", "--out", str(out)])
     assert r.exit_code == 2 and "GRAPH@CLUSTER" in r.output
+    r = CliRunner().invoke(app, ["train", "--corpus", "example:mlp", "--cluster", "p100:2",
+                                 "--updates", "1", "--num-samples", "2", "--out",
+                                 str(tmp_path / "c")])
+    assert r.exit_code == 0, r.output
