@@ -58,7 +58,7 @@ class PPOConfig:
     """Gradient steps on each batch."""
     clip_coef: float = 0.2
     """PPO's clip on the per-node probability ratio."""
-    ent_coef: float = 0.003
+    ent_coef: float = 0.01
     """Weight of the entropy bonus (mean per node, summed over tasks)."""
     max_grad_norm: float = 0.5
     """Global gradient-norm clip."""
