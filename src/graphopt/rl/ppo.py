@@ -125,7 +125,7 @@ def train(policy: GOPolicy, envs: list[GOEnv], cfg: PPOConfig, *, seed: int,
     or until the run (resumed from ``checkpoint_dir`` or new) counts ``updates`` updates:
     the first bound reached; at least one must be set.
 
-    Returns a dict: ``best`` (per env name: ``Plan`` and step time), ``history``
+    Returns a dict: ``best`` (per env: ``(Plan, step time)``, None before a valid plan), ``history``
     (``[evals, seconds, best step time]`` per update of the first env), ``curve`` (batch
     means), ``log`` (one row per update), counts and whether it was interrupted.
     """
@@ -251,8 +251,8 @@ def train(policy: GOPolicy, envs: list[GOEnv], cfg: PPOConfig, *, seed: int,
             interrupted = True
     if checkpoint_dir is not None:
         checkpoint()
-    return {"best": {env.problem.graph.name: (Plan.from_dict(rec.best), rec.best_time)
-                     for env, rec in zip(envs, records) if rec.best is not None},
+    return {"best": [(Plan.from_dict(r.best), r.best_time) if r.best is not None else None
+                     for r in records],
             "history": state["history"], "curve": state["curve"], "log": state["log"],
             "updates": state["update"], "total_evals": state["evals"],
             "evals": spent()[0], "seconds": spent()[1], "resumed_from_update": resumed_from,

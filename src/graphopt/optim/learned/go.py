@@ -83,7 +83,7 @@ def _check(problem: Problem, task: frozenset[str], policy: GOPolicy, name: str) 
         raise GraphoptError(f"{name}: empty task")
 
 
-def _result(problem: Problem, env: GOEnv, plan: Plan | None, step_time: float, init: Plan | None,
+def _result(env: GOEnv, plan: Plan | None, step_time: float, init: Plan | None,
             stats: dict) -> tuple[Plan, dict]:
     base = init or Plan()
     if plan is None:  # nothing valid seen: the compiler default
@@ -144,7 +144,7 @@ class GO:
             plan = Plan(placement=place[j], priority=None if prio is None else prio[j],
                         fusion=None if fuse is None else fuse[j])
         greedy = float(res.step_time[0]) if res.valid[0] else None
-        return _result(problem, env, plan, best, init, {
+        return _result(env, plan, best, init, {
             "evals": k, "seconds": time.perf_counter() - t0, "inference_seconds": infer_s,
             "greedy_step_time": greedy})
 
@@ -205,10 +205,10 @@ class GOOne:
                                                        if k not in ("progress", "threads",
                                                                     "checkpoint_dir")}},
                     label=f"{self.name} {problem.graph.name}")
-        plan, best = out["best"].get(problem.graph.name, (None, float("inf")))
+        plan, best = out["best"][0] or (None, float("inf"))
         evals_2pct, seconds_2pct = time_to_within(out["history"], 0.02)
         initial = next((m for _, m in out["curve"] if m is not None), None)
-        return _result(problem, env, plan, best, init, {
+        return _result(env, plan, best, init, {
             "evals": out["evals"], "seconds": out["seconds"], "updates": out["updates"],
             "initial_step_time": initial, "evals_to_within_2pct": evals_2pct,
             "seconds_to_within_2pct": seconds_2pct, "interrupted": out["interrupted"],
