@@ -70,11 +70,17 @@ def test_attention_sees_exactly_one_segment_back():
 def test_padding_does_not_leak():
     torch.manual_seed(0)
     layer = SegmentRecurrentAttention(8, heads=2, segment=4, context_dim=3)
-    h, ctx = torch.rand(6, 8), torch.rand(3)
-    # the last two rows of a 6-row input are padded to 8: the 6 outputs must equal those
-    # of the same rows followed by two extra real rows only where the rows can see them
-    full = layer(torch.cat([h, torch.rand(2, 8)]), ctx)
-    assert torch.allclose(layer(h, ctx)[:4], full[:4])
+    h, ctx = torch.rand(2, 8), torch.rand(3)
+    base = layer(h, ctx)
+    # 2 rows pad to one segment of 4: key positions pos[4 + 2], pos[4 + 3] hold only
+    # padding (and the first segment's memory is masked), so changing them must leave
+    # every real output unchanged.
+    with torch.no_grad():
+        layer.pos[6:] += 5.0
+    assert torch.allclose(layer(h, ctx), base)
+    with torch.no_grad():
+        layer.pos[5] += 5.0  # a real key position: the same change does show
+    assert not torch.allclose(layer(h, ctx), base)
 
 
 def test_bisage_tells_producers_from_consumers():

@@ -3,11 +3,28 @@ go to ``bench/results/`` and into marked sections of ``docs/benchmarks.md``."""
 
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
 
 from graphopt.ir.io import atomic_write
 
-__all__ = ["replace_section"]
+__all__ = ["geomean", "replace_section", "save_json"]
+
+
+def geomean(xs: list[float]) -> float | None:
+    """Geometric mean (None for no values).
+
+    >>> geomean([1.0, 4.0])
+    2.0
+    """
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def save_json(result: dict, path: str | Path) -> None:
+    """Write a benchmark's results to ``path`` as indented JSON, atomically."""
+    text = json.dumps(result, indent=1)
+    atomic_write(path, lambda f: f.write(text.encode()))
 
 
 def replace_section(docs: str | Path, tag: str, body: str) -> None:

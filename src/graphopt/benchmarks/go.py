@@ -22,14 +22,12 @@ already there with the same settings) and a markdown section of docs/benchmarks.
 from __future__ import annotations
 
 import json
-import math
 import platform
 from pathlib import Path
 
-from graphopt.benchmarks import replace_section
-from graphopt.benchmarks.go_table2 import QUICK, ROWS
+from graphopt.benchmarks import geomean, replace_section, save_json
+from graphopt.benchmarks.go_table2 import ROWS, row_entry
 from graphopt.benchmarks.go_table2 import METHODS as BASELINES
-from graphopt.ir.io import atomic_write
 from graphopt.optim.base import Budget
 from graphopt.optim.compare import compare
 from graphopt.rl.reinforce import time_to_within
@@ -56,11 +54,9 @@ TASKS = ("placement", "scheduling", "fusion", "placement,scheduling,fusion")
 
 def _problem(name: str, cluster: str, quick: bool) -> Problem:
     from graphopt.hardware import load_cluster
-    from graphopt.zoo import build, get_entry
+    from graphopt.zoo import build
 
-    entry = get_entry(name)
-    if quick:
-        entry = entry.with_config(f"{name}-quick", **QUICK[entry.family])
+    entry = row_entry(name, quick)
     return Problem(build(entry), load_cluster(f"{cluster}:{entry.num_devices}"))
 
 
@@ -99,8 +95,7 @@ def run(cluster: str = "p100", budget: int = 2000, seed: int = 0, quick: bool = 
 
     def save() -> None:
         if out:
-            text = json.dumps(result, indent=1)
-            atomic_write(out, lambda f: f.write(text.encode()))
+            save_json(result, out)
 
     methods = list(BASELINES) + list(learned)
     prior_rows = _prior_rows(prior, cluster, budget, seed, quick)
@@ -142,7 +137,7 @@ def run(cluster: str = "p100", budget: int = 2000, seed: int = 0, quick: bool = 
             save()
             bar.advance(task)
     result["geomean_speedup_vs_expert"] = {
-        m: _geomean([r["methods"]["expert"]["step_time"] / r["methods"][m]["step_time"]
+        m: geomean([r["methods"]["expert"]["step_time"] / r["methods"][m]["step_time"]
                      for r in result["placement"] if m in r["methods"]
                      and r["methods"][m]["valid"] and r["methods"]["expert"]["valid"]])
         for m in methods + list(PRIOR)}
@@ -162,10 +157,6 @@ def _prior_rows(path: Path | None, cluster: str, budget: int, seed: int,
         return {}
     return {r["model"]: {m: f for m, f in r["methods"].items() if m in PRIOR}
             for r in old.get("rows", [])}
-
-
-def _geomean(xs: list[float]) -> float | None:
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
 
 
 def _ms(x: float | None) -> str:
@@ -215,7 +206,7 @@ def to_markdown(result: dict) -> str:
         return "-" if not gm.get(m) else f"{gm[m]:.3f}x" + (f" ({n} rows)" if n < rows else "")
 
     out.append("| **geomean** | | | " + " | ".join(geo(m) for m in methods) + " | " + " | ".join(
-        f"{_geomean(v):.3f}x" if v else "-" for v in vs_best.values()) + " |")
+        f"{geomean(v):.3f}x" if v else "-" for v in vs_best.values()) + " |")
 
     searches = [m for m in ("sa", "brkga", "rl-lstm", "hdp", "go-finetune", "go-one")
                 if m in methods]

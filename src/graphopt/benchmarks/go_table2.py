@@ -22,8 +22,7 @@ import platform
 import time
 from pathlib import Path
 
-from graphopt.benchmarks import replace_section
-from graphopt.ir.io import atomic_write
+from graphopt.benchmarks import geomean, replace_section, save_json
 from graphopt.optim.base import Budget
 from graphopt.optim.compare import compare
 from graphopt.sim import Problem
@@ -52,8 +51,12 @@ QUICK = {
 }
 
 
-def _geomean(xs: list[float]) -> float | None:
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+def row_entry(name: str, quick: bool = False):
+    """The zoo entry of row ``name``, resized to :data:`QUICK` when ``quick``."""
+    from graphopt.zoo import get_entry
+
+    entry = get_entry(name)
+    return entry.with_config(f"{name}-quick", **QUICK[entry.family]) if quick else entry
 
 
 def run(cluster: str = "p100", methods: tuple[str, ...] = METHODS, budget: int = 2000,
@@ -89,7 +92,7 @@ def run(cluster: str = "p100", methods: tuple[str, ...] = METHODS, budget: int =
     from rich.progress import Progress
 
     from graphopt.hardware import load_cluster
-    from graphopt.zoo import build, get_entry
+    from graphopt.zoo import build
 
     params = {m: p for m, p in (params or {}).items() if p}
     settings = {"cluster": cluster, "budget": budget, "seed": seed, "quick": quick}
@@ -122,9 +125,7 @@ def run(cluster: str = "p100", methods: tuple[str, ...] = METHODS, budget: int =
             run_now = todo(name)
             if not run_now:
                 continue
-            entry = get_entry(name)
-            if quick:
-                entry = entry.with_config(f"{name}-quick", **QUICK[entry.family])
+            entry = row_entry(name, quick)
             t0 = time.perf_counter()
             graph = build(entry)
             build_s = time.perf_counter() - t0
@@ -145,13 +146,13 @@ def run(cluster: str = "p100", methods: tuple[str, ...] = METHODS, budget: int =
                 row["methods"][m] = _method_record(res, params.get(m, {}))
                 bar.advance(task)
                 if out:
-                    _save(result, out)
+                    save_json(result, out)
     order = {n: i for i, n in enumerate(ROWS)}
     result["rows"].sort(key=lambda r: order.get(r["model"], len(order)))
-    result["geomean_speedup_vs_expert"] = {m: _geomean(_speedups(result, m))
+    result["geomean_speedup_vs_expert"] = {m: geomean(_speedups(result, m))
                                            for m in result["settings"]["methods"]}
     if out:
-        _save(result, out)
+        save_json(result, out)
     return result
 
 
@@ -183,10 +184,6 @@ def _speedups(result: dict, method: str) -> list[float]:
             out.append(e["step_time"] / m["step_time"])
     return out
 
-
-def _save(result: dict, path: Path) -> None:
-    text = json.dumps(result, indent=1)
-    atomic_write(path, lambda f: f.write(text.encode()))
 
 
 def to_markdown(result: dict) -> str:

@@ -14,7 +14,9 @@ from graphopt.rl.reinforce import (
     EMABaseline,
     new_run_state,
     record_update,
+    restore_run,
     run_stats,
+    save_run,
     seed_everything,
     sqrt_cost,
     staircase_lr,
@@ -23,5 +25,6 @@ from graphopt.rl.reinforce import (
 from graphopt.rl.seq2seq import AttentionLSTMPlacer
 
 __all__ = ["AttentionLSTMPlacer", "CheckpointError", "EMABaseline", "GroupFeatures", "cap_groups",
-           "load_checkpoint", "load_policy", "new_run_state", "op_inputs", "record_update", "run_stats",
-           "save_checkpoint", "save_policy", "seed_everything", "sqrt_cost", "staircase_lr", "time_to_within"]
+           "load_checkpoint", "load_policy", "new_run_state", "op_inputs", "record_update",
+           "restore_run", "run_stats", "save_checkpoint", "save_policy", "save_run",
+           "seed_everything", "sqrt_cost", "staircase_lr", "time_to_within"]

@@ -1,5 +1,6 @@
 """REINFORCE pieces the learned placers share: seeding, the √(step time) cost, the
-moving-average baseline, the learning-rate schedule and convergence figures.
+moving-average baseline, the learning-rate schedule, convergence figures, and saving and
+restoring a run.
 
 Costs here are *lower is better*: a placement's cost is √(step time in seconds), and an
 invalid placement (out of memory, split colocation group) costs √(a large constant
@@ -16,7 +17,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["EMABaseline", "new_run_state", "record_update", "run_stats", "seed_everything",
+from graphopt.rl.checkpoint import load_checkpoint, save_checkpoint
+from graphopt.sim import Plan
+from graphopt.viz.curves import learning_curve
+
+__all__ = ["EMABaseline", "new_run_state", "record_update", "restore_run", "run_stats",
+           "save_run", "seed_everything",
            "sqrt_cost", "staircase_lr", "time_to_within"]
 
 
@@ -149,3 +155,27 @@ def run_stats(state: dict, ev, **extra) -> dict:
             "total_evals": state["evals"], "evals_to_within_2pct": evals_2pct,
             "seconds_to_within_2pct": seconds_2pct, "history": state["history"],
             "curve": state["curve"], "entropy": state["entropy"], **extra}
+
+
+def restore_run(checkpoint_dir: str | None, config: dict, modules: dict, optimizer,
+                generator: torch.Generator, baseline: EMABaseline, ev) -> dict:
+    """The run state of ``checkpoint_dir`` (a new one when None or empty), with the
+    modules, optimizer, generator, baseline and evaluator ``ev``'s best plan restored."""
+    state = new_run_state()
+    if checkpoint_dir is not None:
+        state = load_checkpoint(checkpoint_dir, config, modules, optimizer, generator) or state
+    baseline.value = state["baseline"]
+    if state["best"] is not None:
+        ev.best_plan, ev.best_time = Plan(placement=state["best"]), state["best_time"]
+    return state
+
+
+def save_run(folder: str, config: dict, modules: dict, optimizer, generator: torch.Generator,
+             state: dict, baseline: EMABaseline, ev, title: str) -> None:
+    """Checkpoint a run into ``folder`` (the inverse of :func:`restore_run`) and draw its
+    learning curve there."""
+    best = ev.best_plan
+    state.update(baseline=baseline.value, best_time=None if best is None else ev.best_time,
+                 best=None if best is None else np.asarray(best.placement).tolist())
+    save_checkpoint(folder, config, modules, optimizer, generator, state)
+    learning_curve(state["history"], f"{folder}/curve.png", state["curve"], title=title)

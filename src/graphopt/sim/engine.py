@@ -28,9 +28,10 @@ import numpy as np
 from numba import njit, prange
 
 # numba's OpenMP layer leaves its threads spinning after every parallel batch, and torch
-# on the same cores then runs up to 30x slower (measured: a GO update took 3 s instead of
-# 0.1 s); the work-queue layer does not, and evaluates batches as fast here. It must not
-# be entered from two Python threads at once, which graphopt never does.
+# on the same cores then runs many times slower (seen as GO's PPO updates slowing by an
+# order of magnitude once the simulator had run); the work-queue layer does not, and
+# evaluates batches as fast. It must not be entered from two Python threads at once,
+# which graphopt never does.
 if "NUMBA_THREADING_LAYER" not in os.environ:
     numba.config.THREADING_LAYER = "workqueue"
 

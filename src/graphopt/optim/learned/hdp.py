@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
-from typing import Any
 
 import numpy as np
 import torch
@@ -70,18 +69,16 @@ from graphopt.rl import (
     AttentionLSTMPlacer,
     EMABaseline,
     GroupFeatures,
-    load_checkpoint,
     op_inputs,
-    save_checkpoint,
-    new_run_state,
     record_update,
+    restore_run,
     run_stats,
+    save_run,
     seed_everything,
     sqrt_cost,
     staircase_lr,
 )
 from graphopt.sim import Plan, Problem
-from graphopt.viz.curves import learning_curve
 
 __all__ = ["HDP", "Grouper"]
 
@@ -187,25 +184,16 @@ class HDP:
         optimizer = torch.optim.Adam([*grouper.parameters(), *placer.parameters()], lr=self.lr)
         baseline = EMABaseline(self.baseline_decay)
         ev = LocalEvaluator(problem, budget.evals, budget.seconds)
-        state: dict[str, Any] = new_run_state()
-        if self.checkpoint_dir is not None:
-            state = load_checkpoint(self.checkpoint_dir, config, modules, optimizer,
-                                    generator) or state
+        state = restore_run(self.checkpoint_dir, config, modules, optimizer, generator,
+                            baseline, ev)
         resumed_from = state["update"]
-        baseline.value = state["baseline"]
-        if state["best"] is not None:
-            ev.best_plan, ev.best_time = Plan(placement=state["best"]), state["best_time"]
 
         def rows(a: np.ndarray | None, b: int) -> np.ndarray | None:
             return None if a is None else np.broadcast_to(a, (b, graph.num_nodes))
 
         def checkpoint(folder: str) -> None:
-            best = ev.best_plan
-            state.update(baseline=baseline.value, best_time=None if best is None else ev.best_time,
-                         best=None if best is None else np.asarray(best.placement).tolist())
-            save_checkpoint(folder, config, modules, optimizer, generator, state)
-            learning_curve(state["history"], f"{folder}/curve.png", state["curve"],
-                           title=f"hdp on {graph.name} ({problem.cluster.name}), seed {seed}")
+            save_run(folder, config, modules, optimizer, generator, state, baseline, ev,
+                     f"hdp on {graph.name} ({problem.cluster.name}), seed {seed}")
 
         # -- training loop -----------------------------------------------------------------
         interrupted, placements = False, None
