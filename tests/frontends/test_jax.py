@@ -7,7 +7,7 @@ import pytest
 jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
 
-from graphopt.cost.formulas import UnknownOpWarning  # noqa: E402
+from graphopt.ir.formulas import UnknownOpWarning  # noqa: E402
 from graphopt.frontends.jax import from_jax  # noqa: E402
 
 B, D, H, K = 2, 8, 16, 4  # batch, input, hidden, output sizes

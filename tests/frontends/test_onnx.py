@@ -11,7 +11,7 @@ import pytest
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper  # noqa: E402
 
-from graphopt.cost.formulas import UnknownOpWarning  # noqa: E402
+from graphopt.ir.formulas import UnknownOpWarning  # noqa: E402
 from graphopt.errors import GraphFormatError  # noqa: E402
 from graphopt.frontends.onnx import from_onnx  # noqa: E402
 

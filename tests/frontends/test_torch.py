@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch import nn
 
-from graphopt.cost.formulas import UnknownOpWarning
+from graphopt.ir.formulas import UnknownOpWarning
 from graphopt.errors import FrontendError, GraphFormatError
 from graphopt.frontends import IMPORTERS, import_graph
 from graphopt.frontends.torch import from_torch, load_exported

@@ -1,6 +1,8 @@
-"""Per-op costs: FLOP and byte formulas, the roofline model and measured profiles."""
+"""Per-op costs: the roofline model and measured profiles.
 
-from graphopt.cost.formulas import dtype_bytes, op_cost
+FLOP and byte counts describe the IR and live in :mod:`graphopt.ir.formulas`.
+"""
+
 from graphopt.cost.profile import Profile, profile_graph
 from graphopt.cost.roofline import EFFICIENCY, OpCosts, op_costs
 
@@ -8,8 +10,6 @@ __all__ = [
            "EFFICIENCY",
            "OpCosts",
            "Profile",
-           "dtype_bytes",
-           "op_cost",
            "op_costs",
            "profile_graph",
 ]

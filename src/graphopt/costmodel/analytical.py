@@ -33,7 +33,8 @@ import math
 
 import numpy as np
 
-from graphopt.cost import EFFICIENCY, dtype_bytes, op_costs
+from graphopt.cost import EFFICIENCY, op_costs
+from graphopt.ir.formulas import dtype_bytes
 from graphopt.costmodel.data import CostGraph, CostModelError
 from graphopt.hardware import load_cluster
 

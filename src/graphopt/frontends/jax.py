@@ -27,7 +27,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from graphopt.cost.formulas import UnknownOpWarning, op_cost
+from graphopt.ir.formulas import UnknownOpWarning, op_cost
 from graphopt.errors import FrontendError, GraphError
 from graphopt.ir.graph import Graph, GraphBuilder
 from graphopt.ir.ops import op_class

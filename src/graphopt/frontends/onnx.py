@@ -9,7 +9,7 @@ nodes; initializers (and ``Constant`` nodes) become ``parameter`` (``constant``)
 holding their bytes as persistent memory, sending their whole value on each edge.
 Shapes come from ``onnx.shape_inference.infer_shapes`` (with data propagation, so
 ``Reshape`` targets computed in the graph resolve); FLOPs and bytes from
-:func:`graphopt.cost.formulas.op_cost`, with exact formulas for ``Gemm`` (transposes),
+:func:`graphopt.ir.formulas.op_cost`, with exact formulas for ``Gemm`` (transposes),
 ``ConvTranspose`` and pools (kernel size).
 
 What is not modelled: the bodies of ``If``/``Loop``/``Scan`` (one opaque node each,
@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from graphopt.cost.formulas import UnknownOpWarning, op_cost
+from graphopt.ir.formulas import UnknownOpWarning, op_cost
 from graphopt.errors import GraphError, GraphFormatError
 from graphopt.ir.graph import Graph, GraphBuilder
 from graphopt.ir.ops import op_class

@@ -10,7 +10,7 @@ or ``adam_update``, as TensorFlow's ``ApplyGradientDescent`` and ``ApplyAdam``).
 
 Every ATen op becomes one node of the IR, named by :data:`ATEN_TO_IR` or by its own
 name where the vocabulary (:mod:`graphopt.ir.ops`) has it; FLOPs and bytes come from
-:func:`graphopt.cost.formulas.op_cost` with the traced shapes. Views (``view``,
+:func:`graphopt.ir.formulas.op_cost` with the traced shapes. Views (``view``,
 ``permute``, ``getitem``, ...) are zero-cost ``view`` nodes; an edge out of one carries
 the bytes a copy of the view would move. Parameters, buffers and Adam's moments are
 source nodes whose ``persistent_bytes`` is their size; their edges carry their whole
@@ -44,7 +44,7 @@ from torch import Tensor, fx
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from graphopt.cost.formulas import UnknownOpWarning, op_cost
+from graphopt.ir.formulas import UnknownOpWarning, op_cost
 from graphopt.errors import FrontendError, GraphFormatError, GraphoptError
 from graphopt.ir.graph import Graph, GraphBuilder
 from graphopt.ir.ops import OP_VOCAB, op_class

@@ -38,7 +38,7 @@ for learned models that need the TpuGraphs numbering, not for simulation.
 
 Costs from shapes
 -----------------
-FLOPs and bytes come from :func:`graphopt.cost.formulas.op_cost` on the operand and
+FLOPs and bytes come from :func:`graphopt.ir.formulas.op_cost` on the operand and
 result shapes (tuples flattened), with three XLA-specific formulas: ``dot`` uses the
 contracting dimensions of ``dot_dimension_numbers`` (field 30 of XLA's public
 ``HloInstructionProto``; when absent or inconsistent with the shapes, the contracted
@@ -72,7 +72,7 @@ from typing import Any
 
 import numpy as np
 
-from graphopt.cost.formulas import op_cost
+from graphopt.ir.formulas import op_cost
 from graphopt.errors import GraphError, GraphFormatError
 from graphopt.ir.graph import Graph, GraphBuilder
 from graphopt.ir.ops import op_class

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from graphopt.cost.formulas import dtype_bytes, op_cost
+from graphopt.ir.formulas import dtype_bytes, op_cost
 from graphopt.ir.graph import Graph, GraphBuilder
 
 __all__ = ["layered_graph", "mlp_training_graph"]

@@ -1,0 +1,73 @@
+"""The package's layering, stated once: which subpackage may import which.
+
+Arrows point one way (DESIGN.md): a package imports only packages of lower layers or
+the ones named beside it. Imports inside functions count too: a lazy import is still a
+dependency.
+"""
+
+import ast
+from pathlib import Path
+
+import graphopt
+
+# Each package and the packages it may import. Read bottom-up: every arrow points to
+# an earlier line.
+ALLOWED: dict[str, set[str]] = {
+    "errors": set(),
+    "ir": {"errors"},
+    "hardware": {"errors"},
+    "data": {"errors"},  # where the shipped TpuGraphs files are
+    "frontends": {"errors", "ir", "data"},
+    "cost": {"errors", "ir", "hardware"},
+    "zoo": {"errors", "ir", "frontends"},
+    "sim": {"errors", "ir", "hardware", "cost"},
+    "costmodel": {"errors", "ir", "hardware", "cost", "frontends", "data", "rl", "viz", "nn"},
+    "nn": {"errors", "ir"},
+    "viz": {"errors", "ir", "sim"},
+    "dist": {"errors", "ir", "hardware", "sim"},
+    "rl": {"errors", "ir", "hardware", "sim", "dist", "nn", "viz"},
+    "optim": {"errors", "ir", "hardware", "cost", "sim", "dist", "nn", "rl", "viz", "frontends", "zoo"},
+    "exec": {"errors", "ir", "hardware", "cost", "sim", "frontends", "zoo", "viz"},
+    "rewrite": {"errors", "ir", "hardware", "cost", "sim", "frontends", "zoo"},
+    "benchmarks": {"errors", "ir", "hardware", "cost", "sim", "dist", "nn", "rl", "viz",
+                   "frontends", "data", "zoo", "optim", "exec", "rewrite", "costmodel"},
+    "cli": {"errors", "ir", "hardware", "cost", "sim", "dist", "nn", "rl", "viz", "frontends",
+            "data", "zoo", "optim", "exec", "rewrite", "costmodel", "benchmarks"},
+    # the package root re-exports the core API
+    "__init__": {"errors", "ir", "hardware", "sim"},
+}
+
+ROOT = Path(graphopt.__file__).parent
+
+
+def _imports(path: Path) -> set[str]:
+    """The graphopt subpackages a file imports, at any depth of its code."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            continue
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "graphopt" and len(parts) > 1:
+                found.add(parts[1])
+    return found
+
+
+def test_every_package_is_placed_in_a_layer():
+    packages = {p.name for p in ROOT.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    modules = {p.stem for p in ROOT.glob("*.py")}
+    assert packages | modules <= set(ALLOWED), sorted((packages | modules) - set(ALLOWED))
+
+
+def test_imports_point_one_way():
+    wrong = []
+    for path in sorted(ROOT.rglob("*.py")):
+        parts = path.relative_to(ROOT).parts
+        owner = parts[0] if len(parts) > 1 else path.stem
+        for dep in _imports(path) - {owner} - ALLOWED[owner]:
+            wrong.append(f"{path.relative_to(ROOT)} imports graphopt.{dep}")
+    assert not wrong, "\n".join(wrong)
