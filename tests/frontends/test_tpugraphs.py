@@ -11,6 +11,7 @@ import pytest
 from graphopt.data import tpugraphs_dir
 from graphopt.errors import GraphError, GraphFormatError
 from graphopt.frontends import tpugraphs as tg
+from graphopt.frontends.tpugraphs._wire import messages
 
 DATA = tpugraphs_dir()
 LAYOUT_PB = DATA / "module_tuning_data_layout.pb"
@@ -143,7 +144,7 @@ def _tuple(*shapes):
 
 def _module(comps, entry_id=0, name="m"):
     """Serialized HloModuleProto: comps = [(name, id, root_id, [instr dicts])]."""
-    M = tg._messages()
+    M = messages()
     m = M["HloModuleProto"](name=name, entry_computation_id=entry_id)
     for cname, cid, root, instrs in comps:
         c = m.computations.add(name=cname, id=cid, root_id=root)
@@ -263,14 +264,14 @@ def test_malformed_modules_name_the_culprit(mutate, match):
 
 def test_missing_entry_computation():
     pytest.importorskip("google.protobuf")
-    m = tg._messages()["HloModuleProto"].FromString(_module(_example_module()))
+    m = messages()["HloModuleProto"].FromString(_module(_example_module()))
     m.entry_computation_id, m.entry_computation_name = 42, "nope"
     with pytest.raises(GraphFormatError, match="x.pb: module 'm': entry computation .* not found"):
         tg.hlo_module_to_graph(m.SerializeToString(), source="x.pb")
 
 
 def _tuning_file(tmp_path, runs, cin=(), module=None):
-    M = tg._messages()
+    M = messages()
     mtd = M["ModuleTuningData"](fingerprint=7, config_index_to_node=list(cin))
     mtd.module.MergeFromString(module or _module(_example_module()))
     for r in runs:
@@ -314,7 +315,7 @@ def test_layout_record_from_hand_built_file(tmp_path):
 
 def test_tile_record_from_hand_built_file(tmp_path):
     pytest.importorskip("google.protobuf")
-    M = tg._messages()
+    M = messages()
     p = _tuning_file(tmp_path, [{"tile": [2, 8], "default": True}, {"tile": [4, 4]}])
     td = M["TuningData"]()
     td.modules.add().MergeFromString(p.read_bytes())
