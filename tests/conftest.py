@@ -7,12 +7,15 @@ Strategies are plain functions (importable as ``from tests.conftest import ...``
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
+from graphopt.data import tpugraphs_dir
+from graphopt.errors import GraphoptError
 from graphopt.hardware import Cluster, load_cluster
 from graphopt.ir import Graph, GraphBuilder
 
@@ -40,6 +43,17 @@ CLUSTER_SPECS = ("dgx1-v100:4", "k80:3", "cpu-v100:3", "dgx-a100:1", "tpu-v4:4")
 def cluster(spec: str) -> Cluster:
     """A cluster preset, loaded once per session."""
     return load_cluster(spec)
+
+
+def real_tpugraphs(name: str) -> Path | None:
+    """The real TpuGraphs record file ``name`` (:func:`graphopt.data.tpugraphs_dir`), or
+    None where this machine has none: the tests that need it skip, before any fixture
+    exists."""
+    try:
+        path = tpugraphs_dir() / name
+    except GraphoptError:
+        return None
+    return path if path.is_file() else None
 
 
 @st.composite

@@ -8,6 +8,7 @@ from graphopt.costmodel.data import (PAD, CostModelError, FeatureNormalizer, ded
 from graphopt.costmodel.models import build_model, graph_tensors
 from graphopt.data import tpugraphs_dir
 from graphopt.errors import GraphFormatError
+from tests.conftest import real_tpugraphs
 from tests.costmodel.conftest import write_layout, write_tile
 
 
@@ -107,7 +108,7 @@ def test_bad_paths(tmp_path):
         load_dataset(tmp_path)
 
 
-real = pytest.mark.skipif(not (tpugraphs_dir() / "op_tuning_data.pb").is_file(),
+real = pytest.mark.skipif(real_tpugraphs("op_tuning_data.pb") is None,
                           reason="real TpuGraphs records not present")
 
 

@@ -11,6 +11,7 @@ from graphopt.costmodel.data import CostModelError
 from graphopt.costmodel.metrics import kendall_tau
 from graphopt.costmodel.train import TrainConfig, _model_from, evaluate, load_run, rank, score_graph, train
 from graphopt.errors import GraphFormatError
+from tests.conftest import real_tpugraphs
 from tests.costmodel.conftest import write_layout, write_tile
 
 
@@ -93,9 +94,7 @@ def test_bad_options_and_runs(tile_dir, tmp_path):
 
 def test_bench_script_smoke(tmp_path):
     """The real-data benchmark runs end to end on a tiny budget (subprocess, like CleanRL)."""
-    from graphopt.data import tpugraphs_dir
-
-    if not (tpugraphs_dir() / "op_tuning_data.pb").is_file():
+    if real_tpugraphs("op_tuning_data.pb") is None:
         pytest.skip("real TpuGraphs records not present")
     out = tmp_path / "r.json"
     r = subprocess.run([sys.executable, "bench/costmodel_real.py", "--quick", "--out", str(out)],

@@ -8,16 +8,15 @@ import math
 import numpy as np
 import pytest
 
-from graphopt.data import tpugraphs_dir
 from graphopt.errors import GraphError, GraphFormatError
 from graphopt.frontends import tpugraphs as tg
 from graphopt.frontends.tpugraphs._wire import messages
+from tests.conftest import real_tpugraphs
 
-DATA = tpugraphs_dir()
-LAYOUT_PB = DATA / "module_tuning_data_layout.pb"
-OP_PB = DATA / "op_tuning_data.pb"
+LAYOUT_PB = real_tpugraphs("module_tuning_data_layout.pb")
+OP_PB = real_tpugraphs("op_tuning_data.pb")
 
-needs_data = pytest.mark.skipif(not LAYOUT_PB.exists() or not OP_PB.exists(),
+needs_data = pytest.mark.skipif(LAYOUT_PB is None or OP_PB is None,
                                 reason="real TpuGraphs protos not on this machine")
 
 

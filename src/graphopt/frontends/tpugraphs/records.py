@@ -111,12 +111,9 @@ class TuningRecord:
 
     Examples
     --------
-    >>> import os
     >>> from graphopt.data import tpugraphs_dir
-    >>> path = tpugraphs_dir() / "module_tuning_data_layout.pb"
-    >>> if os.path.exists(path):  # doctest: +SKIP
-    ...     rec = load_tuning_data(path)[0]
-    ...     rec.kind, len(rec.configs), int(rec.errors.sum()), rec.config_nodes.shape
+    >>> rec = load_tuning_data(tpugraphs_dir() / "module_tuning_data_layout.pb")[0]  # doctest: +SKIP
+    >>> rec.kind, len(rec.configs), int(rec.errors.sum()), rec.config_nodes.shape  # doctest: +SKIP
     ('layout', 122, 10, (62,))
     """
 
