@@ -49,7 +49,8 @@ from graphopt.errors import FrontendError, GraphFormatError, GraphoptError
 from graphopt.ir.graph import Graph, GraphBuilder
 from graphopt.ir.ops import OP_VOCAB, op_class
 
-__all__ = ["ATEN_TO_IR", "KEEP_UNDECOMPOSED", "from_exported", "from_torch", "load_exported"]
+__all__ = ["ATEN_TO_IR", "KEEP_UNDECOMPOSED", "TracedProgram", "from_exported", "from_torch",
+           "load_exported", "load_program", "trace_exported", "trace_program"]
 
 #: ATen op (``name`` or ``name.overload``) → IR op type, where the names differ. Any
 #: other ATen op keeps its name if the vocabulary has it, else it is an unknown op.
@@ -218,6 +219,54 @@ def from_torch(model: torch.nn.Module, example_inputs: tuple | Tensor, training:
     >>> int(t.persistent_bytes.sum()) == 3 * (8 * 16 + 16) * 4
     True
     """
+    return trace_program(model, example_inputs, training, optimizer, loss, name).graph
+
+
+@dataclass(frozen=True, eq=False)
+class TracedProgram:
+    """A traced PyTorch program and the IR graph built from the same trace.
+
+    :mod:`graphopt.exec` runs ``module`` op by op where a plan of ``graph`` puts each
+    op; both come from one trace, so every IR node is one FX node of ``module``.
+
+    Attributes
+    ----------
+    graph : Graph
+        The IR, as :func:`from_torch` returns it.
+    module : torch.fx.GraphModule
+        The ATen program. A training step returns ``(loss,)`` and updates its state
+        placeholders in place; a forward program returns the model's outputs.
+    ir_names : dict
+        FX node name -> IR node name, for every FX node that is an IR node.
+    feeds : tuple
+        The value of every placeholder of ``module``, in order: the model's state
+        (parameters, buffers, Adam's moments as zeros), then the example inputs.
+    state : tuple
+        Per placeholder, the qualified name of the state tensor it holds, or None for
+        an input.
+    training : bool
+    """
+
+    graph: Graph
+    module: fx.GraphModule
+    ir_names: dict[str, str]
+    feeds: tuple[Any, ...]
+    state: tuple[str | None, ...]
+    training: bool
+
+
+def trace_program(model: torch.nn.Module, example_inputs: tuple | Tensor, training: bool = False,
+                  optimizer: str = "sgd", loss: Callable[[Any], Tensor] | None = None,
+                  name: str | None = None) -> TracedProgram:
+    """:func:`from_torch`, keeping the traced program and its inputs beside the graph.
+
+    Examples
+    --------
+    >>> import torch
+    >>> t = trace_program(torch.nn.Linear(8, 16), (torch.randn(4, 8),), training=True)
+    >>> t.state, t.graph.num_nodes
+    (('weight', 'bias', None), 17)
+    """
     if optimizer not in ("sgd", "adam"):
         raise FrontendError(f"optimizer must be 'sgd' or 'adam', got {optimizer!r}")
     inputs = (example_inputs,) if isinstance(example_inputs, Tensor) else example_inputs
@@ -235,13 +284,28 @@ def from_torch(model: torch.nn.Module, example_inputs: tuple | Tensor, training:
         with _portable_kernels():
             if not training:
                 ep = _traced(cls, "export", lambda: torch.export.export(model, inputs))
-                return from_exported(ep, name=name or f"{cls}-forward", meta=meta)
+                return trace_exported(ep, inputs, name=name or f"{cls}-forward", meta=meta)
             gm, roles, updates = _trace_step(model, inputs, optimizer, loss or _mean_loss)
     finally:
         model.train(was_training)
     meta["optimizer"] = optimizer
-    return _convert(gm.graph, roles, name or f"{cls}-train-{optimizer}", meta,
-                    _step_modules(gm.graph, roles), _colocation(updates, roles))
+    ir_names: dict[fx.Node, str] = {}
+    graph = _convert(gm.graph, roles, name or f"{cls}-train-{optimizer}", meta,
+                     _step_modules(gm.graph, roles), _colocation(updates, roles), ir_names)
+    tensors = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+    feeds, state, args = [], [], iter(inputs)
+    for node in gm.graph.find_nodes(op="placeholder"):
+        role = roles.get(node)
+        if role is not None and role.op == "optimizer_state":
+            owner = role.name.rpartition(".")[0]
+            feeds.append(torch.zeros_like(tensors[owner].detach()))
+        elif role is not None and role.op != "input":
+            feeds.append(tensors[role.name].detach().clone())
+        else:
+            feeds.append(next(args))
+        state.append(role.name if role is not None and role.op != "input" else None)
+    return TracedProgram(graph, gm, {n.name: v for n, v in ir_names.items()}, tuple(feeds),
+                         tuple(state), True)
 
 
 def from_exported(program: torch.export.ExportedProgram, name: str = "exported",
@@ -260,6 +324,16 @@ def from_exported(program: torch.export.ExportedProgram, name: str = "exported",
     >>> from_exported(ep, name="seq").op.tolist()
     ['parameter', 'permute_view', 'parameter', 'input', 'addmm', 'relu']
     """
+    return trace_exported(program, None, name, meta).graph
+
+
+def trace_exported(program: torch.export.ExportedProgram, example_inputs: tuple | None = None,
+                   name: str = "exported", meta: dict | None = None) -> TracedProgram:
+    """:func:`from_exported`, keeping the decomposed program and its inputs beside the graph.
+
+    ``example_inputs`` feed the user inputs; by default each is drawn from its traced
+    shape and dtype (standard normal floats, zeros otherwise), seeded.
+    """
     cls = (meta or {}).get("model", "ExportedProgram")
     with _portable_kernels():
         ep = _traced(cls, "decompose", lambda: program.run_decompositions(_decompositions()))
@@ -275,11 +349,39 @@ def from_exported(program: torch.export.ExportedProgram, name: str = "exported",
         fqn = spec.target if kind != "input" else node.name
         roles[node] = _Role(kind, fqn, _parent(fqn) if kind != "input" else "")
     meta = {"frontend": "torch", "torch": torch.__version__, **(meta or {})}
-    return _convert(ep.graph, roles, name, meta, _export_modules(ep.graph, roles), {})
+    ir_names: dict[fx.Node, str] = {}
+    graph = _convert(ep.graph, roles, name, meta, _export_modules(ep.graph, roles), {}, ir_names)
+    values = {**ep.state_dict, **ep.constants}
+    gen = torch.Generator().manual_seed(0)
+    user = iter(example_inputs) if example_inputs is not None else None
+    feeds, state = [], []
+    for node in ep.graph.find_nodes(op="placeholder"):
+        role = roles.get(node)
+        if role is not None and role.op != "input":
+            feeds.append(values[role.name].detach().clone())
+            state.append(role.name)
+            continue
+        val = node.meta.get("val")
+        if user is not None:
+            feeds.append(next(user))
+        elif isinstance(val, Tensor) and val.is_floating_point():
+            feeds.append(torch.randn(val.shape, dtype=val.dtype, generator=gen))
+        elif isinstance(val, Tensor):
+            feeds.append(torch.zeros(val.shape, dtype=val.dtype))
+        else:
+            feeds.append(val)
+        state.append(None)
+    return TracedProgram(graph, ep.graph_module, {n.name: v for n, v in ir_names.items()},
+                         tuple(feeds), tuple(state), False)
 
 
 def load_exported(path: str | os.PathLike) -> Graph:
-    """The forward graph of a program saved with :func:`torch.export.save` (``.pt2``).
+    """The forward graph of a ``.pt2`` file: :func:`load_program`'s graph."""
+    return load_program(path).graph
+
+
+def load_program(path: str | os.PathLike) -> TracedProgram:
+    """The forward program of a program saved with :func:`torch.export.save` (``.pt2``).
 
     The archive is checked before :func:`torch.export.load` reads it: graphopt never
     unpickles, so an archive holding pickled tensors or objects, compiled AOTInductor
@@ -298,7 +400,7 @@ def load_exported(path: str | os.PathLike) -> Graph:
     >>> import os, tempfile, torch
     >>> p = os.path.join(tempfile.mkdtemp(), "lin.pt2")
     >>> torch.export.save(torch.export.export(torch.nn.Linear(4, 2), (torch.randn(3, 4),)), p)
-    >>> load_exported(p).name
+    >>> load_program(p).graph.name
     'lin'
     """
     path = Path(path)
@@ -307,7 +409,7 @@ def load_exported(path: str | os.PathLike) -> Graph:
         ep = torch.export.load(path)
     except Exception as err:  # torch raises many types for a malformed archive
         raise GraphFormatError(f"{path}: torch.export.load failed: {_first_line(err)}") from err
-    return from_exported(ep, name=path.stem, meta={"source": str(path)})
+    return trace_exported(ep, None, name=path.stem, meta={"source": str(path)})
 
 
 # -- tracing --------------------------------------------------------------------------------
@@ -396,7 +498,7 @@ def _trace_step(model: torch.nn.Module, inputs: tuple, optimizer: str,
                                                    *_BETAS, _EPS, 1)
                 else:
                     torch.ops.graphopt.sgd_update(p, g, _LR)
-        return ()
+        return (value,)  # the output node is not an IR node; graphopt.exec reads the loss
 
     params = [p.detach().requires_grad_() for _, p in trainable]
     others = [t.detach() for _, t in frozen + buffers]
@@ -654,12 +756,14 @@ def _tensor_args(node: fx.Node, info: dict[fx.Node, _Info]) -> list[_Info]:
 
 
 def _convert(graph: fx.Graph, roles: dict[fx.Node, _Role], name: str, meta: dict,
-             modules: dict[fx.Node, str], coloc: dict[fx.Node, str]) -> Graph:
+             modules: dict[fx.Node, str], coloc: dict[fx.Node, str],
+             names_out: dict[fx.Node, str] | None = None) -> Graph:
     """Build the IR from a traced ATen graph in one pass.
 
     Sources are emitted just before their first consumer and sinks (update ops) just
     after their last producer, so the topological order keeps a layer's parameters,
-    gradients and updates near the layer's other ops.
+    gradients and updates near the layer's other ops. ``names_out``, when given,
+    receives the IR name of every FX node that became an IR node.
     """
     info = {n: _info(n, roles.get(n)) for n in graph.nodes
             if (n in roles or n.op in ("call_function", "get_attr")) and _outputs(n)}
@@ -682,7 +786,10 @@ def _convert(graph: fx.Graph, roles: dict[fx.Node, _Role], name: str, meta: dict
         for p in preds[n]:
             if p not in index:
                 emit(p)
-        index[n] = _add_node(b, n, _node_name(n, roles, names), info, n in roles or n.op == "get_attr",
+        node_name = _node_name(n, roles, names)
+        if names_out is not None:
+            names_out[n] = node_name
+        index[n] = _add_node(b, n, node_name, info, n in roles or n.op == "get_attr",
                              [(index[p], info[n].nbytes if n.target is operator.getitem
                                else info[p].edge_bytes) for p in preds[n]],
                              modules.get(n, ""), coloc.get(n))
