@@ -179,10 +179,6 @@ class Graph:
     def out_degree(self) -> np.ndarray:
         return np.bincount(self.src, minlength=self.num_nodes).astype(np.int64)
 
-    def topological_order(self) -> np.ndarray:
-        """A topological order of the nodes: ``arange(N)``, since the IR stores nodes sorted."""
-        return np.arange(self.num_nodes, dtype=np.int64)
-
     @cached_property
     def depth(self) -> np.ndarray:
         """Longest path (in edges) from any source to each node (int64, shape (N,))."""

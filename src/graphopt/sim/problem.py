@@ -3,7 +3,7 @@ public entry points :func:`simulate` and :func:`simulate_batch`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 
 import numba
@@ -146,7 +146,6 @@ class SimResult:
     num_kernels: int
     lower_bound: float
     timeline: Timeline | None = None
-    extra: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {"step_time": self.step_time, "valid": self.valid, "reason": self.reason,
