@@ -5,13 +5,7 @@ See ``docs/costmodel.md``. ``train(TrainConfig(data=...))`` trains a model and r
 its run directory; ``evaluate`` and ``rank`` use one.
 """
 
-from graphopt.costmodel.data import (CostGraph, CostModelError, FeatureNormalizer, deduplicate,
-                                     load_dataset, prune, sample_configs, split_configs, split_graphs)
-from graphopt.costmodel.gst import HistoryTable, gst_scores, measure_step, partition
-from graphopt.costmodel.metrics import (kendall_tau, listmle_loss, mse_loss, ordered_pair_accuracy,
-                                        pairwise_hinge_loss, ranking_metrics, tile_score, top_k_error)
-from graphopt.costmodel.models import MODELS, ConfigAttention, CostModel, LayoutGCN, TileSAGE, build_model
-from graphopt.costmodel.train import TrainConfig, evaluate, load_run, rank, train
+from graphopt._lazy import lazy_exports
 
 __all__ = [
     "MODELS",
@@ -47,3 +41,19 @@ __all__ = [
     "top_k_error",
     "train",
 ]
+
+# Names load from their module on first use: the models and the trainer import torch
+# and PyTorch Geometric, which the command line and the config alone should not pay.
+__getattr__ = lazy_exports(__name__, {
+    "graphopt.costmodel.data": ("CostGraph", "CostModelError", "FeatureNormalizer", "deduplicate",
+                                "load_dataset", "prune", "sample_configs", "split_configs",
+                                "split_graphs"),
+    "graphopt.costmodel.gst": ("HistoryTable", "gst_scores", "measure_step", "partition"),
+    "graphopt.costmodel.metrics": ("kendall_tau", "listmle_loss", "mse_loss",
+                                   "ordered_pair_accuracy", "pairwise_hinge_loss",
+                                   "ranking_metrics", "tile_score", "top_k_error"),
+    "graphopt.costmodel.models": ("MODELS", "ConfigAttention", "CostModel", "LayoutGCN", "TileSAGE",
+                                  "build_model"),
+    "graphopt.costmodel.config": ("TrainConfig",),
+    "graphopt.costmodel.train": ("evaluate", "load_run", "rank", "train"),
+})

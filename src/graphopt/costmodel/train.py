@@ -22,7 +22,6 @@ import json
 import os
 import random
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +29,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from graphopt.costmodel.config import TrainConfig
 from graphopt.costmodel.data import (CostGraph, CostModelError, FeatureNormalizer, load_dataset,
                                      sample_configs, split_configs, split_graphs)
 from graphopt.costmodel.gst import HistoryTable, gst_scores, partition
@@ -38,54 +38,6 @@ from graphopt.costmodel.models import MODELS, CostModel, build_model, graph_tens
 from graphopt.errors import GraphFormatError
 
 __all__ = ["TrainConfig", "evaluate", "load_run", "rank", "score_graph", "train"]
-
-
-def _f(default, help: str, **kw):
-    return field(default=default, metadata={"help": help, **kw})
-
-
-@dataclass
-class TrainConfig:
-    """Every hyperparameter of a cost-model run (each becomes a CLI option)."""
-
-    data: str = _f("", "Training data: a directory of TpuGraphs .npz files (with train/ and valid/ "
-                       "subfolders, or split by --split), one .npz, or a tuning .pb.")
-    split: str = _f("auto", "How to hold out test data: 'dirs' (train/ and valid/ subfolders), "
-                            "'configs' (a fraction of each graph's configurations), 'graphs' (whole "
-                            "graphs), 'auto' (dirs if present, else graphs, else configs).")
-    test_fraction: float = _f(0.25, "Fraction held out by --split configs or graphs.")
-    test_graphs: str = _f("", "Comma-separated graph names to hold out (split 'graphs').")
-    model: str = _f("auto", "tile_sage, layout_gcn, config_attention, or auto (the collection's "
-                            "TpuGraphs baseline).")
-    hidden: int = _f(0, "Width of node states and head (0: the model's default).")
-    op_embed: int = _f(0, "Opcode embedding width (0: the model's default, 64 tile / 32 layout).")
-    layers: int = _f(0, "Message-passing layers (0: the model's default).")
-    dropout: float = _f(0.0, "Dropout on node states.")
-    loss: str = _f("listmle", "Ranking loss: listmle, hinge (pairwise, margin 0.1) or mse.")
-    mse_weight: float = _f(0.0, "Weight of an extra MSE term (the tile baseline uses a small one).")
-    margin: float = _f(0.1, "Margin of the pairwise hinge loss.")
-    epochs: int = _f(20, "Passes over the training graphs.")
-    lr: float = _f(1e-3, "Adam learning rate.")
-    weight_decay: float = _f(0.0, "Adam weight decay.")
-    configs_per_graph: int = _f(32, "Configurations of one graph scored together in a step.")
-    fast_bias: float = _f(0.0, "Skew config sampling toward fast ones (0: uniform; layout "
-                               "baseline style: 2).")
-    dedup: bool = _f(True, "Merge repeated configurations (runtime: their mean).")
-    prune_hops: int = _f(-1, "Keep configurable nodes and their k-hop neighbours (-1: all nodes).")
-    gst: bool = _f(False, "Graph Segment Training instead of full-graph back-propagation.")
-    segment_size: int = _f(1000, "GST: nodes per segment.")
-    fresh_segments: int = _f(1, "GST: segments back-propagated per step.")
-    sed_p: float = _f(0.5, "GST: stale embedding dropout probability.")
-    halo: int = _f(-1, "GST: hops of context around a segment (-1: layers + 1, exact; 0: cut "
-                       "edges as in the paper).")
-    eval_chunk: int = _f(256, "Configurations scored at once at evaluation.")
-    seed: int = _f(0, "Seed of every random choice.")
-    device: str = _f("cpu", "Torch device.")
-    threads: int = _f(1, "Torch CPU threads.")
-    out: str = _f("runs/costmodel", "Folder under which the run directory is created.")
-    run_name: str = _f("", "Run directory name (default {data}__{model}__{seed}__{time}).")
-    resume: str = _f("", "Run directory to continue (its config.json is used; epochs may be raised).")
-    progress: bool = _f(True, "Show a progress bar.")
 
 
 # ----------------------------------------------------------------------------------------

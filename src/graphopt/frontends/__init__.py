@@ -11,6 +11,9 @@ by ``import graphopt.frontends``).
 | ``.pb`` | :func:`graphopt.frontends.tpugraphs.load_hlo_graph` (TpuGraphs tuning records) |
 | ``.npz`` | :func:`graphopt.frontends.tpugraphs.load_npz_graph` (a TpuGraphs file, else a graphopt graph) |
 | ``.json`` | :func:`graphopt.ir.io.load_graph` |
+
+:func:`load_source` reads a graph named by one string (a file, ``zoo:NAME`` or
+``example:...``); :func:`split_source` splits a corpus item ``GRAPH@CLUSTER``.
 """
 
 from __future__ import annotations
@@ -20,9 +23,10 @@ import os
 from pathlib import Path
 
 from graphopt.errors import GraphFormatError
+from graphopt.frontends.source import load_source, split_source
 from graphopt.ir.graph import Graph
 
-__all__ = ["IMPORTERS", "import_graph"]
+__all__ = ["IMPORTERS", "import_graph", "load_source", "split_source"]
 
 #: File suffix → ``"module:function"`` reading such a file into a :class:`Graph`.
 #: Adding a format is one line here.

@@ -1,0 +1,153 @@
+"""What every command group shares: the console, one-line errors, graph arguments,
+``-p METHOD.KEY=VALUE`` parsing and options generated from dataclass fields.
+
+Imports nothing heavy: ``graphopt --help`` builds every command from this module and
+the command modules, so torch, numba and the cost models load only inside a command
+that uses them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import types
+import typing
+from collections.abc import Callable
+from typing import NoReturn
+
+import typer
+from rich.console import Console
+
+from graphopt.errors import GraphoptError
+
+__all__ = ["GRAPH_HELP", "PARAM_HELP", "console", "fail", "field_help", "method_params", "mib",
+           "options_from_fields", "parse_field"]
+
+# Tables are wide; when output goes to a file or a pipe, do not squeeze them to 80 columns.
+console = Console(width=None if Console().is_terminal else 140)
+
+GRAPH_HELP = ("Graph file (.npz or .json saved by graphopt), a zoo model 'zoo:NAME' (see "
+              "'graphopt zoo list'), or a built-in example: 'example:mlp' (a 4-layer MLP "
+              "training step) or 'example:layered-N' (a random layered graph of about N ops), "
+              "or a model file to import: .pt2 (torch.export.save), .onnx, a TpuGraphs .npz or "
+              "tuning .pb. Example: zoo:gnmt-4")
+
+PARAM_HELP = ("Set a method's hyperparameter, METHOD.KEY=VALUE (repeatable; 'graphopt methods "
+              "METHOD' lists the keys, their types, defaults and help). Example: "
+              "-p rl-lstm.lr=0.01 -p hdp.checkpoint_dir=runs/ckpt")
+
+
+def fail(err: Exception) -> NoReturn:
+    """Print ``err`` as one line and exit 2 (a user's mistake: no traceback)."""
+    console.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
+    raise typer.Exit(2)
+
+
+def mib(x: float) -> str:
+    """Bytes shown as MiB with one decimal."""
+    return f"{x / 2**20:,.1f}"
+
+
+def field_help(f: dataclasses.Field) -> str:
+    """A hyperparameter's one-line help, from its field's ``metadata["help"]``."""
+    return f.metadata.get("help", "")
+
+
+def _field_kinds(cls: type, name: str) -> tuple[type, bool]:
+    """The type a field's text parses to and whether it may be None."""
+    hint = typing.get_type_hints(cls)[name]
+    kinds = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+    return next(k for k in kinds if k is not type(None)), type(None) in kinds
+
+
+def parse_field(cls: type, name: str, text: str):
+    """``text`` parsed by the type of dataclass field ``cls.name``: int, float, bool
+    (true/false, yes/no, on/off, 1/0) or str; ``none`` for an optional field is None.
+
+    Raises
+    ------
+    ValueError
+        The text does not parse as the field's type (the message names the type).
+    """
+    kind, optional = _field_kinds(cls, name)
+    if optional and text.lower() in ("none", "null"):
+        return None
+    try:
+        if kind is bool:
+            return {"true": True, "yes": True, "on": True, "1": True, "false": False,
+                    "no": False, "off": False, "0": False}[text.lower()]
+        return kind(text)
+    except (KeyError, ValueError):
+        raise ValueError(f"expects {getattr(kind, '__name__', kind)}, got {text!r}") from None
+
+
+def method_params(specs: list[str], methods: list[str]) -> dict[str, dict]:
+    """``METHOD.KEY=VALUE`` options as constructor arguments per method.
+
+    Each value is parsed by the type of the method's dataclass field (see
+    :func:`parse_field`).
+
+    Raises
+    ------
+    GraphoptError
+        A malformed option, a method not among ``methods`` or not known, a field the
+        method does not have, or a value that does not parse as the field's type.
+
+    Examples
+    --------
+    >>> method_params(["rl-lstm.lr=0.01", "rl-lstm.progress=false"], ["rl-lstm"])
+    {'rl-lstm': {'lr': 0.01, 'progress': False}}
+    """
+    from graphopt.optim import get_optimizer
+
+    out: dict[str, dict] = {}
+    for spec in specs:
+        target, eq, text = spec.partition("=")
+        method, dot, key = target.rpartition(".")
+        if not (eq and dot and method and key):
+            raise GraphoptError(f"--param {spec!r}: expected METHOD.KEY=VALUE, e.g. "
+                                "rl-lstm.lr=0.01")
+        if method not in methods:
+            raise GraphoptError(f"--param {spec!r}: method {method!r} is not among the methods "
+                                f"run ({', '.join(methods)})")
+        cls = type(get_optimizer(method))
+        fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) \
+            else set()
+        if key not in fields:
+            raise GraphoptError(f"--param {spec!r}: {method} has no parameter {key!r}; it has "
+                                f"{', '.join(sorted(fields)) or 'none'}")
+        try:
+            value = parse_field(cls, key, text)
+        except ValueError as err:
+            raise GraphoptError(f"--param {spec!r}: {method}.{key} {err}") from None
+        out.setdefault(method, {})[key] = value
+    return out
+
+
+def options_from_fields(cls: type, *, unset_default: str | None = None) -> Callable:
+    """Decorator: give a command one option per field of dataclass ``cls`` (its type,
+    default and ``metadata["help"]``), passed to the command as keyword arguments.
+
+    The command keeps its own parameters first and takes the fields through
+    ``**options``. With ``unset_default``, every option defaults to None (left unset)
+    and its help ends with ``(default: <unset_default>)``: for a command that fills
+    unset fields from its own base configuration.
+    """
+    hints = typing.get_type_hints(cls)
+
+    def wrap(fn: Callable) -> Callable:
+        own = [p for p in inspect.signature(fn, eval_str=True).parameters.values()
+               if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        generated = []
+        for f in dataclasses.fields(cls):
+            if unset_default is None:
+                kind, option = hints[f.name], typer.Option(f.default, help=field_help(f))
+            else:
+                kind = hints[f.name] | None
+                option = typer.Option(None, help=f"{field_help(f)} (default: {unset_default})")
+            generated.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY,
+                                               annotation=kind, default=option))
+        fn.__signature__ = inspect.Signature(own + generated)
+        return fn
+
+    return wrap

@@ -1,0 +1,125 @@
+"""``graphopt bench``: benchmarks whose results go to bench/results/ and docs/benchmarks.md."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from graphopt.cli._common import PARAM_HELP, console, fail, method_params
+from graphopt.errors import GraphoptError
+
+app = typer.Typer(no_args_is_help=True, help="Benchmarks; results go to bench/results/ "
+                                             "and docs/benchmarks.md.")
+
+
+@app.command("go-table2")
+def bench_go_table2(
+    quick: bool = typer.Option(False, "--quick", help="Small versions of every model (CI)."),
+    cluster: str = typer.Option("p100", help="Preset whose first N devices each row uses "
+                                             "(N from GO's Table 2). Example: dgx1-v100"),
+    methods: str = typer.Option(",".join(["single", "expert", "metis", "m-etf", "m-sct", "heft",
+                                          "sa", "brkga"]),
+                                help="Methods, comma-separated. Example: expert,metis,sa"),
+    budget: int = typer.Option(2000, min=1, help="Evaluations per search method."),
+    rows: str = typer.Option("", help="Only these zoo models, comma-separated (default: "
+                                      "all 14). Example: gnmt-2,rnnlm-4"),
+    seed: int = typer.Option(0, help="Seed of every method."),
+    out: Path | None = typer.Option(None, help="Results JSON; default "
+                                                "bench/results/go-table2[-quick].json"),
+    docs: Path = typer.Option(Path("docs/benchmarks.md"), help="Markdown file whose "
+                                                               "go-table2 section is rewritten."),
+    resume: bool = typer.Option(False, help="Extend --out instead of replacing it (same cluster, "
+                                            "budget, seed): keep its rows and run only the "
+                                            "methods a chosen row lacks. Example: --resume "
+                                            "--methods rl-lstm,hdp --rows rnnlm-2"),
+    redo: str = typer.Option("", help="With --resume, run these methods again even where "
+                                      "present, comma-separated. Example: sa,brkga"),
+    param: list[str] = typer.Option([], "--param", "-p", help=PARAM_HELP),
+) -> None:
+    """GO's Table 2 on our zoo: every baseline on the 14 models, equal budgets; the learned
+    placers (rl-lstm, hdp) added on chosen rows with --resume.
+
+    Example: graphopt bench go-table2 --resume --methods rl-lstm,hdp --rows transformer-xl-2
+    """
+    from graphopt.benchmarks import go_table2
+
+    out = out or Path(f"bench/results/go-table2{'-quick' if quick else ''}.json")
+    names = tuple(m.strip() for m in methods.split(",") if m.strip())
+    chosen = tuple(r.strip() for r in rows.split(",") if r.strip()) or go_table2.ROWS
+    command = " ".join(["graphopt bench go-table2", *(["--quick"] if quick else []),
+                        *([f"--cluster {cluster}"] if cluster != "p100" else []),
+                        f"--budget {budget}", *([f"--methods {methods}"] if methods !=
+                                                 ",".join(go_table2.METHODS) else []),
+                        *([f"--rows {rows}"] if rows else []), *(["--resume"] if resume else []),
+                        *([f"--redo {redo}"] if redo else []), *(f"-p {p}" for p in param)])
+    try:
+        params = method_params(param, list(names))
+        res = go_table2.run(cluster, names, budget, seed, quick, chosen, out, resume,
+                            params=params, command=command,
+                            redo=tuple(m.strip() for m in redo.split(",") if m.strip()))
+    except GraphoptError as err:
+        fail(err)
+    console.print(go_table2.to_markdown(res))
+    go_table2.update_docs(res, docs)
+    console.print(f"results: {out}; table written into {docs}")
+
+
+@app.command("go")
+def bench_go(
+    quick: bool = typer.Option(False, "--quick", help="Small versions of every model (CI)."),
+    cluster: str = typer.Option("p100", help="Preset whose first N devices each row uses."),
+    budget: int = typer.Option(2000, min=1, help="Evaluations per method."),
+    learned_rows: str = typer.Option("", help="Rows where every method runs, comma-separated "
+                                              "(default: the rows where PPO fits the budget, "
+                                              "see docs/go.md). Example: rnnlm-2,wavenet-2x18"),
+    zero_shot_rows: str = typer.Option("", help="Rows where only expert and zero-shot go run "
+                                                "(default: all of GO's Table 2; 'none': "
+                                                "skip)."),
+    multitask_rows: str = typer.Option("", help="Rows of the multi-task comparison ('none': "
+                                                "skip it)."),
+    multitask_budget: int = typer.Option(1000, min=1, help="Evaluations per task set there."),
+    learned: str = typer.Option("go,go-finetune,go-one",
+                                help="Learned methods run beside the baselines (rl-lstm and "
+                                     "hdp join from go-table2's results with the same "
+                                     "settings, or run here when listed)."),
+    seed: int = typer.Option(0, help="Seed of every method."),
+    out: Path | None = typer.Option(None, help="Results JSON; default bench/results/go[-quick].json"),
+    docs: Path = typer.Option(Path("docs/benchmarks.md"), help="Markdown file whose go "
+                                                               "section is rewritten."),
+    resume: bool = typer.Option(False, help="Keep the rows already in --out (same settings)."),
+    param: list[str] = typer.Option([], "--param", "-p", help=PARAM_HELP),
+) -> None:
+    """GO against every baseline on GO's Table 2: placement at equal budget, search cost,
+    transfer to held-out families and zero-shot on the largest graphs, multi-task.
+
+    Example: graphopt bench go --learned-rows rnnlm-2 --zero-shot-rows gnmt-8 --multitask-rows none
+    """
+    from graphopt.benchmarks import go as go_bench
+
+    def pick(text: str, default: tuple[str, ...]) -> tuple[str, ...]:
+        if text == "none":
+            return ()
+        return tuple(r.strip() for r in text.split(",") if r.strip()) if text else default
+
+    out = out or Path(f"bench/results/go{'-quick' if quick else ''}.json")
+    names = pick(learned, go_bench.LEARNED)
+    command = " ".join(["graphopt bench go", *(["--quick"] if quick else []),
+                        f"--budget {budget}", *([f"--learned-rows {learned_rows}"] if learned_rows
+                                                else []),
+                        *([f"--zero-shot-rows {zero_shot_rows}"] if zero_shot_rows else []),
+                        *([f"--multitask-rows {multitask_rows}"] if multitask_rows else []),
+                        *(f"-p {p}" for p in param)])
+    try:
+        from graphopt.benchmarks.go_table2 import METHODS
+
+        params = method_params(param, list(METHODS) + list(names))
+        res = go_bench.run(cluster, budget, seed, quick, pick(learned_rows, go_bench.LEARNED_ROWS),
+                           pick(zero_shot_rows, go_bench.ROWS),
+                           pick(multitask_rows, go_bench.MULTITASK_ROWS), multitask_budget,
+                           names, out, resume, params=params)
+    except GraphoptError as err:
+        fail(err)
+    console.print(go_bench.to_markdown(res))
+    go_bench.update_docs(res, docs, command)
+    console.print(f"results: {out}; tables written into {docs}")

@@ -1,0 +1,99 @@
+"""``graphopt costmodel``: learned cost models on TpuGraphs data."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from graphopt.cli._common import console, fail, options_from_fields
+from graphopt.costmodel.config import TrainConfig
+from graphopt.errors import GraphoptError
+
+app = typer.Typer(no_args_is_help=True, help="Learned cost models on TpuGraphs data: "
+                                             "train, evaluate, rank configurations.")
+
+
+@app.command("train")
+@options_from_fields(TrainConfig)
+def costmodel_train(**options) -> None:
+    """Train a cost model (TpuGraphs baselines, GST, cross-configuration attention); writes a
+    run directory with safetensors checkpoints, log.csv and curve.png. --resume RUN continues.
+
+    Example: graphopt costmodel train --data npz/tile/xla --epochs 20
+    """
+    from graphopt.costmodel.train import evaluate, train
+
+    try:
+        run = train(TrainConfig(**options))
+        res = evaluate(run)
+    except GraphoptError as err:
+        fail(err)
+    _print_costmodel_metrics(res, f"held-out metrics ({run})")
+
+
+def _print_costmodel_metrics(res: dict, title: str) -> None:
+    t = Table(title=title)
+    cols = ("kendall_tau", "top1_error", "top5_error", "top10_error", "tile_score",
+            "pair_accuracy")
+    for c in ("graph", "configs", *cols):
+        t.add_column(c)
+    for g in res["graphs"][:30]:
+        t.add_row(g["graph"], str(g["configs"]), *(f"{g[c]:.4f}" for c in cols))
+    t.add_row("[bold]mean[/]", str(len(res["graphs"])),
+              *(f"{res['overall'][c]:.4f}" for c in cols))
+    console.print(t)
+
+
+@app.command("eval")
+def costmodel_eval(
+    run: Path = typer.Argument(..., help="Run directory written by 'graphopt costmodel train'."),
+    data: Path | None = typer.Option(None, help="Graphs to score: a directory of TpuGraphs .npz, "
+                                                "one .npz or a tuning .pb (default: the run's "
+                                                "held-out split)."),
+    json_out: Path | None = typer.Option(None, "--json", help="Also write the metrics here."),
+) -> None:
+    """Kendall's tau, top-K error, tile score and pair accuracy per graph and overall.
+
+    Example: graphopt costmodel eval runs/costmodel/tile__tile_sage__0__1700000000
+    """
+    from graphopt.costmodel.train import evaluate
+    from graphopt.ir.io import atomic_write
+
+    try:
+        res = evaluate(run, data)
+    except GraphoptError as err:
+        fail(err)
+    _print_costmodel_metrics(res, f"metrics of {run}")
+    if json_out is not None:
+        text = json.dumps(res, indent=1)
+        atomic_write(json_out, lambda f: f.write(text.encode()))
+
+
+@app.command("rank")
+def costmodel_rank(
+    run: Path = typer.Argument(..., help="Run directory written by 'graphopt costmodel train'."),
+    graph: Path = typer.Argument(..., help="A TpuGraphs .npz (or tuning .pb) whose "
+                                           "configurations to rank."),
+    top: int = typer.Option(5, min=1, help="How many configurations to list per graph."),
+) -> None:
+    """The configurations a compiler should try first, best first.
+
+    Example: graphopt costmodel rank runs/costmodel/RUN npz/tile/xla/test/x.npz --top 5
+    """
+    from graphopt.costmodel.train import rank
+
+    try:
+        res = rank(run, graph, top)
+    except GraphoptError as err:
+        fail(err)
+    for g in res:
+        t = Table(title=f"{g['graph']}: top {len(g['top'])} of {g['configs']} configurations")
+        for c in ("try", "config", "predicted score", "measured runtime"):
+            t.add_column(c)
+        for i, c in enumerate(g["top"], 1):
+            t.add_row(str(i), str(c["config"]), f"{c['score']:.4f}",
+                      "-" if c["runtime"] is None else f"{c['runtime']:,.0f}")
+        console.print(t)

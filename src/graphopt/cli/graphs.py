@@ -1,0 +1,130 @@
+"""Commands about graphs: ``info``, ``import`` and the ``zoo`` group."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from graphopt.cli._common import GRAPH_HELP, console, fail, mib
+from graphopt.errors import GraphoptError
+from graphopt.frontends import load_source
+
+app = typer.Typer()
+
+
+@app.command()
+def info(graph: str = typer.Argument(..., help=GRAPH_HELP)) -> None:
+    """Show a graph's size, work and op mix.
+
+    Example: graphopt info example:mlp
+    """
+    try:
+        g = load_source(graph)
+    except GraphoptError as err:
+        fail(err)
+    s = g.summary()
+    t = Table(title=f"graph {g.name}", show_header=False)
+    t.add_row("ops", f"{s['nodes']:,}")
+    t.add_row("edges", f"{s['edges']:,}")
+    t.add_row("GFLOPs per step", f"{s['flops'] / 1e9:,.3f}")
+    t.add_row("memory traffic (MiB)", mib(s["bytes_moved"]))
+    t.add_row("persistent (MiB)", mib(s["persistent_bytes"]))
+    t.add_row("longest path (ops)", f"{s['max_depth'] + 1:,}")
+    t.add_row("colocation groups", f"{s['colocation_groups']:,}")
+    t.add_row("op classes", ", ".join(f"{k} {v}" for k, v in s["op_classes"].items()))
+    console.print(t)
+
+
+@app.command("import")
+def import_model(
+    model: Path = typer.Argument(..., help="Model file: .pt2 (torch.export.save), .onnx, a "
+                                           "TpuGraphs .npz or tuning .pb. Example: model.pt2"),
+    output: Path = typer.Option(..., "--output", "-o", help="Graph file to write (.npz or "
+                                                             ".json). Example: graph.npz"),
+) -> None:
+    """Read a model file into a graphopt graph and save it.
+
+    Example: graphopt import model.onnx -o graph.npz
+    """
+    from graphopt.frontends import import_graph
+    from graphopt.ir import save_graph
+
+    try:
+        g = import_graph(model)
+        path = save_graph(g, output)
+    except GraphoptError as err:
+        fail(err)
+    s = g.summary()
+    console.print(f"{g.name}: {s['nodes']:,} ops, {s['edges']:,} edges, "
+                  f"{s['flops'] / 1e9:.3f} GFLOP, {s['persistent_bytes'] / 2**20:.1f} MiB "
+                  f"persistent -> {path}")
+
+
+zoo_app = typer.Typer(no_args_is_help=True, help="The benchmark zoo: the models of the placement "
+                                                "papers, built as training-step graphs.")
+
+
+@zoo_app.command("list")
+def zoo_list() -> None:
+    """List the zoo's models: family, devices (GO's Table 2), split, reported step times.
+
+    Example: graphopt zoo list
+    """
+    from graphopt.zoo import cache_path, get_entry, list_models
+
+    t = Table(title="zoo models (build one with: graphopt zoo build NAME)")
+    for col in ("model", "family", "devices", "split", "GO-one / expert (s)", "cached", "what"):
+        t.add_column(col)
+    for name in list_models():
+        e = get_entry(name)
+        r = e.reported
+        t.add_row(name, e.family, str(e.num_devices), "train" if e.train_split else "held out",
+                  f"{r.go_one:.3f} / {r.human_expert:.3f}" if r else "-",
+                  "yes" if cache_path(e).is_file() else "no", e.description)
+    console.print(t)
+
+
+@zoo_app.command("build")
+def zoo_build(
+    name: str = typer.Argument(..., help="Zoo model (see 'graphopt zoo list'). Example: gnmt-8"),
+    out: Path | None = typer.Option(None, "--out", "-o",
+                                    help="Also save the graph here (.npz or .json)."),
+    no_cache: bool = typer.Option(False, "--no-cache",
+                                  help="Build from scratch; neither read nor write the cache."),
+) -> None:
+    """Build a zoo model's training-step graph (forward, backward, SGD update) and cache it
+    under $GRAPHOPT_CACHE/zoo (default ~/.cache/graphopt/zoo).
+
+    Example: graphopt zoo build gnmt-8 -o gnmt8.npz
+    """
+    import time
+
+    from graphopt.ir import save_graph
+    from graphopt.zoo import build, cache_path, get_entry
+
+    try:
+        entry = get_entry(name)
+        start = time.perf_counter()
+        with console.status(f"building {name} (up to a minute) ..."):
+            g = build(entry, cache=not no_cache)
+        seconds = time.perf_counter() - start
+        if out is not None:
+            save_graph(g, out)
+    except GraphoptError as err:
+        fail(err)
+    s = g.summary()
+    t = Table(title=f"zoo model {name}: {entry.description}", show_header=False)
+    t.add_row("ops", f"{s['nodes']:,}")
+    t.add_row("edges", f"{s['edges']:,}")
+    t.add_row("parameters", f"{g.meta['zoo']['parameters']:,}")
+    t.add_row("TFLOPs per step", f"{s['flops'] / 1e12:,.3f}")
+    t.add_row("weights (MiB)", mib(s["persistent_bytes"]))
+    t.add_row("devices (GO's Table 2)", str(entry.num_devices))
+    t.add_row("split", "train" if entry.train_split else "held out")
+    t.add_row("seconds", f"{seconds:.1f}")
+    t.add_row("cache", "off" if no_cache else str(cache_path(entry)))
+    if out is not None:
+        t.add_row("saved to", str(out))
+    console.print(t)

@@ -1,0 +1,113 @@
+"""Commands about optimization methods: ``optimize`` and ``methods``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from graphopt.cli._common import GRAPH_HELP, PARAM_HELP, console, fail, method_params
+from graphopt.errors import GraphoptError
+from graphopt.frontends import load_source
+
+app = typer.Typer()
+
+
+@app.command()
+def optimize(
+    graph: str = typer.Argument(..., help=GRAPH_HELP),
+    cluster: str | None = typer.Option(None, "--cluster", "-c",
+                                          help="Preset NAME[:COUNT] or a .toml file; default for "
+                                               "a zoo model: dgx1-v100 with the device count of "
+                                               "GO's Table 2, else dgx1-v100:4. Example: p100:4"),
+    task: str = typer.Option("placement", "--task", "-t",
+                             help="What to decide, comma-separated: placement, scheduling, "
+                                  "fusion. Example: placement,scheduling"),
+    methods: str = typer.Option("single,expert,metis,m-etf,heft,sa", "--methods", "-m",
+                                help="Methods to compare, comma-separated ('graphopt methods' "
+                                     "lists them). Example: metis,sa,brkga"),
+    budget: int = typer.Option(2000, "--budget", "-b", min=1,
+                               help="Simulator evaluations allowed to each search method. "
+                                    "Example: 5000"),
+    seconds: float | None = typer.Option(None, "--time", min=0.0,
+                                            help="Wall-clock seconds allowed to each method. "
+                                                 "Example: 60"),
+    init: str | None = typer.Option(None, "--init",
+                                       help="Start every method from this method's plan. "
+                                            "Example: metis"),
+    seed: int = typer.Option(0, "--seed", help="Seed of every random choice."),
+    out: Path | None = typer.Option(None, "--out", "-o",
+                                       help="Folder for plan.json, trace.json and gantt.png per "
+                                            "method and report.json. Example: runs/gnmt4"),
+    param: list[str] = typer.Option([], "--param", "-p", help=PARAM_HELP),
+) -> None:
+    """Compare optimization methods on a graph: a table of step time, speed-ups,
+    memory and search cost, and a plan, Chrome trace and Gantt chart per method.
+
+    Example: graphopt optimize zoo:gnmt-4 --methods single,expert,metis,sa --out runs/gnmt4
+    """
+    from graphopt.hardware import load_cluster
+    from graphopt.optim import Budget
+    from graphopt.optim.compare import compare, write_outputs
+    from graphopt.sim import Problem
+
+    try:
+        names = [m.strip() for m in methods.split(",") if m.strip()]
+        params = method_params(param, names)
+        g = load_source(graph)
+        c = load_cluster(cluster or _default_cluster(graph))
+        prob = Problem(g, c)
+        with console.status("") as status:
+            results = compare(prob, names, task, Budget(budget, seconds), seed, init,
+                              on_start=lambda m: status.update(f"running {m} on {g.name} ..."),
+                              params=params)
+    except GraphoptError as err:
+        fail(err)
+    ref = {r.method: r.step_time for r in results if r.result.valid}
+    t = Table(title=f"{g.name} ({g.num_nodes:,} ops) on {c.name}, task {task}, "
+                    f"lower bound {prob.lower_bound * 1e3:.3f} ms")
+    for col in ("method", "step ms", "vs single", "vs expert", "step/bound", "valid",
+                "peak GiB per device", "search s", "evals"):
+        t.add_column(col, justify="left" if col in ("method", "valid") else "right")
+    for r in results:
+        res, st = r.result, r.stats
+
+        def vs(name, res=res):
+            return f"{ref[name] / res.step_time:.2f}x" if name in ref and res.valid else "-"
+
+        t.add_row(r.method, f"{res.step_time * 1e3:.3f}", vs("single"), vs("expert"),
+                  f"{res.step_time / res.lower_bound:.2f}" if res.lower_bound > 0 else "-",
+                  "yes" if res.valid else f"[red]{res.reason}[/]",
+                  " / ".join(f"{x / 2**30:.1f}" for x in res.peak_memory),
+                  f"{st.get('seconds', 0):.1f}", f"{st.get('evals', 0):,}")
+    console.print(t)
+    if out:
+        path = write_outputs(prob, results, out, {"task": task, "budget": budget, "seed": seed,
+                                                  "params": params})
+        console.print(f"plans, traces and Gantt charts in {out}/<method>/; report: {path}")
+
+
+def _default_cluster(graph: str) -> str:
+    if graph.startswith("zoo:"):
+        from graphopt.zoo import get_entry
+
+        return f"dgx1-v100:{get_entry(graph[4:]).num_devices}"
+    return "dgx1-v100:4"
+
+
+@app.command()
+def methods() -> None:
+    """List the optimization methods graphopt knows.
+
+    Example: graphopt methods
+    """
+    from graphopt.optim import get_optimizer, list_optimizers
+
+    t = Table(title="methods")
+    t.add_column("name")
+    t.add_column("what it is")
+    for name in list_optimizers():
+        doc = (type(get_optimizer(name)).__doc__ or "").strip().splitlines()
+        t.add_row(name, doc[0] if doc else "")
+    console.print(t)

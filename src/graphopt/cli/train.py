@@ -1,0 +1,101 @@
+"""``graphopt train``: pre-train GO's policy with PPO on a corpus of graphs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from graphopt.cli._common import console, fail, options_from_fields
+from graphopt.errors import GraphoptError
+from graphopt.frontends import load_source, split_source
+from graphopt.rl.config import PPOConfig
+
+app = typer.Typer()
+
+
+@app.command()
+@options_from_fields(PPOConfig, unset_default="pre-training's")
+def train(
+    corpus: str = typer.Option("default", help="Graphs to pre-train on, comma-separated "
+                                               "GRAPH@CLUSTER items (GRAPH as for 'optimize'), "
+                                               "or 'default': the zoo's train split and "
+                                               "random layered graphs (see docs/go.md). "
+                                               "Example: zoo:rnnlm-2@p100:2,zoo:bert-base@p100:4"),
+    cluster: str | None = typer.Option(None, "--cluster", "-c",
+                                       help="Cluster for --corpus items given without "
+                                            "@CLUSTER. Example: p100:4"),
+    out: Path = typer.Option(Path("runs/go-pretrain"), "--out", "-o",
+                             help="Folder for the checkpoint (resumed when it exists), "
+                                  "log.csv, curve.png and the policy (policy.safetensors + "
+                                  "policy.json). Example: ckpt/go"),
+    updates: int = typer.Option(3000, min=1, help="PPO updates of the run, one graph each, in "
+                                                  "turn (a resumed run stops at this total)."),
+    minutes: float | None = typer.Option(None, min=0.0, help="Stop after this many minutes "
+                                                            "(the checkpoint resumes later)."),
+    task: str = typer.Option("placement", "--task", "-t",
+                             help="What the policy learns to decide, comma-separated. "
+                                  "Example: placement,scheduling,fusion"),
+    seed: int = typer.Option(0, help="Seed of the policy's initialization and sampling."),
+    threads: int = typer.Option(1, min=1, help="torch CPU threads."),
+    **ppo,
+) -> None:
+    """Pre-train GO's policy with PPO on a corpus of graphs; the result is what the 'go'
+    and 'go-finetune' methods load with -p go.checkpoint=OUT. PPO options left unset take
+    pre-training's settings (PRETRAIN_PPO in graphopt.optim.learned.go, see docs/go.md).
+
+    Example: graphopt train --updates 3000 --out runs/go-pretrain
+    """
+    import dataclasses
+
+    import torch
+
+    from graphopt.hardware import load_cluster
+    from graphopt.optim.base import parse_task
+    from graphopt.optim.learned.go import PRETRAIN_CORPUS, PRETRAIN_PPO, pretrain
+    from graphopt.sim import Problem
+
+    torch.set_num_threads(threads)
+    items = PRETRAIN_CORPUS if corpus == "default" else tuple(
+        c.strip() for c in corpus.split(",") if c.strip())
+    given = {k: v for k, v in ppo.items() if v is not None}
+    command = " ".join(["graphopt train", *([f"--corpus {corpus}"] if corpus != "default" else []),
+                        *([f"--cluster {cluster}"] if cluster else []),
+                        f"--updates {updates}", *([f"--minutes {minutes:g}"] if minutes else []),
+                        f"--task {task}", f"--seed {seed}",
+                        *(_flag(k, v) for k, v in given.items())])
+    try:
+        problems = []
+        for item in items:
+            graph, where = split_source(item, cluster)
+            with console.status(f"loading {graph} ..."):
+                problems.append(Problem(load_source(graph), load_cluster(where)))
+        ppo = dataclasses.replace(PRETRAIN_PPO, **given)
+        res = pretrain(problems, out, task=parse_task(task), updates=updates,
+                       seconds=None if minutes is None else minutes * 60, seed=seed, ppo=ppo,
+                       command=command)
+    except GraphoptError as err:
+        fail(err)
+    t = Table(title=f"pre-training: {res['updates']} updates, {res['total_evals']:,} plans "
+                    f"simulated ({res['seconds']:.0f} s this run)")
+    for col in ("graph", "cluster", "first batch mean / bound", "last batch mean / bound",
+                "best / bound"):
+        t.add_column(col, justify="left" if col in ("graph", "cluster") else "right")
+    for i, p in enumerate(problems):
+        rows = [r for r in res["log"] if r["env"] == i and r["charts/mean_ratio"] is not None]
+        t.add_row(p.graph.name, p.cluster.name,
+                  *(f"{x:.2f}" if x is not None else "-" for x in (
+                      rows[0]["charts/mean_ratio"] if rows else None,
+                      rows[-1]["charts/mean_ratio"] if rows else None,
+                      rows[-1]["charts/best_ratio"] if rows else None)))
+    console.print(t)
+    console.print(f"policy, checkpoint, log.csv and curve.png in {out}/")
+
+
+def _flag(key: str, value) -> str:
+    """A PPO option as typed on the command line, for the run's recorded command."""
+    name = key.replace("_", "-")
+    if isinstance(value, bool):
+        return f"--{name}" if value else f"--no-{name}"
+    return f"--{name} {value}"

@@ -1,0 +1,86 @@
+"""Graph sources named by one string, as the command line and corpora write them.
+
+A source is a graph file or model file (see :data:`graphopt.frontends.IMPORTERS`), a
+zoo model ``zoo:NAME``, or a built-in example: ``example:mlp`` (a 4-layer MLP training
+step) or ``example:layered-N`` (a random layered graph of about N ops). A corpus item
+adds the cluster to place it on: ``GRAPH@CLUSTER``, e.g. ``zoo:gnmt-2@p100:2``.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from graphopt.errors import GraphoptError
+from graphopt.ir.generate import layered_graph, mlp_training_graph
+from graphopt.ir.graph import Graph
+
+__all__ = ["SCHEMES", "load_source", "split_source"]
+
+#: Source prefix → ``"module:function"`` building the graph from the rest of the string.
+#: The zoo is named rather than imported because it builds its graphs with the torch
+#: frontend (it sits above this package) and importing it costs torch's start-up.
+SCHEMES: dict[str, str] = {
+    "zoo:": "graphopt.zoo:build",
+}
+
+
+def split_source(item: str, cluster: str | None = None) -> tuple[str, str | None]:
+    """``"GRAPH@CLUSTER"`` → ``(GRAPH, CLUSTER)``; ``"GRAPH"`` → ``(GRAPH, cluster)``.
+
+    Raises
+    ------
+    GraphoptError
+        An empty graph, or no cluster in the item and none given.
+
+    Examples
+    --------
+    >>> split_source("zoo:gnmt-2@p100:2")
+    ('zoo:gnmt-2', 'p100:2')
+    >>> split_source("example:mlp", cluster="dgx1-v100:4")
+    ('example:mlp', 'dgx1-v100:4')
+    """
+    graph, at, where = item.rpartition("@")
+    if not at:
+        graph, where = item, cluster
+    if not graph or not where:
+        raise GraphoptError(f"graph source {item!r}: expected GRAPH@CLUSTER, e.g. "
+                            "zoo:rnnlm-2@p100:2, or GRAPH with a cluster given apart")
+    return graph, where
+
+
+def load_source(spec: str) -> Graph:
+    """The graph a source string names (see the module docstring).
+
+    Raises
+    ------
+    GraphoptError
+        An unknown example or zoo model, a malformed ``example:layered-N``, or a file
+        that does not exist or cannot be read.
+
+    Examples
+    --------
+    >>> load_source("example:mlp").num_nodes
+    42
+    >>> load_source("example:layered-100").num_nodes
+    100
+    """
+    if spec == "example:mlp":
+        return mlp_training_graph()
+    if spec.startswith("example:layered-"):
+        try:
+            size = int(spec.split("-", 1)[1])
+        except ValueError:
+            raise GraphoptError(f"graph {spec!r}: expected example:layered-N with an integer N") \
+                from None
+        width = max(1, min(20, size // 10))
+        return layered_graph(max(1, size // width), width, seed=0)
+    if spec.startswith("example:"):
+        raise GraphoptError(f"unknown example graph {spec!r}; known: example:mlp, "
+                            "example:layered-N")
+    for prefix, target in SCHEMES.items():
+        if spec.startswith(prefix):
+            module, func = target.split(":")
+            return getattr(importlib.import_module(module), func)(spec[len(prefix):])
+    from graphopt.frontends import import_graph
+
+    return import_graph(spec)
