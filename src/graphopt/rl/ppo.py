@@ -1,5 +1,6 @@
-"""PPO for GO's whole-graph decisions, in one file (CleanRL's layout: hyperparameters
-with their defaults at the top, then the loop top to bottom).
+"""PPO for GO's whole-graph decisions, in one file (CleanRL's layout: the loop top to
+bottom; its hyperparameters, :class:`~graphopt.rl.config.PPOConfig`, live in
+:mod:`graphopt.rl.config`, where the command line reads them without importing torch).
 
 An *episode* is one decision for a whole graph: the policy gives every node a
 distribution per task (device, scheduling priority, fusion priority), a batch of
@@ -39,35 +40,11 @@ from graphopt.dist.local import LocalEvaluator
 from graphopt.ir.io import atomic_write
 from graphopt.nn import GOPolicy
 from graphopt.rl.checkpoint import load_checkpoint, save_checkpoint
+from graphopt.rl.config import PPOConfig
 from graphopt.rl.go_env import GOEnv
 from graphopt.sim import Plan
 
 __all__ = ["PPOConfig", "log_prob", "reward", "sample", "train"]
-
-
-@dataclass
-class PPOConfig:
-    """PPO's hyperparameters (CleanRL's names; defaults ours, from a sweep on the zoo's
-    train split — docs/go.md)."""
-
-    lr: float = 3e-3
-    """Adam learning rate."""
-    num_samples: int = 16
-    """Plans sampled and simulated per update (one batch, one graph)."""
-    update_epochs: int = 4
-    """Gradient steps on each batch."""
-    clip_coef: float = 0.2
-    """PPO's clip on the per-node probability ratio."""
-    ent_coef: float = 0.01
-    """Weight of the entropy bonus (mean per node, summed over tasks)."""
-    max_grad_norm: float = 0.5
-    """Global gradient-norm clip."""
-    anneal_lr: bool = True
-    """Decay the learning rate linearly to 0 over the run's bound (evals, else updates,
-    else seconds), as CleanRL does."""
-    invalid_ratio: float = 10.0
-    """An invalid plan (out of memory) is rewarded as if its step time were this many
-    lower bounds."""
 
 
 # -- the policy's distribution ---------------------------------------------------------------
