@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from graphopt.cli._common import GRAPH_HELP, PARAM_HELP, console, fail, method_params
+from graphopt.cli._common import GRAPH_HELP, PARAM_HELP, console, fail, field_help, method_params
 from graphopt.errors import GraphoptError
 from graphopt.frontends import load_source
 
@@ -97,17 +97,38 @@ def _default_cluster(graph: str) -> str:
 
 
 @app.command()
-def methods() -> None:
-    """List the optimization methods graphopt knows.
+def methods(
+    name: str | None = typer.Argument(None, help="A method whose hyperparameters to list "
+                                                 "(the KEYs of -p METHOD.KEY=VALUE). "
+                                                 "Example: sa"),
+) -> None:
+    """List the optimization methods graphopt knows, or one method's hyperparameters.
 
-    Example: graphopt methods
+    Example: graphopt methods rl-lstm
     """
+    import dataclasses
+    import typing
+
     from graphopt.optim import get_optimizer, list_optimizers
 
-    t = Table(title="methods")
-    t.add_column("name")
-    t.add_column("what it is")
-    for name in list_optimizers():
-        doc = (type(get_optimizer(name)).__doc__ or "").strip().splitlines()
-        t.add_row(name, doc[0] if doc else "")
+    if name is None:
+        t = Table(title="methods (graphopt methods NAME lists a method's hyperparameters)")
+        t.add_column("name")
+        t.add_column("what it is")
+        for method in list_optimizers():
+            doc = (type(get_optimizer(method)).__doc__ or "").strip().splitlines()
+            t.add_row(method, doc[0] if doc else "")
+        console.print(t)
+        return
+    try:
+        cls = type(get_optimizer(name))
+    except GraphoptError as err:
+        fail(err)
+    hints = typing.get_type_hints(cls)
+    t = Table(title=f"{name}: hyperparameters, set with -p {name}.KEY=VALUE")
+    for col in ("key", "type", "default", "what it is"):
+        t.add_column(col)
+    for f in dataclasses.fields(cls) if dataclasses.is_dataclass(cls) else ():
+        kind = hints[f.name]
+        t.add_row(f.name, getattr(kind, "__name__", str(kind)), repr(f.default), field_help(f))
     console.print(t)

@@ -25,7 +25,7 @@ then checked with the simulator (:func:`~graphopt.optim.heuristics._common.fit_m
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from scipy import sparse
@@ -68,8 +68,9 @@ class MTopo:
     (True, [0, 1])
     """
 
-    max_rounds: int = 8  # place-and-simulate rounds to fit memory
-    coplace: bool = True  # an op whose only consumer is B goes with B (Baechi's grouper)
+    max_rounds: int = field(default=8, metadata={"help": "Place-and-simulate rounds to fit memory."})
+    coplace: bool = field(default=True, metadata={
+        "help": "An op whose only consumer is B goes with B (Baechi's grouper)."})
 
     def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,
                  init: Plan | None = None) -> tuple[Plan, dict]:
@@ -342,8 +343,9 @@ class METF:
     True
     """
 
-    max_rounds: int = 8  # schedule-and-simulate rounds to fit memory
-    coplace: bool = True  # an op whose only consumer is B goes with B (Baechi's grouper)
+    max_rounds: int = field(default=8, metadata={"help": "Schedule-and-simulate rounds to fit memory."})
+    coplace: bool = field(default=True, metadata={
+        "help": "An op whose only consumer is B goes with B (Baechi's grouper)."})
 
     def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,
                  init: Plan | None = None) -> tuple[Plan, dict]:
@@ -373,9 +375,11 @@ class MSCT:
     (True, 'lp')
     """
 
-    max_rounds: int = 8  # schedule-and-simulate rounds to fit memory
-    coplace: bool = True  # an op whose only consumer is B goes with B (Baechi's grouper)
-    lp_max_edges: int = 10_000  # above this, favourite children by a greedy approximation
+    max_rounds: int = field(default=8, metadata={"help": "Schedule-and-simulate rounds to fit memory."})
+    coplace: bool = field(default=True, metadata={
+        "help": "An op whose only consumer is B goes with B (Baechi's grouper)."})
+    lp_max_edges: int = field(default=10_000, metadata={
+        "help": "Above this, favourite children by a greedy approximation."})
 
     def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,
                  init: Plan | None = None) -> tuple[Plan, dict]:

@@ -6,7 +6,7 @@ for heterogeneous computing", IEEE TPDS 13(3), 2002.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -70,8 +70,9 @@ class HEFT:
     (True, True)
     """
 
-    max_rounds: int = 8  # schedule-and-simulate rounds to fit memory
-    coplace: bool = False  # an op whose only consumer is B goes with B (Baechi's grouper)
+    max_rounds: int = field(default=8, metadata={"help": "Schedule-and-simulate rounds to fit memory."})
+    coplace: bool = field(default=False, metadata={
+        "help": "An op whose only consumer is B goes with B (Baechi's grouper)."})
 
     def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,
                  init: Plan | None = None) -> tuple[Plan, dict]:

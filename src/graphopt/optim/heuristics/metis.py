@@ -6,7 +6,7 @@ irregular graphs", SIAM J. Sci. Comput. 20(1), 1998; called through ``pymetis``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from scipy import sparse
@@ -58,7 +58,8 @@ class Metis:
     (True, 4)
     """
 
-    max_repairs: int = 50  # simulations spent moving units off devices over capacity
+    max_repairs: int = field(default=50, metadata={
+        "help": "Simulations spent moving units off devices over capacity."})
 
     def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,
                  init: Plan | None = None) -> tuple[Plan, dict]:

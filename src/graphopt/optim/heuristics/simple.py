@@ -7,7 +7,7 @@ one device unless told otherwise).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -71,7 +71,7 @@ class RoundRobin:
     [0, 1, 0, 1, 0, 1, 0, 1]
     """
 
-    chunk: int = 1  # units per turn
+    chunk: int = field(default=1, metadata={"help": "Units per turn."})
 
     def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,
                  init: Plan | None = None) -> tuple[Plan, dict]:

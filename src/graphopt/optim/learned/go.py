@@ -20,7 +20,7 @@ package ships one (``checkpoints/go``), trained by the command in its ``policy.j
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -58,6 +58,14 @@ PRETRAIN_CORPUS = (
 #: PPO settings of pre-training: a lower learning rate and a larger entropy bonus than
 #: go-one's, which collapsed every corpus graph onto one device (docs/go.md).
 PRETRAIN_PPO = PPOConfig(lr=1e-3, ent_coef=0.01)
+
+
+def _ppo_field(name: str, base: PPOConfig | None = None):
+    """A method's field for PPO hyperparameter ``name``: its help is PPOConfig's, its
+    default ``base``'s value (PPOConfig's default without one)."""
+    spec = {f.name: f for f in fields(PPOConfig)}[name]
+    return field(default=spec.default if base is None else getattr(base, name),
+                 metadata=spec.metadata)
 
 
 def new_policy(seed: int, **config) -> GOPolicy:
@@ -111,14 +119,13 @@ class GO:
     (4, True)
     """
 
-    checkpoint: str | None = None
-    """Folder of a saved policy (None: the one shipped in the package)."""
-    samples: int = 16
-    """Plans simulated: the most likely one and ``samples − 1`` drawn from the policy."""
-    units: str = "groups"
-    """The policy's nodes: ``groups`` (colocation groups) or ``ops``."""
-    threads: int = 1
-    """torch CPU threads."""
+    checkpoint: str | None = field(default=None, metadata={
+        "help": "Folder of a saved policy (None: the one shipped in the package)."})
+    samples: int = field(default=16, metadata={
+        "help": "Plans simulated: the most likely one and ``samples − 1`` drawn from the policy."})
+    units: str = field(default="groups", metadata={
+        "help": "The policy's nodes: ``groups`` (colocation groups) or ``ops``."})
+    threads: int = field(default=1, metadata={"help": "torch CPU threads."})
 
     def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,
                  init: Plan | None = None) -> tuple[Plan, dict]:
@@ -165,26 +172,19 @@ class GOOne:
     (32, 2)
     """
 
-    lr: float = PPOConfig.lr
-    """Adam learning rate."""
-    num_samples: int = PPOConfig.num_samples
-    """Plans per PPO update."""
-    update_epochs: int = PPOConfig.update_epochs
-    """Gradient steps per batch."""
-    clip_coef: float = PPOConfig.clip_coef
-    """PPO clip."""
-    ent_coef: float = PPOConfig.ent_coef
-    """Entropy bonus."""
-    dim: int = GOPolicyConfig.dim
-    """Width of the fresh policy (go-one only; a loaded policy keeps its own)."""
-    units: str = "groups"
-    """The policy's nodes: ``groups`` (colocation groups) or ``ops``."""
-    threads: int = 1
-    """torch CPU threads."""
-    checkpoint_dir: str | None = None
-    """Folder to checkpoint the run in and resume it from."""
-    progress: bool = True
-    """Show a progress bar."""
+    lr: float = _ppo_field("lr")
+    num_samples: int = _ppo_field("num_samples")
+    update_epochs: int = _ppo_field("update_epochs")
+    clip_coef: float = _ppo_field("clip_coef")
+    ent_coef: float = _ppo_field("ent_coef")
+    dim: int = field(default=GOPolicyConfig.dim, metadata={
+        "help": "Width of the fresh policy (go-one only; a loaded policy keeps its own)."})
+    units: str = field(default="groups", metadata={
+        "help": "The policy's nodes: ``groups`` (colocation groups) or ``ops``."})
+    threads: int = field(default=1, metadata={"help": "torch CPU threads."})
+    checkpoint_dir: str | None = field(default=None, metadata={
+        "help": "Folder to checkpoint the run in and resume it from."})
+    progress: bool = field(default=True, metadata={"help": "Show a progress bar."})
 
     def _policy(self, seed: int) -> GOPolicy:
         return new_policy(seed, dim=self.dim)
@@ -231,12 +231,10 @@ class GOFinetune(GOOne):
     32
     """
 
-    lr: float = PRETRAIN_PPO.lr
-    """Adam learning rate: pre-training's."""
-    ent_coef: float = PRETRAIN_PPO.ent_coef
-    """Entropy bonus: pre-training's."""
-    checkpoint: str | None = None
-    """Folder of the pre-trained policy (None: the one shipped in the package)."""
+    lr: float = _ppo_field("lr", PRETRAIN_PPO)
+    ent_coef: float = _ppo_field("ent_coef", PRETRAIN_PPO)
+    checkpoint: str | None = field(default=None, metadata={
+        "help": "Folder of the pre-trained policy (None: the one shipped in the package)."})
 
     def _policy(self, seed: int) -> GOPolicy:
         return load_go_policy(self.checkpoint)[0]

@@ -54,7 +54,7 @@ config resumes where it stopped.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import torch
@@ -105,54 +105,51 @@ class HDP:
     ``tensorflow/python/grappler/hierarchical_controller.py``.
     """
 
-    num_groups: int | None = None
-    """Groups the grouper assigns ops to (None: min(256, 20 · devices), grappler's)."""
-    hidden: int = 512
-    """LSTM units of the placer (grappler: 512; the encoder has half per direction)."""
-    grouping_hidden: int = 64
-    """Hidden units of the feed-forward grouper (grappler: 64)."""
-    type_embedding: int = 16
-    """Width of the grouper's learned op-type embedding (ours)."""
-    adj_slots: int = 10
-    """Neighbours per op in the grouper's input, two numbers each (grappler: adj_embed_dim 20)."""
-    bidirectional: bool = True
-    """Bidirectional encoder (grappler: bi_lstm)."""
-    placer_samples: int = 4
-    """Placements sampled per grouping and update (HDP §4: k = 4)."""
-    lr: float = 0.1
-    """Adam learning rate at the start (grappler: 0.1)."""
-    warmup: int = 0
-    """Updates over which the learning rate rises linearly from lr / warmup to lr (ours; 0: none)."""
-    lr_decay: float = 0.95
-    """Learning-rate factor per decay_steps updates once decay starts (grappler: 0.95)."""
-    start_decay_step: int = 400
-    """Update at which the learning rate starts to decay (grappler: 400)."""
-    decay_steps: int = 50
-    """Updates per decay step (grappler: 50)."""
-    grad_bound: float = 1.0
-    """Gradients clipped to this global norm (grappler: 1.0)."""
-    entropy_coef: float = 0.0
-    """Weight of grouper and placer entropy (summed over decisions) in the loss (ours; 0: none)."""
-    logits_noise: float = 0.5
-    """Std of the noise on grouper and placer logits, relative to their RMS (grappler: 0.5)."""
-    stop_noise_step: int = 750
-    """Update from which logits are no longer noised (grappler: 750)."""
-    temperature: float = 10.0
-    """Placer logits divided by this before the tanh (HDP §4: T = 10)."""
-    tanh_constant: float = 5.0
-    """Placer logits squashed into [−C, C] (HDP §4: C = 5)."""
-    baseline_decay: float = 0.9
-    """Decay of the moving-average baseline, updated on non-failing samples (grappler: 0.9)."""
-    failing_signal: float = 100.0
-    """Seconds an invalid placement is charged (grappler: 100)."""
-    threads: int = 1
-    """torch CPU threads for the networks (the simulator has its own)."""
-    checkpoint_every: int = 50
-    """Policy updates between checkpoints (with checkpoint_dir)."""
-    progress: bool = True
-    """Show a progress bar."""
-    checkpoint_dir: str | None = None
-    """Folder to save the run in and resume it from (None: no checkpoints)."""
+    num_groups: int | None = field(default=None, metadata={
+        "help": "Groups the grouper assigns ops to (None: min(256, 20 · devices), grappler's)."})
+    hidden: int = field(default=512, metadata={
+        "help": "LSTM units of the placer (grappler: 512; the encoder has half per direction)."})
+    grouping_hidden: int = field(default=64, metadata={
+        "help": "Hidden units of the feed-forward grouper (grappler: 64)."})
+    type_embedding: int = field(default=16, metadata={
+        "help": "Width of the grouper's learned op-type embedding (ours)."})
+    adj_slots: int = field(default=10, metadata={
+        "help": "Neighbours per op in the grouper's input, two numbers each (grappler: adj_embed_dim 20)."})
+    bidirectional: bool = field(default=True, metadata={"help": "Bidirectional encoder (grappler: bi_lstm)."})
+    placer_samples: int = field(default=4, metadata={
+        "help": "Placements sampled per grouping and update (HDP §4: k = 4)."})
+    lr: float = field(default=0.1, metadata={"help": "Adam learning rate at the start (grappler: 0.1)."})
+    warmup: int = field(default=0, metadata={
+        "help": "Updates over which the learning rate rises linearly from lr / warmup to lr "
+                "(ours; 0: none)."})
+    lr_decay: float = field(default=0.95, metadata={
+        "help": "Learning-rate factor per decay_steps updates once decay starts (grappler: 0.95)."})
+    start_decay_step: int = field(default=400, metadata={
+        "help": "Update at which the learning rate starts to decay (grappler: 400)."})
+    decay_steps: int = field(default=50, metadata={"help": "Updates per decay step (grappler: 50)."})
+    grad_bound: float = field(default=1.0, metadata={
+        "help": "Gradients clipped to this global norm (grappler: 1.0)."})
+    entropy_coef: float = field(default=0.0, metadata={
+        "help": "Weight of grouper and placer entropy (summed over decisions) in the loss (ours; 0: none)."})
+    logits_noise: float = field(default=0.5, metadata={
+        "help": "Std of the noise on grouper and placer logits, relative to their RMS (grappler: 0.5)."})
+    stop_noise_step: int = field(default=750, metadata={
+        "help": "Update from which logits are no longer noised (grappler: 750)."})
+    temperature: float = field(default=10.0, metadata={
+        "help": "Placer logits divided by this before the tanh (HDP §4: T = 10)."})
+    tanh_constant: float = field(default=5.0, metadata={
+        "help": "Placer logits squashed into [−C, C] (HDP §4: C = 5)."})
+    baseline_decay: float = field(default=0.9, metadata={
+        "help": "Decay of the moving-average baseline, updated on non-failing samples (grappler: 0.9)."})
+    failing_signal: float = field(default=100.0, metadata={
+        "help": "Seconds an invalid placement is charged (grappler: 100)."})
+    threads: int = field(default=1, metadata={
+        "help": "torch CPU threads for the networks (the simulator has its own)."})
+    checkpoint_every: int = field(default=50, metadata={
+        "help": "Policy updates between checkpoints (with checkpoint_dir)."})
+    progress: bool = field(default=True, metadata={"help": "Show a progress bar."})
+    checkpoint_dir: str | None = field(default=None, metadata={
+        "help": "Folder to save the run in and resume it from (None: no checkpoints)."})
 
     def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,
                  init: Plan | None = None) -> tuple[Plan, dict]:

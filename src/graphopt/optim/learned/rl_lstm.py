@@ -58,7 +58,7 @@ where it stopped, drawing the samples an uninterrupted run would have drawn.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import torch
@@ -107,38 +107,39 @@ class RLLSTM:
     Learning", ICML 2017.
     """
 
-    max_groups: int = 256
-    """Most groups the decoder places; more colocation groups merge in topological runs (ours)."""
-    hidden: int = 256
-    """LSTM units of encoder and decoder (ours)."""
-    bidirectional: bool = False
-    """Read the groups in both directions (HDP's encoder does; the 2017 one reads forward)."""
-    num_samples: int = 4
-    """Placements sampled and simulated per policy update (HDP §4: k = 4)."""
-    lr: float = 0.001
-    """Adam learning rate, fixed (ours, from the sweep: 0.003 and up collapse the policy to one device)."""
-    warmup: int = 0
-    """Updates over which the learning rate rises linearly from lr / warmup to lr (ours; 0: none)."""
-    entropy_coef: float = 0.0
-    """Weight of the policy's entropy (summed over groups) subtracted from the loss (ours; 0: none)."""
-    grad_bound: float = 1.0
-    """Gradients clipped to this global norm (HDP §4)."""
-    temperature: float = 10.0
-    """Logits divided by this before the tanh (HDP §4: T = 10)."""
-    tanh_constant: float = 5.0
-    """Logits squashed into [−C, C] (HDP §4: C = 5)."""
-    baseline_decay: float = 0.9
-    """Decay of the moving-average baseline of √(step time) (grappler's bl_dec)."""
-    invalid_step_time: float = 100.0
-    """Seconds an invalid placement is charged (the papers' large constant; grappler: 100)."""
-    threads: int = 1
-    """torch CPU threads for the policy (the simulator has its own)."""
-    checkpoint_every: int = 50
-    """Policy updates between checkpoints (with checkpoint_dir)."""
-    progress: bool = True
-    """Show a progress bar."""
-    checkpoint_dir: str | None = None
-    """Folder to save the run in and resume it from (None: no checkpoints)."""
+    max_groups: int = field(default=256, metadata={
+        "help": "Most groups the decoder places; more colocation groups merge in topological runs (ours)."})
+    hidden: int = field(default=256, metadata={"help": "LSTM units of encoder and decoder (ours)."})
+    bidirectional: bool = field(default=False, metadata={
+        "help": "Read the groups in both directions (HDP's encoder does; the 2017 one reads forward)."})
+    num_samples: int = field(default=4, metadata={
+        "help": "Placements sampled and simulated per policy update (HDP §4: k = 4)."})
+    lr: float = field(default=0.001, metadata={
+        "help": "Adam learning rate, fixed (ours, from the sweep: 0.003 and up collapse the policy to one "
+                "device)."})
+    warmup: int = field(default=0, metadata={
+        "help": "Updates over which the learning rate rises linearly from lr / warmup to lr "
+                "(ours; 0: none)."})
+    entropy_coef: float = field(default=0.0, metadata={
+        "help": "Weight of the policy's entropy (summed over groups) subtracted from the loss (ours; 0: "
+                "none)."})
+    grad_bound: float = field(default=1.0, metadata={
+        "help": "Gradients clipped to this global norm (HDP §4)."})
+    temperature: float = field(default=10.0, metadata={
+        "help": "Logits divided by this before the tanh (HDP §4: T = 10)."})
+    tanh_constant: float = field(default=5.0, metadata={
+        "help": "Logits squashed into [−C, C] (HDP §4: C = 5)."})
+    baseline_decay: float = field(default=0.9, metadata={
+        "help": "Decay of the moving-average baseline of √(step time) (grappler's bl_dec)."})
+    invalid_step_time: float = field(default=100.0, metadata={
+        "help": "Seconds an invalid placement is charged (the papers' large constant; grappler: 100)."})
+    threads: int = field(default=1, metadata={
+        "help": "torch CPU threads for the policy (the simulator has its own)."})
+    checkpoint_every: int = field(default=50, metadata={
+        "help": "Policy updates between checkpoints (with checkpoint_dir)."})
+    progress: bool = field(default=True, metadata={"help": "Show a progress bar."})
+    checkpoint_dir: str | None = field(default=None, metadata={
+        "help": "Folder to save the run in and resume it from (None: no checkpoints)."})
 
     def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,
                  init: Plan | None = None) -> tuple[Plan, dict]:

@@ -18,7 +18,7 @@ rounds every chain restarts from the best plan seen.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -56,16 +56,16 @@ class SimulatedAnnealing:
     Science 220, 1983.
     """
 
-    chains: int = 16
-    """Markov chains run side by side; one proposal each per simulated batch."""
-    alpha: float = 1.2
-    """FlexFlow's α: a proposal Δ slower (relative) is accepted with probability exp(−α·Δ/T)."""
-    initial_temperature: float = 0.02
-    """Temperature T at the start (relative Δ: a 1% slower proposal passes w.p. exp(−0.6))."""
-    final_temperature: float = 0.001
-    """Temperature at the end of the budget; equal to the initial one: FlexFlow's fixed T."""
-    reset_every: int = 50
-    """Rounds between restarts of every chain from the best plan seen."""
+    chains: int = field(default=16, metadata={
+        "help": "Markov chains run side by side; one proposal each per simulated batch."})
+    alpha: float = field(default=1.2, metadata={
+        "help": "FlexFlow's α: a proposal Δ slower (relative) is accepted with probability exp(−α·Δ/T)."})
+    initial_temperature: float = field(default=0.02, metadata={
+        "help": "Temperature T at the start (relative Δ: a 1% slower proposal passes w.p. exp(−0.6))."})
+    final_temperature: float = field(default=0.001, metadata={
+        "help": "Temperature at the end of the budget; equal to the initial one: FlexFlow's fixed T."})
+    reset_every: int = field(default=50, metadata={
+        "help": "Rounds between restarts of every chain from the best plan seen."})
 
     def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,
                  init: Plan | None = None) -> tuple[Plan, dict]:

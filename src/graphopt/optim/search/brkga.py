@@ -13,7 +13,7 @@ mutants are drawn from and the inheritance probability: both are constructor arg
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -60,18 +60,17 @@ class BRKGA:
     graphs" (REGAL), ICLR 2020.
     """
 
-    population: int = 100
-    """Chromosomes per generation."""
-    elite_fraction: float = 0.2
-    """Share of the population kept unchanged as the elite."""
-    mutant_fraction: float = 0.1
-    """Share of the population replaced by fresh mutants each generation."""
-    inheritance: float | np.ndarray = 0.7
-    """Probability a child takes each gene from its elite parent (scalar or one per gene)."""
-    mutant_alpha: float | np.ndarray = 1.0
-    """Beta α that mutant genes are drawn from (scalar or one per gene; 1, 1 = uniform)."""
-    mutant_beta: float | np.ndarray = 1.0
-    """Beta β that mutant genes are drawn from (scalar or one per gene)."""
+    population: int = field(default=100, metadata={"help": "Chromosomes per generation."})
+    elite_fraction: float = field(default=0.2, metadata={
+        "help": "Share of the population kept unchanged as the elite."})
+    mutant_fraction: float = field(default=0.1, metadata={
+        "help": "Share of the population replaced by fresh mutants each generation."})
+    inheritance: float | np.ndarray = field(default=0.7, metadata={
+        "help": "Probability a child takes each gene from its elite parent (scalar or one per gene)."})
+    mutant_alpha: float | np.ndarray = field(default=1.0, metadata={
+        "help": "Beta α that mutant genes are drawn from (scalar or one per gene; 1, 1 = uniform)."})
+    mutant_beta: float | np.ndarray = field(default=1.0, metadata={
+        "help": "Beta β that mutant genes are drawn from (scalar or one per gene)."})
 
     @staticmethod
     def layout(problem: Problem, task: frozenset[str]) -> dict[str, slice]:

@@ -39,7 +39,7 @@ Memory is counted in KiB (demands rounded up, capacities down).
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -101,18 +101,16 @@ class CPSAT:
     (optional intervals, alternatives and no-overlap for scheduling).
     """
 
-    time_limit: float = 30.0
-    """Solver seconds when the budget sets no time."""
-    max_ops: int = 200
-    """Largest graph solved without ``force``."""
-    force: bool = False
-    """Build and solve the model above ``max_ops`` anyway."""
-    workers: int = 8
-    """CP-SAT search workers (threads); 1 makes the search reproducible."""
-    time_steps: int = 1_000_000
-    """Integer time steps spanning the upper bound on the makespan."""
-    transient_memory: bool = True
-    """Bound live tensors and scratch per device too (else persistent bytes only)."""
+    time_limit: float = field(default=30.0, metadata={"help": "Solver seconds when the budget sets no time."})
+    max_ops: int = field(default=200, metadata={"help": "Largest graph solved without ``force``."})
+    force: bool = field(default=False, metadata={
+        "help": "Build and solve the model above ``max_ops`` anyway."})
+    workers: int = field(default=8, metadata={
+        "help": "CP-SAT search workers (threads); 1 makes the search reproducible."})
+    time_steps: int = field(default=1_000_000, metadata={
+        "help": "Integer time steps spanning the upper bound on the makespan."})
+    transient_memory: bool = field(default=True, metadata={
+        "help": "Bound live tensors and scratch per device too (else persistent bytes only)."})
 
     def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,
                  init: Plan | None = None) -> tuple[Plan, dict]:

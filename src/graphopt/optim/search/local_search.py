@@ -11,7 +11,7 @@ with ``kick`` random moves applied (Lourenço, Martin & Stützle, 2003).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -44,10 +44,10 @@ class LocalSearch:
     Metaheuristics, 2003.
     """
 
-    batch_size: int = 64
-    """Neighbours simulated per batch (one batch is the unit of "first improvement")."""
-    kick: int = 4
-    """Random moves applied to the best plan to restart from a local optimum."""
+    batch_size: int = field(default=64, metadata={
+        "help": "Neighbours simulated per batch (one batch is the unit of \"first improvement\")."})
+    kick: int = field(default=4, metadata={
+        "help": "Random moves applied to the best plan to restart from a local optimum."})
 
     def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,
                  init: Plan | None = None) -> tuple[Plan, dict]:

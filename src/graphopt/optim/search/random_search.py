@@ -7,7 +7,7 @@ BRKGA does: a device per colocation unit, a priority and a fusion priority per n
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -44,8 +44,7 @@ class RandomSearch:
     J. Bergstra and Y. Bengio, "Random search for hyper-parameter optimization", JMLR 13, 2012.
     """
 
-    batch_size: int = 128
-    """Plans sampled and simulated per batch."""
+    batch_size: int = field(default=128, metadata={"help": "Plans sampled and simulated per batch."})
 
     def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,
                  init: Plan | None = None) -> tuple[Plan, dict]:
