@@ -10,7 +10,7 @@ from safetensors.torch import load_file
 from graphopt.costmodel.data import CostModelError
 from graphopt.costmodel.metrics import kendall_tau
 from graphopt.costmodel.train import TrainConfig, _model_from, evaluate, load_run, rank, score_graph, train
-from graphopt.errors import GraphFormatError
+from graphopt.rl.checkpoint import CheckpointError
 from tests.conftest import real_tpugraphs
 from tests.costmodel.conftest import write_layout, write_tile
 
@@ -43,7 +43,7 @@ def test_training_learns_a_rule(tile_dir, tmp_path):
     before = np.mean([kendall_tau(score_graph(fresh, g), g.runtime) for g in test])
     after = evaluate(run)["overall"]["kendall_tau"]
     assert after > max(before, 0.0) + 0.2 and after > 0.6
-    for f in ("config.json", "checkpoint.json", "checkpoint.safetensors", "log.csv", "curve.png"):
+    for f in ("config.json", "checkpoint.json", "weights.safetensors", "log.csv", "curve.png"):
         assert (run / f).is_file()
     top = rank(run, tile_dir / "k0.npz", top=3)
     assert len(top) == 1 and len(top[0]["top"]) == 3 and top[0]["configs"] == 16
@@ -53,13 +53,13 @@ def test_resume_round_trips_exactly(tile_dir, tmp_path):
     whole = train(_cfg(tile_dir, tmp_path, epochs=3, run_name="whole"))
     half = train(_cfg(tile_dir, tmp_path, epochs=1, run_name="half"))
     train(TrainConfig(resume=str(half), epochs=3, progress=False))
-    a, b = load_file(str(whole / "checkpoint.safetensors")), load_file(str(half / "checkpoint.safetensors"))
+    a, b = load_file(str(whole / "weights.safetensors")), load_file(str(half / "weights.safetensors"))
     assert a.keys() == b.keys() and any(k.startswith("optim.") for k in a)
     assert all(torch.equal(a[k], b[k]) for k in a)
-    assert json.loads((half / "checkpoint.json").read_text())["epoch"] == 2
+    assert json.loads((half / "checkpoint.json").read_text())["state"]["epoch"] == 2
     # load_run gives back the same weights
     _, model, _, _ = load_run(whole)
-    assert all(torch.equal(v, a[f"model.{k}"]) for k, v in model.state_dict().items())
+    assert all(torch.equal(v, a[f"model.model.{k}"]) for k, v in model.state_dict().items())
 
 
 def test_gst_and_layout_models_train(tmp_path):
@@ -71,7 +71,7 @@ def test_gst_and_layout_models_train(tmp_path):
         run = train(_cfg(d, tmp_path, epochs=2, model=model, gst=True, segment_size=10, split="configs",
                          loss="hinge", run_name=f"gst-{model}"))
         assert json.loads((run / "config.json").read_text())["model"] == model
-        assert "gst.0.stats" in load_file(str(run / "checkpoint.safetensors"))
+        assert "data.gst.0.stats" in load_file(str(run / "weights.safetensors"))
 
 
 def test_bad_options_and_runs(tile_dir, tmp_path):
@@ -82,8 +82,8 @@ def test_bad_options_and_runs(tile_dir, tmp_path):
     with pytest.raises(CostModelError, match="missing config.json"):
         evaluate(tmp_path)
     run = train(_cfg(tile_dir, tmp_path, epochs=1, run_name="r"))
-    (run / "checkpoint.safetensors").write_bytes(b"not safetensors")
-    with pytest.raises(GraphFormatError, match="checkpoint"):
+    (run / "weights.safetensors").write_bytes(b"not safetensors")
+    with pytest.raises(CheckpointError, match="checkpoint"):
         load_run(run)
     (lay := tmp_path / "l.npz")
     write_layout(lay)

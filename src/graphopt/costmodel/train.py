@@ -3,11 +3,13 @@
 ``train(TrainConfig(...)) -> run directory`` holding
 
 - ``config.json``: every hyperparameter, the model's input widths, the split;
-- ``checkpoint.safetensors`` + ``checkpoint.json``: weights, optimizer state, feature
-  normalization (and the GST table), and the epoch reached; written after every epoch
-  atomically, so ``TrainConfig(resume=run_dir)`` continues exactly where it stopped
-  (every epoch draws from its own seed ``(seed, epoch)``);
-- ``log.csv`` (``losses/train``, ``charts/...``, per epoch) and ``curve.png``.
+- ``weights.safetensors`` + ``checkpoint.json``: a :mod:`graphopt.rl.checkpoint`
+  checkpoint (weights, optimizer state, feature normalization and the GST table as
+  ``data.norm.*`` and ``data.gst.*``, the epoch reached and the log); written after
+  every epoch atomically, so ``TrainConfig(resume=run_dir)`` continues exactly where
+  it stopped (every epoch draws from its own seed ``(seed, epoch)``);
+- ``log.csv`` (``losses/train``, ``charts/...``, per epoch) and ``curve.png``
+  (:func:`graphopt.viz.curves.metric_curves`).
 
 :func:`evaluate` scores held-out configurations per graph (Kendall's tau, top-K error,
 tile score, ordered-pair accuracy); :func:`rank` lists the configurations a compiler
@@ -16,18 +18,14 @@ should try first. Checkpoints are safetensors and JSON: no pickle anywhere.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import json
 import os
-import random
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
 
 from graphopt.costmodel.config import TrainConfig
 from graphopt.costmodel.data import (CostGraph, CostModelError, FeatureNormalizer, load_dataset,
@@ -35,7 +33,9 @@ from graphopt.costmodel.data import (CostGraph, CostModelError, FeatureNormalize
 from graphopt.costmodel.gst import HistoryTable, gst_scores, partition
 from graphopt.costmodel.metrics import LOSSES, ranking_loss, ranking_metrics
 from graphopt.costmodel.models import MODELS, CostModel, build_model, graph_tensors
-from graphopt.errors import GraphFormatError
+from graphopt.rl.checkpoint import CheckpointError, load_checkpoint, read_checkpoint, save_checkpoint
+from graphopt.rl.run import run_name, seed_everything, write_log
+from graphopt.viz.curves import metric_curves
 
 __all__ = ["TrainConfig", "evaluate", "load_run", "rank", "score_graph", "train"]
 
@@ -83,65 +83,52 @@ def _model_from(meta: dict) -> CostModel:
 
 
 # ----------------------------------------------------------------------------------------
-# Checkpoints: safetensors for tensors, JSON for the rest
+# Checkpoints: graphopt.rl.checkpoint's format
 # ----------------------------------------------------------------------------------------
 
-def _save_checkpoint(run: Path, model: CostModel, opt: torch.optim.Optimizer, norm: FeatureNormalizer,
-                     table: HistoryTable, epoch: int, history: list[dict]) -> None:
-    tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
-    tensors |= {f"norm.{k}": torch.from_numpy(np.ascontiguousarray(v)) for k, v in norm.arrays().items()}
-    tensors |= {f"gst.{k}": v for k, v in table.arrays().items()}
-    state = opt.state_dict()
-    for pid, st in state["state"].items():
-        tensors |= {f"optim.{pid}.{k}": torch.as_tensor(v).cpu() for k, v in st.items()}
-    meta = {"epoch": epoch, "param_groups": state["param_groups"], "history": history,
-            "gst_keys": sorted(table.stats),
-            "optim_keys": {str(p): sorted(s) for p, s in state["state"].items()}}
-    for name, write in (("checkpoint.safetensors", lambda p: save_file(tensors, str(p))),
-                        ("checkpoint.json", lambda p: p.write_text(json.dumps(meta, indent=1)))):
-        tmp = run / f".{name}.tmp"
-        write(tmp)
-        os.replace(tmp, run / name)
+def _checkpoint_config(meta: dict) -> dict:
+    """What a resumed run must share with the run it resumes: all but the epoch count and
+    the options that only say how to run."""
+    return {**meta, "train_config": {k: v for k, v in meta["train_config"].items()
+                                     if k not in ("epochs", "resume", "progress")}}
+
+
+def _prefixed(tensors: dict, prefix: str) -> dict:
+    return {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
 
 
 def load_run(run_dir: str | os.PathLike) -> tuple[dict, CostModel, FeatureNormalizer, dict]:
     """``(config, model, normalizer, checkpoint)`` of a run directory; the model is in
-    eval mode on the CPU.
+    eval mode on the CPU, ``checkpoint`` the trainer state (``epoch``, ``history``,
+    ``gst_keys``) with every stored tensor under ``tensors``.
 
     Raises
     ------
     CostModelError
         The directory has no ``config.json`` or no checkpoint yet.
-    GraphFormatError
+    CheckpointError
         A checkpoint file is unreadable or does not match the config.
     """
     run = Path(run_dir)
-    for name in ("config.json", "checkpoint.json", "checkpoint.safetensors"):
-        if not (run / name).is_file():
-            raise CostModelError(f"{run}: missing {name}; not a (finished epoch of a) cost-model run")
+    if not (run / "config.json").is_file():
+        raise CostModelError(f"{run}: missing config.json; not a cost-model run")
     try:
         meta = json.loads((run / "config.json").read_text())
-        ckpt = json.loads((run / "checkpoint.json").read_text())
-        tensors = load_file(str(run / "checkpoint.safetensors"))
-    except (OSError, ValueError, SafetensorError) as err:
-        raise GraphFormatError(f"{run}: unreadable checkpoint ({err})") from err
+    except (OSError, ValueError) as err:
+        raise CheckpointError(f"{run / 'config.json'}: unreadable ({err})") from err
+    found = read_checkpoint(run)
+    if found is None:
+        raise CostModelError(f"{run}: missing checkpoint.json; no epoch of this run finished")
+    ckpt, tensors = found
     model = _model_from(meta)
     try:
-        model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
+        model.load_state_dict(_prefixed(tensors, "model.model."))
     except RuntimeError as err:
-        raise GraphFormatError(f"{run / 'checkpoint.safetensors'}: weights do not match config.json "
-                               f"({str(err).splitlines()[0]})") from err
-    norm = FeatureNormalizer.from_arrays({k[5:]: v.numpy() for k, v in tensors.items()
-                                          if k.startswith("norm.")})
-    ckpt["tensors"] = tensors
-    return meta, model.eval(), norm, ckpt
-
-
-def _restore_optimizer(opt: torch.optim.Optimizer, ckpt: dict) -> None:
-    state = {"param_groups": ckpt["param_groups"],
-             "state": {int(p): {k: ckpt["tensors"][f"optim.{p}.{k}"] for k in keys}
-                       for p, keys in ckpt["optim_keys"].items()}}
-    opt.load_state_dict(state)
+        raise CheckpointError(f"{run}: checkpoint weights do not match config.json "
+                              f"({str(err).splitlines()[0]})") from err
+    norm = FeatureNormalizer.from_arrays({k: v.numpy()
+                                          for k, v in _prefixed(tensors, "data.norm.").items()})
+    return meta, model.eval(), norm, {**ckpt["state"], "tensors": tensors}
 
 
 # ----------------------------------------------------------------------------------------
@@ -182,6 +169,8 @@ def train(cfg: TrainConfig) -> Path:
         Bad option values, an empty split, or ``resume`` pointing at no run.
     GraphFormatError
         Unreadable data files (named).
+    CheckpointError
+        ``resume`` pointing at a corrupt checkpoint.
 
     Examples
     --------
@@ -198,10 +187,7 @@ def train(cfg: TrainConfig) -> Path:
         cfg = dataclasses.replace(TrainConfig(**stored["train_config"]), epochs=cfg.epochs,
                                   resume=cfg.resume, progress=cfg.progress)
     # --- seeding
-    random.seed(cfg.seed)
-    np.random.seed(cfg.seed)
-    torch.manual_seed(cfg.seed)
-    torch.set_num_threads(max(cfg.threads, 1))
+    seed_everything(cfg.seed, max(cfg.threads, 1))
     device = torch.device(cfg.device)
 
     # --- data
@@ -211,8 +197,8 @@ def train(cfg: TrainConfig) -> Path:
                              f"{len(test_graphs)} test graphs; need at least one of each")
     collection = train_graphs[0].collection
     model_name = _resolve_model(cfg, collection)
-    norm = FeatureNormalizer.from_arrays({k[5:]: v.numpy() for k, v in resume_ckpt["tensors"].items()
-                                          if k.startswith("norm.")}) if resume_ckpt \
+    norm = FeatureNormalizer.from_arrays({k: v.numpy() for k, v in _prefixed(
+        resume_ckpt["tensors"], "data.norm.").items()}) if resume_ckpt \
         else FeatureNormalizer.fit(train_graphs)
     train_graphs = [norm(g) for g in train_graphs]
     test_graphs = [norm(g) for g in test_graphs]
@@ -225,7 +211,7 @@ def train(cfg: TrainConfig) -> Path:
         run = Path(cfg.resume)
     else:
         stem = Path(cfg.data.rstrip("/")).name.replace(".", "_") or "data"
-        run = Path(cfg.out) / (cfg.run_name or f"{stem}__{model_name}__{cfg.seed}__{int(time.time())}")
+        run = Path(cfg.out) / (cfg.run_name or run_name(stem, model_name, seed=cfg.seed))
         run.mkdir(parents=True, exist_ok=cfg.run_name != "")
     meta = {"train_config": dataclasses.asdict(cfg), "model": model_name, "collection": collection,
             "split": split, "num_node_feat": int(train_graphs[0].node_feat.shape[1]),
@@ -246,11 +232,10 @@ def train(cfg: TrainConfig) -> Path:
                                         edge_index=s.edge_index.to(device)) for s in v]
                 for k, v in segments.items()}
     start_epoch, history = 0, []
+    ckpt_config = _checkpoint_config(meta)
     if resume_ckpt:
-        model.load_state_dict({k[6:]: v for k, v in resume_ckpt["tensors"].items() if k.startswith("model.")})
-        _restore_optimizer(opt, resume_ckpt)
-        table.load_arrays(resume_ckpt["gst_keys"], {k[4:]: v for k, v in resume_ckpt["tensors"].items()
-                                                    if k.startswith("gst.")})
+        load_checkpoint(run, ckpt_config, {"model": model}, opt, None)
+        table.load_arrays(resume_ckpt["gst_keys"], _prefixed(resume_ckpt["tensors"], "data.gst."))
         start_epoch, history = resume_ckpt["epoch"] + 1, resume_ckpt["history"]
 
     # --- the loop: one graph and a sample of its configurations per step
@@ -289,32 +274,17 @@ def train(cfg: TrainConfig) -> Path:
             if cfg.progress:
                 bar.console.log(f"epoch {epoch}: loss {row['losses/train']:.4f}  test tau "
                                 f"{test['kendall_tau']:.3f}  top5 err {test['top5_error']:.4f}")
-            _save_checkpoint(run, model, opt, norm, table, epoch, history)
-            _write_log(run, history)
+            arrays = {f"norm.{k}": torch.from_numpy(np.ascontiguousarray(v))
+                      for k, v in norm.arrays().items()}
+            arrays |= {f"gst.{k}": v for k, v in table.arrays().items()}
+            save_checkpoint(run, ckpt_config, {"model": model}, opt, None,
+                            {"epoch": epoch, "history": history, "gst_keys": sorted(table.stats)},
+                            arrays)
+            write_log(history, run / "log.csv")
+            metric_curves(history, run / "curve.png", "epoch",
+                          [["losses/train"], ["charts/kendall_tau", "charts/tile_score"]],
+                          title=run.name)
     return run
-
-
-def _write_log(run: Path, history: list[dict]) -> None:
-    with open(run / "log.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(history[0]))
-        w.writeheader()
-        w.writerows(history)
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    ep = [h["epoch"] for h in history]
-    fig, ax = plt.subplots(1, 2, figsize=(9, 3.2))
-    ax[0].plot(ep, [h["losses/train"] for h in history])
-    ax[0].set(xlabel="epoch", ylabel="training loss")
-    ax[1].plot(ep, [h["charts/kendall_tau"] for h in history], label="Kendall tau")
-    ax[1].plot(ep, [h["charts/tile_score"] for h in history], label="tile score")
-    ax[1].set(xlabel="epoch", ylabel="held-out")
-    ax[1].legend()
-    fig.tight_layout()
-    fig.savefig(run / "curve.png", dpi=100)
-    plt.close(fig)
 
 
 # ----------------------------------------------------------------------------------------

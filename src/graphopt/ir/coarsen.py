@@ -1,20 +1,17 @@
-"""Grouping ops and the quotient graph of a grouping: what grouping placers work on.
+"""Groupings of ops: what group-level placers place.
 
-A *grouping* is an int array with one group id per node. :func:`colocation_groups`
-(Mirhoseini et al. 2017), :func:`module_groups` and :func:`bounded_groups` make one;
-:func:`coarsen` turns a graph and a grouping into the graph of the groups, and
-:func:`expand_placement` maps a placement of the groups back onto the ops.
-
-All three groupings keep colocation groups whole (unless told otherwise), so every
-placement of their groups expands to a placement that respects colocation. Group ids
-are ``0 .. G-1``, numbered by the first node of each group in topological order.
+A *grouping* is an int array with one group id per node, ``0 .. G-1``, numbered by the
+first node of each group in topological order. :func:`colocation_groups` (Mirhoseini
+et al. 2017) grows the graph's colocation groups along single-consumer chains;
+:func:`bounded_groups` cuts the topological order into at most ``k`` chunks of balanced
+weight, keeping a grouping's groups (and colocation groups) whole, which bounds the
+length of a placer's decoder.
 
 In a training step a parameter shares a colocation group with its update op, and the
 forward and backward ops between them lie on paths from one to the other; a grouping
 that keeps such a group whole therefore has a cyclic group graph unless it also holds
-those paths. :func:`coarsen` rejects a cyclic grouping by default, or merges the groups
-on each cycle. :func:`bounded_groups` can instead split colocation groups across its
-chunks and leave the constraint to the quotient graph's ``coloc`` field.
+those paths. The placers here do not mind (they place groups, then simulate ops);
+:func:`bounded_groups` merges the groups on each cycle when asked for an acyclic one.
 """
 
 from __future__ import annotations
@@ -25,10 +22,10 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
-from graphopt.errors import GraphError, PlanError
-from graphopt.ir.graph import Graph, GraphBuilder
+from graphopt.errors import GraphError
+from graphopt.ir.graph import Graph
 
-__all__ = ["bounded_groups", "coarsen", "colocation_groups", "expand_placement", "module_groups"]
+__all__ = ["bounded_groups", "colocation_groups"]
 
 #: FLOPs one byte of memory traffic is worth in :func:`bounded_groups`' default weights:
 #: the ridge point of a V100 in FP32 (15.7 TFLOP/s over 900 GB/s).
@@ -63,6 +60,7 @@ def colocation_groups(graph: Graph) -> np.ndarray:
 
     Examples
     --------
+    >>> from graphopt.ir import GraphBuilder
     >>> b = GraphBuilder("g")
     >>> x = b.add_node("x", "input", out_bytes=4)
     >>> a = b.add_node("a", "relu", inputs=[x])
@@ -83,55 +81,35 @@ def colocation_groups(graph: Graph) -> np.ndarray:
         labels = _union(labels, only[:, 0], only[:, 1])
 
 
-def module_groups(graph: Graph, depth: int, keep_colocation: bool = True) -> np.ndarray:
-    """Group ops by the first ``depth`` components of their module path.
-
-    ``depth=2`` puts ``encoder.layers.3.attn.q_proj`` in group ``encoder.layers``; ops
-    whose path has fewer components keep their whole path, and ops without a module
-    (``""``) form one group. With ``keep_colocation``, module groups that share a
-    colocation group merge.
-
-    Examples
-    --------
-    >>> from graphopt.ir.generate import mlp_training_graph
-    >>> g = mlp_training_graph(layers=3, hidden=8, batch=2)
-    >>> len(set(module_groups(g, 1).tolist())), len(set(module_groups(g, 2).tolist()))
-    (3, 5)
-    """
-    if depth < 0:
-        raise GraphError(f"graph {graph.name!r}: module depth must be >= 0, got {depth}")
-    keys = np.array([".".join(str(m).split(".")[:depth]) for m in graph.module], dtype=np.str_)
-    labels = np.unique(keys, return_inverse=True)[1].reshape(-1).astype(np.int64)
-    return _canonical(_keep_colocation(graph, labels) if keep_colocation else labels)
-
-
 def bounded_groups(graph: Graph, target: int, weights: Sequence[float] | np.ndarray | None = None,
-                   keep_colocation: bool = True, acyclic: bool = True) -> np.ndarray:
-    """About ``target`` groups of balanced weight, contiguous in topological order.
+                   keep_colocation: bool = True, acyclic: bool = True,
+                   units: Sequence[int] | np.ndarray | None = None) -> np.ndarray:
+    """At most ``target`` groups of balanced weight, contiguous in topological order.
 
-    Cuts the topological order into ``target`` chunks of equal total weight (an op
-    belongs to the chunk its weight's midpoint falls in); such chunks have an acyclic
-    group graph. Then:
-
-    - ``keep_colocation``: each colocation group moves whole into the chunk of its
-      heaviest member;
-    - ``acyclic``: groups on a cycle of the group graph (which moving colocation groups
-      can create) merge, so :func:`coarsen` accepts the result.
+    The *units* are what is never split: each op by default, the given grouping
+    ``units`` otherwise, and with ``keep_colocation`` every colocation group too. In the
+    order of their first op, units are cut into ``target`` chunks of equal total weight
+    (a unit belongs to the chunk its weight's midpoint falls in); with at most
+    ``target`` units, each unit is a group. Then, with ``acyclic``, groups on a cycle of
+    the group graph (which whole colocation groups can create) merge.
 
     Parameters
     ----------
     graph : Graph
     target : int
         Number of chunks (>= 1); the result has at most this many groups, fewer when
-        merges follow or when there are fewer ops.
+        merges follow or when there are fewer units.
     weights : array of float, shape (N,), optional
         Work per op; default ``max(flops, RIDGE_FLOPS_PER_BYTE * bytes moved)``, a
-        roofline estimate in FLOPs.
+        roofline estimate in FLOPs. When every weight is 0, every unit weighs the same.
     keep_colocation, acyclic : bool
         See above. Both on, a training step collapses into a few groups (a parameter's
         group holds its update and so every op between its forward and its backward);
-        for a training step pass ``keep_colocation=False`` and let :func:`coarsen` carry
-        the colocation groups to the quotient graph's ``coloc``.
+        for a training step pass ``acyclic=False`` (a placer of groups does not need an
+        acyclic group graph) or ``keep_colocation=False``.
+    units : int array, shape (N,), optional
+        A grouping to keep whole, e.g. :func:`colocation_groups`' (any labels; equal
+        label, same unit).
 
     Returns
     -------
@@ -148,6 +126,9 @@ def bounded_groups(graph: Graph, target: int, weights: Sequence[float] | np.ndar
     >>> groups = bounded_groups(g, 8)
     >>> int(groups.max()) + 1, bool((np.diff(groups) >= 0).all())
     (8, True)
+    >>> thirds = np.arange(g.num_nodes) // 34  # three units: 34, 34 and 32 ops
+    >>> np.bincount(bounded_groups(g, 2, weights=np.ones(g.num_nodes), units=thirds)).tolist()
+    [34, 66]
     """
     n = graph.num_nodes
     if target < 1:
@@ -157,141 +138,20 @@ def bounded_groups(graph: Graph, target: int, weights: Sequence[float] | np.ndar
     if w.shape != (n,) or not np.isfinite(w).all() or (w < 0).any():
         raise GraphError(f"graph {graph.name!r}: weights must be {n} finite numbers >= 0, got "
                          f"shape {w.shape}")
-    total = w.sum()
-    if total <= 0:
-        w, total = np.ones(n), float(n)
-    mid = np.cumsum(w) - w / 2
-    labels = np.minimum((mid / total * target).astype(np.int64), target - 1)
-    members = np.flatnonzero(graph.coloc >= 0)
-    if keep_colocation and len(members):
-        coloc = graph.coloc[members]
-        order = np.lexsort((-w[members], coloc))  # heaviest member of each group first
-        head = order[np.r_[True, coloc[order][1:] != coloc[order][:-1]]]
-        chunk_of = np.zeros(int(coloc.max()) + 1, dtype=np.int64)
-        chunk_of[coloc[head]] = labels[members[head]]
-        labels[members] = chunk_of[coloc]
+    labels = np.arange(n, dtype=np.int64) if units is None else _validated_groups(graph, units)
+    if keep_colocation:
+        labels = _keep_colocation(graph, labels)
+    labels = _canonical(labels)
+    count = int(labels.max()) + 1 if n else 0
+    if count > target:
+        unit_w = np.bincount(labels, weights=w, minlength=count)
+        if unit_w.sum() <= 0:
+            unit_w = np.ones(count)
+        mid = np.cumsum(unit_w) - unit_w / 2
+        labels = np.minimum((mid / unit_w.sum() * target).astype(np.int64), target - 1)[labels]
     if acyclic:
         labels = _merge_cycles(graph, labels)
     return _canonical(labels)
-
-
-# -- the quotient graph --------------------------------------------------------------------
-def coarsen(graph: Graph, groups: Sequence[int] | np.ndarray,
-            merge_cycles: bool = False) -> tuple[Graph, np.ndarray]:
-    """The quotient graph of a grouping: one node per group.
-
-    A group node sums its members' FLOPs, bytes read and written, persistent and
-    temporary bytes; its ``out_bytes`` sums the outputs of members read outside the
-    group. Its op type, dtype and shape are those of its most expensive member (most
-    FLOPs, then most bytes moved); its module is the longest common prefix of its
-    members' non-empty module paths. An edge joins two groups when any op edge does;
-    it carries every distinct tensor crossing once (the largest of a tensor's edges
-    into the group, summed over tensors), as the simulator sends a tensor once per
-    device. Colocation groups carry over: group nodes holding members of one
-    colocation group share a colocation group.
-
-    Parameters
-    ----------
-    graph : Graph
-    groups : int array, shape (N,)
-        Any labels (equal label, same group).
-    merge_cycles : bool
-        ``False``: a grouping whose group graph has a cycle is an error. ``True``: the
-        groups on each cycle (each strongly connected component) merge into one.
-
-    Returns
-    -------
-    quotient : Graph
-        Validated; named ``<graph>/<G> groups``, nodes ``group<k>``.
-    node_group : int64 array, shape (N,)
-        Index in ``quotient`` of each op's group: pass it to :func:`expand_placement`.
-
-    Raises
-    ------
-    GraphError
-        ``groups`` has the wrong length or is not integral, or (without
-        ``merge_cycles``) the grouping makes a cycle; the message names groups on it and
-        an op of each.
-
-    Notes
-    -----
-    O(N + E) in numpy, plus O(N) string work for module prefixes and the builder's
-    O(G + E' log G) sort of the quotient.
-
-    Examples
-    --------
-    >>> from graphopt.ir.generate import layered_graph
-    >>> g = layered_graph(20, 5, seed=0)
-    >>> q, node_group = coarsen(g, bounded_groups(g, 4))
-    >>> q.num_nodes, bool(np.isclose(q.flops.sum(), g.flops.sum())), node_group[:3].tolist()
-    (4, True, [0, 0, 0])
-    """
-    labels = _validated_groups(graph, groups)
-    if merge_cycles:
-        labels = _canonical(_merge_cycles(graph, labels))
-    else:
-        _raise_on_cycle(graph, labels)
-    n_groups = int(labels.max()) + 1 if len(labels) else 0
-    gs, gd = labels[graph.src], labels[graph.dst]
-    cross = gs != gd
-
-    def total(a: np.ndarray) -> np.ndarray:
-        return np.bincount(labels, weights=a, minlength=n_groups)
-
-    leaving = np.zeros(graph.num_nodes, dtype=bool)
-    leaving[graph.src[cross]] = True
-    moved = graph.bytes_read + graph.bytes_written
-    order = np.lexsort((np.arange(graph.num_nodes), -moved, -graph.flops, labels))
-    rep = order[np.r_[True, labels[order][1:] != labels[order][:-1]]] if len(order) else order
-    modules = _group_modules(graph.module, labels, n_groups)
-    coloc = _group_coloc(graph.coloc, labels, n_groups)
-
-    b = GraphBuilder(f"{graph.name}/{n_groups} groups",
-                     meta={**graph.meta, "coarsened_from": graph.name, "groups": n_groups})
-    cols = [total(a) for a in (graph.flops, graph.bytes_read, graph.bytes_written,
-                               graph.out_bytes * leaving, graph.persistent_bytes, graph.temp_bytes)]
-    for k in range(n_groups):
-        r = rep[k]
-        b.add_node(f"group{k}", str(graph.op[r]), shape=graph.shape_of(r), dtype=str(graph.dtype[r]),
-                   flops=cols[0][k], bytes_read=cols[1][k], bytes_written=cols[2][k],
-                   out_bytes=cols[3][k], persistent_bytes=cols[4][k], temp_bytes=cols[5][k],
-                   module=modules[k], coloc=None if coloc[k] < 0 else f"c{coloc[k]}")
-    for s, d, nbytes in zip(*_group_edges(graph, labels, cross, n_groups)):
-        b.add_edge(int(s), int(d), float(nbytes))
-    quotient = b.build()
-    position = np.array([quotient.index[f"group{k}"] for k in range(n_groups)], dtype=np.int64)
-    return quotient, position[labels] if n_groups else labels
-
-
-def expand_placement(groups: Sequence[int] | np.ndarray,
-                     group_placement: Sequence[int] | np.ndarray) -> np.ndarray:
-    """A value per op from a value per group: ``group_placement[groups]``.
-
-    ``groups`` is the node → group array :func:`coarsen` returned (or any grouping whose
-    ids index ``group_placement``); the result is a placement (or priorities) of the
-    original graph's ops.
-
-    Raises
-    ------
-    PlanError
-        A group id is negative or has no entry in ``group_placement``.
-
-    Examples
-    --------
-    >>> expand_placement([0, 0, 1, 2, 1], [3, 0, 1]).tolist()
-    [3, 3, 0, 1, 0]
-    """
-    g = np.asarray(groups)
-    values = np.asarray(group_placement)
-    if g.ndim != 1 or (len(g) and not np.issubdtype(g.dtype, np.integer)):
-        raise PlanError(f"groups must be a 1-D integer array, got dtype {g.dtype} shape {g.shape}")
-    if values.ndim != 1:
-        raise PlanError(f"group_placement must be 1-D, got shape {values.shape}")
-    if len(g) and (g.min() < 0 or g.max() >= len(values)):
-        bad = int(g.min()) if g.min() < 0 else int(g.max())
-        raise PlanError(f"groups refer to group {bad}, but group_placement has {len(values)} "
-                        f"entries (groups 0..{len(values) - 1})")
-    return values[g]
 
 
 # -- helpers ---------------------------------------------------------------------------------
@@ -349,68 +209,3 @@ def _merge_cycles(graph: Graph, labels: np.ndarray) -> np.ndarray:
         return labels
     count, comp = _group_dag(labels, graph)
     return labels if count == labels.max() + 1 else comp[labels].astype(np.int64)
-
-
-def _raise_on_cycle(graph: Graph, labels: np.ndarray) -> None:
-    if not len(labels):
-        return
-    count, comp = _group_dag(labels, graph)
-    if count == labels.max() + 1:
-        return
-    sizes = np.bincount(comp)
-    cyc = np.flatnonzero(comp == np.flatnonzero(sizes > 1)[0])
-    first = {int(k): str(graph.names[np.flatnonzero(labels == k)[0]]) for k in cyc[:6]}
-    shown = ", ".join(f"{k} (op {name!r})" for k, name in first.items())
-    raise GraphError(f"graph {graph.name!r}: the grouping makes a cycle through {len(cyc)} groups: "
-                     f"{shown}{', ...' if len(cyc) > 6 else ''}; merge them (coarsen(..., "
-                     "merge_cycles=True)) or group without keeping colocation groups whole "
-                     "(bounded_groups(..., keep_colocation=False))")
-
-
-def _group_edges(graph: Graph, labels: np.ndarray, cross: np.ndarray,
-                 n_groups: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Group edges with the bytes of each distinct tensor crossing them counted once."""
-    src, gd, eb = graph.src[cross], labels[graph.dst[cross]], graph.edge_bytes[cross]
-    if not len(src):
-        return src, gd, eb
-    key = src * n_groups + gd  # one tensor into one group: its largest edge
-    order = np.lexsort((-eb, key))
-    head = order[np.r_[True, key[order][1:] != key[order][:-1]]]
-    gkey = labels[src[head]] * n_groups + gd[head]
-    uniq, inv = np.unique(gkey, return_inverse=True)
-    return uniq // n_groups, uniq % n_groups, np.bincount(inv.reshape(-1), weights=eb[head])
-
-
-def _group_modules(module: np.ndarray, labels: np.ndarray, n_groups: int) -> list[str]:
-    """Longest common prefix (in path components) of each group's non-empty modules."""
-    prefix: list[list[str] | None] = [None] * n_groups
-    for k, m in set(zip(labels.tolist(), module.tolist())):
-        if not m:
-            continue
-        parts = m.split(".")
-        cur = prefix[k]
-        if cur is None:
-            prefix[k] = parts
-            continue
-        j = 0
-        while j < min(len(cur), len(parts)) and cur[j] == parts[j]:
-            j += 1
-        prefix[k] = cur[:j]
-    return [".".join(p) if p else "" for p in prefix]
-
-
-def _group_coloc(coloc: np.ndarray, labels: np.ndarray, n_groups: int) -> np.ndarray:
-    """Colocation id per group: groups holding members of one colocation group share one
-    (-1 for groups without colocated members)."""
-    out = -np.ones(n_groups, dtype=np.int64)
-    members = np.flatnonzero(coloc >= 0)
-    if not len(members):
-        return out
-    n_coloc = int(coloc.max()) + 1
-    adj = sp.coo_matrix((np.ones(len(members)), (labels[members], n_groups + coloc[members])),
-                        shape=(n_groups + n_coloc,) * 2)
-    _, comp = connected_components(adj, directed=False)
-    has = np.zeros(n_groups, dtype=bool)
-    has[labels[members]] = True
-    out[has] = _canonical(comp[:n_groups][has])
-    return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch_geometric.nn.inits import reset
 
 __all__ = ["FiLM", "SegmentRecurrentAttention"]
 
@@ -14,7 +15,15 @@ class FiLM(nn.Module):
 
     A graph-level context :math:`c` scales and shifts every feature, so one set of weights
     acts as a different network per graph without more parameters (GO's "parameter
-    superposition"). Zero-initialized: a fresh FiLM is the identity.
+    superposition"). :math:`\gamma` and :math:`\beta` are one linear map of :math:`c`,
+    zero-initialized: a fresh (or reset) FiLM is the identity.
+
+    Parameters
+    ----------
+    dim : int
+        Width of the features modulated.
+    context_dim : int
+        Width of the context :math:`c`.
 
     Shapes
     ------
@@ -27,13 +36,28 @@ class FiLM(nn.Module):
     >>> h = torch.rand(2, 5, 4)
     >>> torch.equal(film(h, torch.rand(3)), h)
     True
+    >>> film
+    FiLM(4, context_dim=3)
+
+    References
+    ----------
+    E. Perez, F. Strub, H. de Vries, V. Dumoulin and A. Courville, "FiLM: Visual
+    Reasoning with a General Conditioning Layer", AAAI 2018.
     """
 
     def __init__(self, dim: int, context_dim: int):
         super().__init__()
+        self.dim, self.context_dim = dim, context_dim
         self.proj = nn.Linear(context_dim, 2 * dim)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        r"""Zero :math:`\gamma` and :math:`\beta`: the identity."""
         nn.init.zeros_(self.proj.weight)
         nn.init.zeros_(self.proj.bias)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.dim}, context_dim={self.context_dim})"
 
     def forward(self, h: Tensor, context: Tensor) -> Tensor:
         gamma, beta = self.proj(context).chunk(2, dim=-1)
@@ -54,10 +78,20 @@ class SegmentRecurrentAttention(nn.Module):
     no loop over segments. A learned position embedding over the :math:`2L` key
     positions tells the memory from the segment itself.
 
+    With :math:`x_s` the pre-normed segment :math:`s`, :math:`p` the position embedding
+    and :math:`\mathrm{sg}` stopping the gradient:
+
+    .. math::
+        \tilde{x}_s &= [\mathrm{sg}(x_{s-1}); x_s] + p, \quad
+        a_s = \mathrm{MHA}(Q = W_q (x_s + p_{L:}),\ K = W_k \tilde{x}_s,\
+        V = W_v \tilde{x}_s) \\
+        h &\leftarrow h + \mathrm{FiLM}_1(W_o a, c), \quad
+        h \leftarrow h + \mathrm{FiLM}_2(\mathrm{FF}(\mathrm{LN}(h)), c)
+
     Parameters
     ----------
     dim, heads : int
-        Model width and attention heads.
+        Model width and attention heads (``dim`` a multiple of ``heads``).
     segment : int
         Segment length :math:`L`.
     context_dim : int
@@ -73,11 +107,26 @@ class SegmentRecurrentAttention(nn.Module):
     >>> layer = SegmentRecurrentAttention(8, heads=2, segment=4, context_dim=3)
     >>> layer(torch.rand(10, 8), torch.rand(3)).shape
     torch.Size([10, 8])
+    >>> layer
+    SegmentRecurrentAttention(8, heads=2, segment=4, context_dim=3)
+
+    Raises
+    ------
+    ValueError
+        ``dim`` is not a multiple of ``heads``.
+
+    References
+    ----------
+    Z. Dai, Z. Yang, Y. Yang, J. Carbonell, Q. V. Le and R. Salakhutdinov,
+    "Transformer-XL: Attentive Language Models Beyond a Fixed-Length Context", ACL 2019.
+    Y. Zhou et al., "Transferable Graph Optimizers for ML Compilers", NeurIPS 2020.
     """
 
     def __init__(self, dim: int, heads: int, segment: int, context_dim: int):
         super().__init__()
-        self.segment, self.heads = segment, heads
+        if heads < 1 or dim % heads:
+            raise ValueError(f"attention width dim={dim} must be a multiple of heads={heads}")
+        self.dim, self.heads, self.segment, self.context_dim = dim, heads, segment, context_dim
         self.pos = nn.Parameter(torch.zeros(2 * segment, dim))
         nn.init.normal_(self.pos, std=0.02)
         self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
@@ -85,6 +134,18 @@ class SegmentRecurrentAttention(nn.Module):
         self.out = nn.Linear(dim, dim)
         self.ff = nn.Sequential(nn.Linear(dim, 2 * dim), nn.ReLU(), nn.Linear(2 * dim, dim))
         self.film1, self.film2 = FiLM(dim, context_dim), FiLM(dim, context_dim)
+
+    def reset_parameters(self) -> None:
+        """Position embedding drawn from N(0, 0.02²), every child reset (FiLM to the
+        identity). ``__init__`` draws the same way, child by child, without calling this
+        (a second draw would shift every later layer's seeded initialization)."""
+        nn.init.normal_(self.pos, std=0.02)
+        for child in self.children():
+            reset(child)
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}({self.dim}, heads={self.heads}, segment={self.segment}, "
+                f"context_dim={self.context_dim})")
 
     def forward(self, h: Tensor, context: Tensor) -> Tensor:
         n, d = h.shape

@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch_geometric.nn.inits import reset
 from torch_geometric.utils import scatter
 
 from graphopt.nn.attention import SegmentRecurrentAttention
@@ -78,6 +79,14 @@ class GOPolicy(nn.Module):
     {'placement': (7, 8), 'scheduling': (7, 8), 'fusion': (7, 4)}
     >>> bool(torch.isinf(out["placement"][:, 3:]).all())
     True
+    >>> net
+    GOPolicy(in_dim=5, dim=16, sage_layers=2, attn_layers=2, heads=4, segment=4)
+
+    References
+    ----------
+    Y. Zhou, S. Roy, A. Abdolrashidi, D. Wong, P. Ma, Q. Xu, H. Liu, P. M. Phothilimtha,
+    S. Wang, A. Goldie, A. Mirhoseini and J. Laudon, "Transferable Graph Optimizers for
+    ML Compilers", NeurIPS 2020.
     """
 
     def __init__(self, config: GOPolicyConfig):
@@ -95,6 +104,18 @@ class GOPolicy(nn.Module):
                                         for t in TASK_LEVELS})
         self.head = nn.ModuleDict({t: nn.Sequential(nn.LayerNorm(d), nn.Linear(d, getattr(c, f)))
                                    for t, f in TASK_LEVELS.items()})
+
+    def reset_parameters(self) -> None:
+        """Reset every child as it initializes itself (``__init__`` leaves each child's
+        own initialization in place rather than drawing twice)."""
+        for child in self.children():
+            reset(child)
+
+    def __repr__(self) -> str:
+        c = self.config
+        return (f"{type(self).__name__}(in_dim={c.in_dim}, dim={c.dim}, "
+                f"sage_layers={c.sage_layers}, attn_layers={c.attn_layers}, heads={c.heads}, "
+                f"segment={c.segment})")
 
     def forward(self, x: Tensor, op_ids: Tensor, op_node: Tensor, edge_index: Tensor,
                 num_devices: int, tasks: tuple[str, ...] = tuple(TASK_LEVELS)) -> dict[str, Tensor]:

@@ -12,9 +12,7 @@ __all__ = ["AttentionLSTMPlacer"]
 class AttentionLSTMPlacer(nn.Module):
     r"""LSTM encoder–decoder with content-based attention that places groups one by one.
 
-    From "Device Placement Optimization with Reinforcement Learning" (Mirhoseini et al.,
-    ICML 2017) and "A Hierarchical Model for Device Placement" (Mirhoseini et al., ICLR
-    2018). The encoder (bidirectional: :math:`H/2` units per direction) reads the group
+    The encoder (bidirectional: :math:`H/2` units per direction) reads the group
     inputs :math:`x_1..x_G` into memories :math:`m_j`; the decoder starts from the
     encoder's final state and is fed the previous group's device:
 
@@ -53,6 +51,16 @@ class AttentionLSTMPlacer(nn.Module):
     >>> actions, logp, ent = placer(torch.rand(2, 4, 5), num_samples=3)
     >>> tuple(actions.shape), tuple(logp.shape), int(actions.max()) < 3
     ((6, 4), (6,), True)
+    >>> placer
+    AttentionLSTMPlacer(in_dim=5, num_devices=3, hidden=8, bidirectional=True)
+
+    References
+    ----------
+    A. Mirhoseini, H. Pham, Q. V. Le, B. Steiner, R. Larsen, Y. Zhou, N. Kumar,
+    M. Norouzi, S. Bengio and J. Dean, "Device Placement Optimization with Reinforcement
+    Learning", ICML 2017.
+    A. Mirhoseini, A. Goldie, H. Pham, B. Steiner, Q. V. Le and J. Dean, "A Hierarchical
+    Model for Device Placement", ICLR 2018.
     """
 
     def __init__(self, in_dim: int, num_devices: int, hidden: int = 512,

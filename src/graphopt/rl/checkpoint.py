@@ -3,9 +3,10 @@
 A checkpoint is a folder with two files:
 
 - ``weights.safetensors``: every module's parameters and buffers (``model.<name>.<key>``),
-  the optimizer's per-parameter state (``optim.<index>.<key>``) and the state of the
+  the optimizer's per-parameter state (``optim.<index>.<key>``), the state of the
   torch generator the policy samples with (``rng``), so a resumed run draws the same
-  samples an uninterrupted one would;
+  samples an uninterrupted one would, and any other tensors of the run
+  (``data.<key>``: a feature normalizer's statistics, a table of embeddings);
 - ``checkpoint.json``: format and version, the run's ``config`` (hyperparameters and the
   problem it trains on), the optimizer's parameter groups and the trainer's ``state``
   (update count, baseline, best plan, history: anything JSON-ready).
@@ -28,7 +29,8 @@ from torch import nn
 from graphopt.errors import GraphoptError
 from graphopt.ir.io import atomic_write
 
-__all__ = ["CheckpointError", "load_checkpoint", "load_policy", "save_checkpoint", "save_policy"]
+__all__ = ["CheckpointError", "load_checkpoint", "load_policy", "read_checkpoint", "save_checkpoint",
+           "save_policy"]
 
 FORMAT = "graphopt.rl.checkpoint"
 VERSION = 1
@@ -45,9 +47,12 @@ def _plain(config: dict) -> dict:
 
 
 def save_checkpoint(folder: str | os.PathLike, config: dict, modules: dict[str, nn.Module],
-                    optimizer: torch.optim.Optimizer, generator: torch.Generator,
-                    state: dict) -> Path:
+                    optimizer: torch.optim.Optimizer, generator: torch.Generator | None,
+                    state: dict, tensors: dict[str, torch.Tensor] | None = None) -> Path:
     """Write a checkpoint into ``folder`` (created if need be), each file atomically.
+
+    ``generator`` may be None for a trainer that reseeds the global generators itself;
+    ``tensors`` are other tensors of the run, read back by :func:`read_checkpoint`.
 
     Examples
     --------
@@ -60,33 +65,32 @@ def save_checkpoint(folder: str | os.PathLike, config: dict, modules: dict[str, 
     {'step': 3}
     """
     folder = Path(folder)
-    tensors = {f"model.{name}.{k}": v.detach().contiguous()
-               for name, m in modules.items() for k, v in m.state_dict().items()}
+    blobs = {f"model.{name}.{k}": v.detach().cpu().contiguous()
+             for name, m in modules.items() for k, v in m.state_dict().items()}
+    blobs |= {f"data.{k}": v.detach().cpu().contiguous() for k, v in (tensors or {}).items()}
     opt = optimizer.state_dict()
     for index, per_param in opt["state"].items():
         for k, v in per_param.items():
-            tensors[f"optim.{index}.{k}"] = torch.as_tensor(v).detach().contiguous()
-    tensors["rng"] = generator.get_state()
+            blobs[f"optim.{index}.{k}"] = torch.as_tensor(v).detach().cpu().contiguous()
+    if generator is not None:
+        blobs["rng"] = generator.get_state()
     meta = {"format": FORMAT, "version": VERSION, "config": _plain(config),
             "param_groups": opt["param_groups"], "state": state}
-    blob = save_tensors(tensors)
+    blob = save_tensors(blobs)
     atomic_write(folder / WEIGHTS, lambda f: f.write(blob))
     text = json.dumps(meta)
     atomic_write(folder / META, lambda f: f.write(text.encode()))
     return folder
 
 
-def load_checkpoint(folder: str | os.PathLike, config: dict, modules: dict[str, nn.Module],
-                    optimizer: torch.optim.Optimizer, generator: torch.Generator) -> dict | None:
-    """Restore modules, optimizer and generator from ``folder``; return the trainer state.
-
-    Returns None when ``folder`` holds no checkpoint.
+def read_checkpoint(folder: str | os.PathLike) -> tuple[dict, dict[str, torch.Tensor]] | None:
+    """The metadata (``config``, ``state``, ...) and every tensor of the checkpoint in
+    ``folder``, keys as the module docstring names them; None when there is none.
 
     Raises
     ------
     CheckpointError
-        The files are corrupt or incomplete, or the checkpoint belongs to a run with
-        another config (the message names the keys that differ).
+        The files are corrupt or incomplete, or not a graphopt checkpoint.
     """
     folder = Path(folder)
     if not (folder / META).is_file():
@@ -99,6 +103,27 @@ def load_checkpoint(folder: str | os.PathLike, config: dict, modules: dict[str, 
     if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("version") != VERSION:
         raise CheckpointError(f"{folder}/{META}: not a graphopt checkpoint (expected format "
                               f"{FORMAT!r} version {VERSION})")
+    return meta, tensors
+
+
+def load_checkpoint(folder: str | os.PathLike, config: dict, modules: dict[str, nn.Module],
+                    optimizer: torch.optim.Optimizer,
+                    generator: torch.Generator | None) -> dict | None:
+    """Restore modules, optimizer and generator (unless None) from ``folder``; return the
+    trainer state.
+
+    Returns None when ``folder`` holds no checkpoint.
+
+    Raises
+    ------
+    CheckpointError
+        The files are corrupt or incomplete, or the checkpoint belongs to a run with
+        another config (the message names the keys that differ).
+    """
+    found = read_checkpoint(folder)
+    if found is None:
+        return None
+    meta, tensors = found
     want, have = _plain(config), meta.get("config", {})
     if want != have:
         keys = sorted(k for k in set(want) | set(have) if want.get(k) != have.get(k))
@@ -115,7 +140,8 @@ def load_checkpoint(folder: str | os.PathLike, config: dict, modules: dict[str, 
                 _, index, key = k.split(".", 2)
                 per_param.setdefault(int(index), {})[key] = v
         optimizer.load_state_dict({"state": per_param, "param_groups": meta["param_groups"]})
-        generator.set_state(tensors["rng"])
+        if generator is not None:
+            generator.set_state(tensors["rng"])
     except (KeyError, RuntimeError, ValueError) as err:
         raise CheckpointError(f"{folder}: checkpoint does not fit this model ({err})") from err
     return meta["state"]

@@ -1,14 +1,14 @@
 """Inputs of the grouping placers: per-op inputs for a grouper, per-group inputs for a
-placer, and a cap on the number of groups.
+placer.
 
 Both placers see a group the way grappler's hierarchical controller builds its group
 embedding: the group's row and column of the group adjacency matrix (edge counts to and
 from every group), a histogram of its op types, and its size (summed FLOPs, bytes moved,
 output, persistent and scratch bytes, op count). Every column is ``log1p``-scaled and
 divided by its largest value over the groups, so inputs lie in [0, 1] whatever the
-graph's scale. Computed directly from the op graph rather than from
-:func:`graphopt.ir.coarsen.coarsen`'s quotient graph: in a training step a grouping that
-keeps colocation groups whole has a cyclic group graph, which a placer does not mind.
+graph's scale. Computed directly from the op graph and the grouping: in a training step
+a grouping that keeps colocation groups whole has a cyclic group graph, which a placer
+does not mind.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from torch import Tensor
 from graphopt.ir.features import node_features
 from graphopt.ir.graph import Graph
 
-__all__ = ["GroupFeatures", "cap_groups", "op_inputs"]
+__all__ = ["GroupFeatures", "op_inputs"]
 
 
 class GroupFeatures:
@@ -113,24 +113,3 @@ def op_inputs(graph: Graph, adj_slots: int = 10) -> tuple[np.ndarray, np.ndarray
     x = np.concatenate([feats, adj.reshape(n, -1)], axis=1).astype(np.float32)
     return op_type.reshape(-1).astype(np.int64), x
 
-
-def cap_groups(groups: np.ndarray, weights: np.ndarray, max_groups: int) -> np.ndarray:
-    """Merge groups consecutive in the order of their ids into at most ``max_groups``
-    groups of about equal total weight; whole groups move, so a grouping that keeps
-    colocation groups whole still does. Unchanged when there are few enough groups.
-
-    ``groups`` are ids ``0..G-1`` (numbered by first op, as
-    :func:`graphopt.ir.coarsen.colocation_groups` gives them); ``weights`` one per op.
-
-    >>> cap_groups(np.array([0, 1, 2, 3, 3]), np.ones(5), 2).tolist()
-    [0, 0, 1, 1, 1]
-    """
-    count = int(groups.max()) + 1 if len(groups) else 0
-    if count <= max_groups:
-        return groups
-    w = np.bincount(groups, weights=weights, minlength=count).astype(np.float64)
-    if w.sum() <= 0:
-        w = np.ones(count)
-    mid = np.cumsum(w) - w / 2
-    chunk = np.minimum((mid / w.sum() * max_groups).astype(np.int64), max_groups - 1)
-    return np.unique(chunk[groups], return_inverse=True)[1].reshape(-1).astype(np.int64)

@@ -20,14 +20,14 @@ global gradient clipping and Adam.
 With several graphs (pre-training), each update takes the next graph in turn.
 ``train`` checkpoints (safetensors + JSON) every ``checkpoint_every`` updates and when
 it stops; called again with the same folder and config it resumes where it stopped,
-drawing what an uninterrupted run would have drawn, and it writes a CSV log and a
-training-curve PNG there.
+drawing what an uninterrupted run would have drawn, and it writes a CSV log (one row
+per update, metrics grouped as CleanRL does: ``charts/...`` step time over the lower
+bound, valid fraction, learning rate, plans simulated per second; ``losses/...`` loss,
+entropy, approximate KL, clip fraction) and a training-curve PNG there.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import time
 from dataclasses import asdict, dataclass
 
@@ -37,11 +37,11 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from torch import Tensor
 
 from graphopt.dist.local import LocalEvaluator
-from graphopt.ir.io import atomic_write
 from graphopt.nn import GOPolicy
 from graphopt.rl.checkpoint import load_checkpoint, save_checkpoint
 from graphopt.rl.config import PPOConfig
 from graphopt.rl.go_env import GOEnv
+from graphopt.rl.run import seed_everything, write_log
 from graphopt.sim import Plan
 
 __all__ = ["PPOConfig", "log_prob", "reward", "sample", "train"]
@@ -108,7 +108,7 @@ def train(policy: GOPolicy, envs: list[GOEnv], cfg: PPOConfig, *, seed: int,
     """
     if evals is None and updates is None and seconds is None:
         raise ValueError("train needs a bound: evals, updates or seconds")
-    generator = torch.Generator().manual_seed(seed)
+    generator = seed_everything(seed)
     optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
     config = {"ppo": asdict(cfg), "policy": policy.config_dict(), "seed": seed,
               "envs": [f"{e.problem.graph.name}@{e.problem.cluster.name}" for e in envs],
@@ -146,7 +146,7 @@ def train(policy: GOPolicy, envs: list[GOEnv], cfg: PPOConfig, *, seed: int,
         state["best"] = {str(i): {"time": r.best_time, "plan": r.best}
                          for i, r in enumerate(records) if r.best is not None}
         save_checkpoint(checkpoint_dir, config, {"policy": policy}, optimizer, generator, state)
-        _write_log(state["log"], f"{checkpoint_dir}/log.csv")
+        write_log(state["log"], f"{checkpoint_dir}/log.csv")
         _plot(state, envs, f"{checkpoint_dir}/curve.png", label)
 
     interrupted = False
@@ -181,7 +181,8 @@ def train(policy: GOPolicy, envs: list[GOEnv], cfg: PPOConfig, *, seed: int,
                 # -- PPO update: update_epochs steps on this batch -------------------------
                 adv = torch.as_tensor((r - r.mean()) / (r.std() + 1e-8), dtype=torch.float32)
                 old_lp = None
-                stats = {"loss": 0.0, "entropy": 0.0, "approx_kl": 0.0, "clipfrac": 0.0}
+                stats = {"losses/loss": 0.0, "losses/entropy": 0.0, "losses/approx_kl": 0.0,
+                         "losses/clipfrac": 0.0}
                 for epoch in range(cfg.update_epochs if k > 1 else 0):
                     if epoch > 0:
                         logits = policy(*env.inputs(), tasks=env.tasks)
@@ -198,14 +199,16 @@ def train(policy: GOPolicy, envs: list[GOEnv], cfg: PPOConfig, *, seed: int,
                     torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
                     optimizer.step()
                     with torch.no_grad():
-                        stats = {"loss": float(loss), "entropy": float(ent.mean()),
-                                 "approx_kl": float(((ratio - 1) - log_ratio).mean()),
-                                 "clipfrac": float(((ratio - 1).abs() > cfg.clip_coef).float().mean())}
+                        stats = {"losses/loss": float(loss), "losses/entropy": float(ent.mean()),
+                                 "losses/approx_kl": float(((ratio - 1) - log_ratio).mean()),
+                                 "losses/clipfrac": float(((ratio - 1).abs() > cfg.clip_coef)
+                                                          .float().mean())}
 
                 # -- bookkeeping --------------------------------------------------------------
+                step_s = time.perf_counter() - step_t0
                 state["update"] += 1
                 state["evals"] += len(r)
-                state["seconds"] += time.perf_counter() - step_t0
+                state["seconds"] += step_s
                 mean = float(res.step_time[ok].mean()) if len(ok) else None
                 if i == 0:
                     state["history"].append([state["evals"], state["seconds"],
@@ -214,9 +217,11 @@ def train(policy: GOPolicy, envs: list[GOEnv], cfg: PPOConfig, *, seed: int,
                 state["log"].append({
                     "update": state["update"], "env": i, "evals": state["evals"],
                     "seconds": round(state["seconds"], 3),
-                    "mean_ratio": None if mean is None else mean / ref,
-                    "best_ratio": rec.best_time / ref if rec.best else None,
-                    "valid": float(res.valid.mean()), **stats})
+                    "charts/mean_ratio": None if mean is None else mean / ref,
+                    "charts/best_ratio": rec.best_time / ref if rec.best else None,
+                    "charts/valid_fraction": float(res.valid.mean()),
+                    "charts/learning_rate": optimizer.param_groups[0]["lr"],
+                    "charts/plans_per_s": len(r) / max(step_s, 1e-9), **stats})
                 e, s = spent()
                 bar.update(task, completed=e if evals is not None else (
                     state["update"] if updates is not None else s),
@@ -236,16 +241,6 @@ def train(policy: GOPolicy, envs: list[GOEnv], cfg: PPOConfig, *, seed: int,
             "interrupted": interrupted}
 
 
-def _write_log(rows: list[dict], path: str) -> None:
-    if not rows:
-        return
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=list(rows[0]))
-    w.writeheader()
-    w.writerows(rows)
-    atomic_write(path, lambda f: f.write(buf.getvalue().encode()))
-
-
 def _plot(state: dict, envs: list[GOEnv], path: str, label: str) -> None:
     """Mean and best step time over the lower bound, per graph, against updates."""
     import matplotlib
@@ -255,11 +250,11 @@ def _plot(state: dict, envs: list[GOEnv], path: str, label: str) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
     for i, env in enumerate(envs[:12]):
-        rows = [r for r in state["log"] if r["env"] == i and r["mean_ratio"] is not None]
+        rows = [r for r in state["log"] if r["env"] == i and r["charts/mean_ratio"] is not None]
         if rows:
-            line, = ax.plot([r["update"] for r in rows], [r["mean_ratio"] for r in rows],
+            line, = ax.plot([r["update"] for r in rows], [r["charts/mean_ratio"] for r in rows],
                             lw=0.8, alpha=0.6, label=env.problem.graph.name)
-            ax.plot([r["update"] for r in rows], [r["best_ratio"] for r in rows], lw=1.2,
+            ax.plot([r["update"] for r in rows], [r["charts/best_ratio"] for r in rows], lw=1.2,
                     color=line.get_color())
     ax.set_xlabel("PPO update")
     ax.set_ylabel("step time / lower bound")

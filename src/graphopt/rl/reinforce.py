@@ -1,4 +1,4 @@
-"""REINFORCE pieces the learned placers share: seeding, the √(step time) cost, the
+"""REINFORCE pieces the learned placers share: the √(step time) cost, the
 moving-average baseline, the learning-rate schedule, convergence figures, and saving and
 restoring a run.
 
@@ -10,7 +10,6 @@ step time), as in Mirhoseini et al. (2017) and grappler's hierarchical controlle
 from __future__ import annotations
 
 import math
-import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -18,27 +17,12 @@ import numpy as np
 import torch
 
 from graphopt.rl.checkpoint import load_checkpoint, save_checkpoint
+from graphopt.rl.run import write_log
 from graphopt.sim import Plan
 from graphopt.viz.curves import learning_curve
 
 __all__ = ["EMABaseline", "new_run_state", "record_update", "restore_run", "run_stats",
-           "save_run", "seed_everything",
-           "sqrt_cost", "staircase_lr", "time_to_within"]
-
-
-def seed_everything(seed: int, threads: int = 1) -> torch.Generator:
-    """Seed Python, numpy and torch; set torch's CPU threads; return a torch generator
-    seeded with ``seed`` for the policy's own sampling (so that a checkpoint can carry it).
-
-    >>> g = seed_everything(0)
-    >>> bool(torch.rand(1, generator=g) == torch.rand(1, generator=seed_everything(0)))
-    True
-    """
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-    torch.set_num_threads(threads)
-    return torch.Generator().manual_seed(seed)
+           "save_run", "sqrt_cost", "staircase_lr", "time_to_within"]
 
 
 def sqrt_cost(step_time: np.ndarray, valid: np.ndarray, invalid_step_time: float) -> np.ndarray:
@@ -121,17 +105,18 @@ def time_to_within(history: Sequence[Sequence], fraction: float = 0.02) -> tuple
 
 def new_run_state() -> dict:
     """The trainer state a checkpoint carries besides the weights: update and evaluation
-    counts, the baseline, the best plan, and the convergence records."""
+    counts, the baseline, the best plan, the convergence records and the metric log."""
     return {"update": 0, "evals": 0, "seconds": 0.0, "baseline": None, "best": None,
             "best_time": None, "initial_step_time": None, "history": [], "curve": [],
-            "entropy": []}
+            "entropy": [], "log": []}
 
 
-def record_update(state: dict, ev, res, entropy: float) -> None:
+def record_update(state: dict, ev, res, entropy: float, loss: float) -> None:
     """Count one policy update of evaluator ``ev`` whose batch gave ``res``: the batch's
-    mean valid step time goes to ``curve``, ``(evals, seconds, best)`` to ``history`` and
-    the policy's mean entropy per decision (nats; ln 2 = 0.69 is uniform over two
-    devices, 0 a collapsed policy) to ``entropy``."""
+    mean valid step time goes to ``curve``, ``(evals, seconds, best)`` to ``history``, the
+    policy's mean entropy per decision (nats; ln 2 = 0.69 is uniform over two devices, 0
+    a collapsed policy) to ``entropy``, and a row of CleanRL-grouped metrics (step times
+    in seconds, ``loss`` the update's) to ``log``."""
     state["update"] += 1
     state["entropy"].append(entropy)
     evals, mean = state["evals"] + ev.evals, None
@@ -139,9 +124,14 @@ def record_update(state: dict, ev, res, entropy: float) -> None:
         mean = float(res.step_time[res.valid].mean())
         if state["initial_step_time"] is None:
             state["initial_step_time"] = mean
+    best = ev.best_time if ev.best_plan is not None else None
+    seconds = state["seconds"] + ev.elapsed
     state["curve"].append([evals, mean])
-    state["history"].append([evals, state["seconds"] + ev.elapsed,
-                             ev.best_time if ev.best_plan is not None else None])
+    state["history"].append([evals, seconds, best])
+    state["log"].append({"update": state["update"], "evals": evals, "seconds": round(seconds, 3),
+                         "charts/mean_step_time": mean, "charts/best_step_time": best,
+                         "charts/valid_fraction": float(res.valid.mean()),
+                         "losses/loss": loss, "losses/entropy": entropy})
 
 
 def run_stats(state: dict, ev, **extra) -> dict:
@@ -163,7 +153,8 @@ def restore_run(checkpoint_dir: str | None, config: dict, modules: dict, optimiz
     modules, optimizer, generator, baseline and evaluator ``ev``'s best plan restored."""
     state = new_run_state()
     if checkpoint_dir is not None:
-        state = load_checkpoint(checkpoint_dir, config, modules, optimizer, generator) or state
+        state = {**state, **(load_checkpoint(checkpoint_dir, config, modules, optimizer, generator)
+                             or {})}
     baseline.value = state["baseline"]
     if state["best"] is not None:
         ev.best_plan, ev.best_time = Plan(placement=state["best"]), state["best_time"]
@@ -172,10 +163,11 @@ def restore_run(checkpoint_dir: str | None, config: dict, modules: dict, optimiz
 
 def save_run(folder: str, config: dict, modules: dict, optimizer, generator: torch.Generator,
              state: dict, baseline: EMABaseline, ev, title: str) -> None:
-    """Checkpoint a run into ``folder`` (the inverse of :func:`restore_run`) and draw its
-    learning curve there."""
+    """Checkpoint a run into ``folder`` (the inverse of :func:`restore_run`) and write its
+    metric log (``log.csv``) and learning curve (``curve.png``) there."""
     best = ev.best_plan
     state.update(baseline=baseline.value, best_time=None if best is None else ev.best_time,
                  best=None if best is None else np.asarray(best.placement).tolist())
     save_checkpoint(folder, config, modules, optimizer, generator, state)
+    write_log(state["log"], f"{folder}/log.csv")
     learning_curve(state["history"], f"{folder}/curve.png", state["curve"], title=title)

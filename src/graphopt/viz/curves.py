@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-__all__ = ["learning_curve"]
+__all__ = ["learning_curve", "metric_curves"]
 
 
 def learning_curve(history: Sequence[Sequence], path: str | os.PathLike,
@@ -35,10 +36,7 @@ def learning_curve(history: Sequence[Sequence], path: str | os.PathLike,
     >>> p.stat().st_size > 0
     True
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     def finite(rows):
         return [(r[0], r[-1] * 1e3) for r in rows if r[-1] is not None and r[-1] != float("inf")]
@@ -56,6 +54,65 @@ def learning_curve(history: Sequence[Sequence], path: str | os.PathLike,
     ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def metric_curves(rows: Sequence[dict], path: str | os.PathLike, x: str,
+                  panels: Sequence[Sequence[str]], title: str = "") -> Path:
+    """Plot logged metrics against a counter, one panel per group of keys, and write a PNG.
+
+    Parameters
+    ----------
+    rows : dicts
+        A trainer's log, one row per update or epoch (as written to its ``log.csv``);
+        missing or None values are skipped.
+    path : str or PathLike
+        The PNG to write (folders are created).
+    x : str
+        The key on the horizontal axis, e.g. ``"epoch"``.
+    panels : groups of keys
+        One panel per group, each key a line, e.g. ``[["losses/train"],
+        ["charts/kendall_tau", "charts/tile_score"]]``.
+    title : str
+
+    Returns
+    -------
+    Path
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> rows = [{"epoch": 0, "losses/train": 1.0}, {"epoch": 1, "losses/train": 0.5}]
+    >>> metric_curves(rows, tempfile.mkdtemp() + "/c.png", "epoch", [["losses/train"]]).is_file()
+    True
+    """
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 3.2), dpi=100,
+                             squeeze=False)
+    for ax, keys in zip(axes[0], panels):
+        for key in keys:
+            pts = [(r[x], r[key]) for r in rows if r.get(key) is not None]
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], label=key)
+        ax.set_xlabel(x)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=9)
+    return _save(fig, path)
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig: Any, path: str | os.PathLike) -> Path:
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

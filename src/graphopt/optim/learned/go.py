@@ -33,7 +33,8 @@ from graphopt.optim.base import Budget, register
 from graphopt.rl.checkpoint import load_policy, save_policy
 from graphopt.rl.go_env import UNIT_FEATURES, GOEnv
 from graphopt.rl.ppo import PPOConfig, sample, train
-from graphopt.rl.reinforce import seed_everything, time_to_within
+from graphopt.rl.reinforce import time_to_within
+from graphopt.rl.run import seed_everything
 from graphopt.sim import Plan, Problem, simulate_batch
 
 __all__ = ["GO", "GOFinetune", "GOOne", "PRETRAIN_CORPUS", "PRETRAIN_PPO", "SHIPPED",

@@ -12,7 +12,7 @@ the best placement seen and the run's statistics.
 2. **Placer.** The groups of that grouping (:class:`graphopt.rl.GroupFeatures`:
    adjacency rows, op-type histogram, sizes) go to a bidirectional LSTM encoder; an
    LSTM decoder with attention samples ``placer_samples`` placements of the groups
-   (:class:`graphopt.rl.AttentionLSTMPlacer`).
+   (:class:`graphopt.nn.AttentionLSTMPlacer`).
 3. **Colocation.** A sampled grouping may split a colocation group across groups and so
    across devices. Each placement is expanded to ops and then every colocation group is
    moved, whole, to the device most of its members were given (ties: the lower device)
@@ -53,25 +53,24 @@ config resumes where it stopped.
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import torch
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from torch import Tensor, nn
 
 from graphopt.dist.local import BudgetExhausted, LocalEvaluator
 from graphopt.errors import GraphoptError
-from graphopt.optim.base import Budget, register
+from graphopt.nn import AttentionLSTMPlacer, Grouper
+from graphopt.optim.base import Budget, compose, register
 from graphopt.optim.heuristics._common import unify_groups
 from graphopt.rl import (
-    AttentionLSTMPlacer,
     EMABaseline,
     GroupFeatures,
     op_inputs,
     record_update,
     restore_run,
+    run_name,
     run_stats,
     save_run,
     seed_everything,
@@ -80,7 +79,7 @@ from graphopt.rl import (
 )
 from graphopt.sim import Plan, Problem
 
-__all__ = ["HDP", "Grouper"]
+__all__ = ["HDP"]
 
 
 @register("hdp")
@@ -162,7 +161,7 @@ class HDP:
         config = {"method": "hdp", "graph": graph.name, "nodes": graph.num_nodes,
                   "edges": graph.num_edges, "cluster": problem.cluster.name, "seed": seed,
                   "task": sorted(task), **hparams, "num_groups": num_groups}
-        run_name = f"{graph.name}__hdp__{seed}__{int(time.time())}"
+        name = run_name(graph.name, "hdp", seed=seed)
 
         # -- seeding --------------------------------------------------------------------
         generator = seed_everything(seed, self.threads)
@@ -227,7 +226,8 @@ class HDP:
                     optimizer.step()
                     baseline.update(cost, res.valid)
 
-                    record_update(state, ev, res, float(place_entropy[:k].detach().mean()) / num_groups)
+                    record_update(state, ev, res, float(place_entropy[:k].detach().mean()) / num_groups,
+                                  float(loss))
                     bar.update(progress, completed=ev.evals,
                                best=f"{ev.best_time * 1e3:.3f} ms" if ev.best_plan else "-")
                     if self.checkpoint_dir and state["update"] % self.checkpoint_every == 0:
@@ -249,74 +249,7 @@ class HDP:
             placement = placements[0]
         else:
             placement = unify_groups(graph, np.zeros(graph.num_nodes, np.int64), devices)
-        plan = Plan(placement=placement, priority=base.priority, fusion=base.fusion)
+        plan = compose(task, init, Plan(placement=placement))
         return plan, run_stats(state, ev, resumed_from_update=resumed_from, groups=num_groups,
-                               interrupted=interrupted, run_name=run_name, config=config)
+                               interrupted=interrupted, run_name=name, config=config)
 
-
-class Grouper(nn.Module):
-    r"""HDP's feed-forward grouper: a softmax over groups for every op, sampled.
-
-    .. math::
-        z_i = W_2\, \mathrm{ReLU}(W_1 [e(\tau_i); x_i] + b_1) + \epsilon_i, \quad
-        g_i \sim \mathrm{softmax}(z_i)
-
-    with :math:`\tau_i` the op's type, :math:`e` a learned embedding and
-    :math:`\epsilon` Gaussian noise of standard deviation ``noise`` × the logits' RMS.
-
-    Parameters
-    ----------
-    num_types : int
-        Op types (ids ``0..num_types-1``).
-    in_dim : int
-        Width of an op's feature vector :math:`x_i`.
-    num_groups : int
-    hidden : int
-        Hidden units (grappler: 64).
-    type_dim : int
-        Width of the op-type embedding.
-
-    Shapes
-    ------
-    - input: op types (N,) int64, features (N, in_dim)
-    - output: groups (N,) int64 in ``0..num_groups-1``, their summed log-probability and
-      the summed entropy of the ops' softmaxes (scalars)
-
-    Examples
-    --------
-    >>> g, logp, ent = Grouper(3, 4, num_groups=5)(torch.tensor([0, 2, 1]), torch.rand(3, 4))
-    >>> tuple(g.shape), int(g.max()) < 5, logp.shape
-    ((3,), True, torch.Size([]))
-    """
-
-    def __init__(self, num_types: int, in_dim: int, num_groups: int, hidden: int = 64,
-                 type_dim: int = 16):
-        super().__init__()
-        self.num_groups = num_groups
-        self.type_embedding = nn.Embedding(num_types, type_dim)
-        self.hidden = nn.Linear(type_dim + in_dim, hidden)
-        self.out = nn.Linear(hidden, num_groups, bias=False)
-        self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        """Glorot-uniform weights (grappler's initializer), zero bias."""
-        nn.init.xavier_uniform_(self.type_embedding.weight)
-        nn.init.xavier_uniform_(self.hidden.weight)
-        nn.init.zeros_(self.hidden.bias)
-        nn.init.xavier_uniform_(self.out.weight)
-
-    def __repr__(self) -> str:
-        return (f"{type(self).__name__}(types={self.type_embedding.num_embeddings}, "
-                f"hidden={self.hidden.out_features}, num_groups={self.num_groups})")
-
-    def forward(self, op_type: Tensor, x: Tensor, generator: torch.Generator | None = None,
-                noise: float = 0.0) -> tuple[Tensor, Tensor, Tensor]:
-        h = torch.relu(self.hidden(torch.cat([self.type_embedding(op_type), x], 1)))
-        logits = self.out(h)
-        if noise > 0:
-            rms = logits.detach().square().mean().sqrt()
-            logits = logits + noise * rms * torch.randn(logits.shape, generator=generator)
-        log_probs = torch.log_softmax(logits, 1)
-        groups = torch.multinomial(log_probs.detach().exp(), 1, generator=generator).squeeze(1)
-        entropy = -(log_probs.exp() * log_probs).sum()
-        return groups, log_probs.gather(1, groups[:, None]).sum(), entropy

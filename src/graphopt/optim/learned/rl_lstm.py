@@ -8,12 +8,12 @@ of placements, simulate, √(step time) cost, moving-average baseline, REINFORCE
 1. **Groups.** :func:`graphopt.ir.coarsen.colocation_groups`: the graph's colocation
    groups, grown by merging each group into its only consumer. Beyond ``max_groups``,
    groups consecutive in topological order merge into runs of equal compute time
-   (:func:`graphopt.rl.cap_groups`), so the decoder's length stays bounded; groups move
-   whole, so every placement keeps colocation groups on one device.
+   (:func:`graphopt.ir.coarsen.bounded_groups`), so the decoder's length stays bounded;
+   groups move whole, so every placement keeps colocation groups on one device.
 2. **Inputs.** Per group: its op-type histogram, its summed sizes and its rows of the
    group adjacency matrix (:class:`graphopt.rl.GroupFeatures`) — the paper's op type,
    output shapes and adjacency, aggregated over the group.
-3. **Policy.** :class:`graphopt.rl.AttentionLSTMPlacer`: an LSTM encoder over the groups
+3. **Policy.** :class:`graphopt.nn.AttentionLSTMPlacer`: an LSTM encoder over the groups
    in topological order, an LSTM decoder with attention that places them one after
    another, each choice fed to the next step.
 4. **Training.** REINFORCE: ``loss = mean((c − b) / b · log π(placement) − β · H(π))``
@@ -57,7 +57,6 @@ where it stopped, drawing the samples an uninterrupted run would have drawn.
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -66,15 +65,15 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from graphopt.dist.local import BudgetExhausted, LocalEvaluator
 from graphopt.errors import GraphoptError
-from graphopt.ir.coarsen import colocation_groups
-from graphopt.optim.base import Budget, register
+from graphopt.ir.coarsen import bounded_groups, colocation_groups
+from graphopt.nn import AttentionLSTMPlacer
+from graphopt.optim.base import Budget, compose, register
 from graphopt.rl import (
-    AttentionLSTMPlacer,
     EMABaseline,
     GroupFeatures,
-    cap_groups,
     record_update,
     restore_run,
+    run_name,
     run_stats,
     save_run,
     seed_everything,
@@ -151,14 +150,14 @@ class RLLSTM:
         config = {"method": "rl-lstm", "graph": graph.name, "nodes": graph.num_nodes,
                   "edges": graph.num_edges, "cluster": problem.cluster.name, "seed": seed,
                   "task": sorted(task), **hparams}
-        run_name = f"{graph.name}__rl-lstm__{seed}__{int(time.time())}"
+        name = run_name(graph.name, "rl-lstm", seed=seed)
 
         # -- seeding --------------------------------------------------------------------
         generator = seed_everything(seed, self.threads)
 
         # -- groups and their inputs ---------------------------------------------------------
-        groups = cap_groups(colocation_groups(graph), problem.costs.time.mean(axis=1),
-                            self.max_groups)
+        groups = bounded_groups(graph, self.max_groups, problem.costs.time.mean(axis=1),
+                                acyclic=False, units=colocation_groups(graph))
         num_groups = int(groups.max()) + 1
         features = GroupFeatures(graph)
         x = features(torch.as_tensor(groups)[None], num_groups)
@@ -204,7 +203,8 @@ class RLLSTM:
                     optimizer.step()
                     baseline.update(cost, res.valid)
 
-                    record_update(state, ev, res, float(entropy[:k].detach().mean()) / num_groups)
+                    record_update(state, ev, res, float(entropy[:k].detach().mean()) / num_groups,
+                                  float(loss))
                     bar.update(progress, completed=ev.evals,
                                best=f"{ev.best_time * 1e3:.3f} ms" if ev.best_plan else "-")
                     if self.checkpoint_dir and state["update"] % self.checkpoint_every == 0:
@@ -226,6 +226,6 @@ class RLLSTM:
             placement = placements[0]
         else:
             placement = np.zeros(graph.num_nodes, np.int64)
-        plan = Plan(placement=placement, priority=base.priority, fusion=base.fusion)
+        plan = compose(task, init, Plan(placement=placement))
         return plan, run_stats(state, ev, resumed_from_update=resumed_from, groups=num_groups,
-                               interrupted=interrupted, run_name=run_name, config=config)
+                               interrupted=interrupted, run_name=name, config=config)

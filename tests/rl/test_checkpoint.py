@@ -1,0 +1,61 @@
+"""Checkpoints: a round trip restores weights, optimizer and generator; another run's or
+a corrupt checkpoint is refused; extra tensors come back."""
+
+import pytest
+import torch
+
+from graphopt.nn import AttentionLSTMPlacer
+from graphopt.rl import CheckpointError, load_checkpoint, read_checkpoint, save_checkpoint
+
+
+def trained_placer(generator):
+    torch.manual_seed(0)
+    placer = AttentionLSTMPlacer(6, num_devices=3, hidden=8)
+    opt = torch.optim.Adam(placer.parameters(), lr=0.1)
+    x = torch.rand(1, 5, 6, generator=generator)
+    _, logp, _ = placer(x, 4, generator, noise=0.5)
+    logp.mean().backward()
+    opt.step()
+    return placer, opt, x
+
+
+def test_checkpoint_round_trip(tmp_path):
+    gen = torch.Generator().manual_seed(1)
+    placer, opt, x = trained_placer(gen)
+    save_checkpoint(tmp_path, {"a": (1, 2)}, {"placer": placer}, opt, gen, {"update": 1})
+    fresh = AttentionLSTMPlacer(6, num_devices=3, hidden=8)
+    fresh_opt = torch.optim.Adam(fresh.parameters(), lr=0.1)
+    fresh_gen = torch.Generator()
+    state = load_checkpoint(tmp_path, {"a": [1, 2]}, {"placer": fresh}, fresh_opt, fresh_gen)
+    assert state == {"update": 1}
+    for (k, a), (_, b) in zip(placer.state_dict().items(), fresh.state_dict().items()):
+        assert torch.equal(a, b), k
+    mine, theirs = opt.state_dict()["state"], fresh_opt.state_dict()["state"]
+    assert sorted(mine) == sorted(theirs)
+    assert all(torch.equal(mine[i][k], theirs[i][k]) for i in mine for k in mine[i])
+    with torch.no_grad():
+        assert torch.equal(placer(x, 4, gen)[0], fresh(x, 4, fresh_gen)[0])
+
+
+def test_checkpoint_refuses_other_config_and_corruption(tmp_path):
+    gen = torch.Generator().manual_seed(1)
+    placer, opt, _ = trained_placer(gen)
+    assert load_checkpoint(tmp_path, {}, {"placer": placer}, opt, gen) is None
+    save_checkpoint(tmp_path, {"lr": 0.1}, {"placer": placer}, opt, gen, {})
+    with pytest.raises(CheckpointError, match="lr"):
+        load_checkpoint(tmp_path, {"lr": 0.2}, {"placer": placer}, opt, gen)
+    (tmp_path / "weights.safetensors").write_bytes(b"not safetensors")
+    with pytest.raises(CheckpointError, match="unreadable"):
+        load_checkpoint(tmp_path, {"lr": 0.1}, {"placer": placer}, opt, gen)
+
+
+def test_extra_tensors_and_no_generator(tmp_path):
+    net = torch.nn.Linear(2, 2)
+    opt = torch.optim.Adam(net.parameters())
+    mean = torch.arange(3.0)
+    save_checkpoint(tmp_path, {}, {"net": net}, opt, None, {"epoch": 4}, {"norm.mean": mean})
+    meta, tensors = read_checkpoint(tmp_path)
+    assert meta["state"] == {"epoch": 4} and "rng" not in tensors
+    assert torch.equal(tensors["data.norm.mean"], mean)
+    assert load_checkpoint(tmp_path, {}, {"net": net}, opt, None) == {"epoch": 4}
+    assert read_checkpoint(tmp_path / "none") is None
