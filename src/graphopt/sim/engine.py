@@ -13,15 +13,22 @@ by the file that defines a function, and would not notice a change to a callee i
 another module.
 
 Hot path: one call of :func:`evaluate` per plan: :func:`fuse`, :func:`kernel_costs`,
-:func:`run`. Work arrays come from a :func:`workspace` made once per problem (per
-thread in batches). The engine keeps a FIFO (or a priority heap) of ready kernels per
-device, a FIFO per directed link and one event heap bounded by D + D*D entries (one
-running kernel per device, one running transfer per link).
+:func:`run`, in work arrays from a :func:`workspace` made for that call (one per chunk
+of plans in batches), so no state is shared between calls. The engine keeps a FIFO (or
+a priority heap) of ready kernels per device, a FIFO per directed link, and the list of
+what runs now: at most one kernel per device and one transfer per link, scanned for the
+next event (cheaper than a heap at these sizes, measured in ``bench/sim_speed.py``).
+
+The functions compile on first use (tens of seconds) and are kept in numba's on-disk
+cache (``NUMBA_CACHE_DIR``, else ``__pycache__`` beside this file, else the user's
+cache directory; with none writable, a warning and a compilation in every process);
+:func:`ensure_compiled` does it up front.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 
 import numba
 import numpy as np
@@ -35,19 +42,35 @@ from numba import njit, prange
 if "NUMBA_THREADING_LAYER" not in os.environ:
     numba.config.THREADING_LAYER = "workqueue"
 
-_KERNEL_END = 0
-_TRANSFER_END = 1
 #: Validity codes of :func:`evaluate`.
 OK, OOM, COLOC = 0, 1, 2
 
 
+def _jit(**options):
+    """``njit`` with numba's on-disk cache, or without it where no cache directory can be
+    written (an installed package with an unwritable home): numba raises there rather
+    than fall back."""
+
+    def decorate(fn):
+        try:
+            return njit(cache=True, **options)(fn)
+        except RuntimeError:
+            # stacklevel 1: one place for every function, so the message shows once
+            warnings.warn("numba finds no writable cache directory, so the simulator compiles "
+                          "in every process; set NUMBA_CACHE_DIR to keep it", RuntimeWarning,
+                          stacklevel=1)
+            return njit(**options)(fn)
+
+    return decorate
+
+
 # -- heaps ---------------------------------------------------------------------------------
-@njit(cache=True, inline="always")
+@_jit(inline="always")
 def _ready_before(a, b, key):
     return key[a] > key[b] or (key[a] == key[b] and a < b)
 
 
-@njit(cache=True, inline="always")
+@_jit(inline="always")
 def _ready_push(buf, base, size, k, key):
     i = size
     buf[base + i] = k
@@ -60,7 +83,7 @@ def _ready_push(buf, base, size, k, key):
             break
 
 
-@njit(cache=True, inline="always")
+@_jit(inline="always")
 def _ready_pop(buf, base, size, key):
     top = buf[base]
     size -= 1
@@ -81,60 +104,35 @@ def _ready_pop(buf, base, size, key):
     return top
 
 
-@njit(cache=True, inline="always")
-def _ended_at(t, ends, running, out):
-    """Free every server (device or link) whose work ends at ``t``; write what ended into
-    ``out`` in increasing index order (an insertion sort: at most D*D entries); return
-    how many ended."""
-    count = 0
-    for s in range(ends.shape[0]):
-        if ends[s] == t:
-            ends[s] = np.inf
-            x = running[s]
-            q = count
-            while q > 0 and out[q - 1] > x:
-                out[q] = out[q - 1]
-                q -= 1
-            out[q] = x
-            count += 1
-    return count
-
-
-@njit(cache=True, inline="always")
-def _ready_add(buf, base, head, size, k, prio, use_fifo):
-    """Make kernel k ready: append to the device's FIFO (each kernel enters its device's
-    queue once, so a plain array segment suffices), or push on its priority heap."""
-    if use_fifo:
-        buf[base + head + size] = k
-    else:
-        _ready_push(buf, base, size, k, prio)
-
-
 # -- the engine ---------------------------------------------------------------------------
-@njit(cache=True)
+@_jit()
 def workspace(n, ndev, nedges):
-    """Work arrays for :func:`fuse`, :func:`kernel_costs` and :func:`run`, allocated
-    once per problem (per thread in batches): fresh arrays on every call cost as much as
-    the simulation itself on large graphs (page faults). Each function writes what it
-    reads before reading it, or (``recv_ref``) leaves it as it found it."""
+    """Work arrays for :func:`fuse`, :func:`kernel_costs` and :func:`run`, uninitialized:
+    each function writes what it reads before reading it, so a result never depends on
+    what an earlier call left behind."""
     m = nedges + 1
+    i32 = np.int32  # the event loop's indices, half the cache footprint of int64
     return (
-        # run: start, end, pending, out_ref, recv_ref, recv_bytes, ready buffer
-        np.empty(n), np.empty(n), np.zeros(n, np.int64), np.zeros(n, np.int64),
-        np.zeros(n * ndev, np.int64), np.zeros(n * ndev), np.empty(max(n, 1), np.int64),
+        # run: start, end, pending, out_ref, first transfer, references to a transfer's
+        # tensor on its destination, ready buffer
+        np.empty(n), np.empty(n), np.empty(n, i32), np.empty(n, i32),
+        np.empty(n, i32), np.empty(m, i32), np.empty(max(n, 1), i32),
         # run: transfers (kernel, destination, start, end, bytes, next in link FIFO)
-        np.empty(m, np.int64), np.empty(m, np.int64), np.empty(m), np.empty(m), np.empty(m),
-        np.empty(m, np.int64),
+        np.empty(m, i32), np.empty(m, i32), np.empty(m), np.empty(m), np.empty(m),
+        np.empty(m, i32),
         # kernel_costs: duration, scratch, priority, compute sum, memory sum, launch,
         # member lists (head per kernel, next per node)
         np.empty(n), np.empty(n), np.empty(n), np.empty(n), np.empty(n), np.empty(n),
         np.empty(n, np.int64), np.empty(n, np.int64),
         # fuse: union-find parent, group size, group
         np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64),
+        # run, per edge: producer's device (-1 inside a kernel) in pred order; consumer's
+        # kernel and device in succ order
+        np.empty(m, i32), np.empty(m, i32), np.empty(m, i32),
     )
 
 
-@njit(cache=True)
+@_jit()
 def fuse(dev, fprio, use_default, cand_consumer, max_size, ws):
     """The fusion pass: returns ``group[N]``, the root node of each node's kernel.
 
@@ -148,7 +146,7 @@ def fuse(dev, fprio, use_default, cand_consumer, max_size, ws):
     candidate in reverse topological order (the compiler's greedy pass).
     """
     n = dev.shape[0]
-    parent, size, group = ws[20], ws[21], ws[22]
+    parent, size, group = ws[21:24]
     for i in range(n):
         parent[i] = i
         size[i] = 1
@@ -175,7 +173,7 @@ def fuse(dev, fprio, use_default, cand_consumer, max_size, ws):
     return group
 
 
-@njit(cache=True)
+@_jit()
 def kernel_costs(group, dev, prio, fused, time, flop_t, mem_t, launch, spb, cls, temp_bytes,
                  single_eb, cand_consumer, ws):
     """Duration, scratch bytes and priority of every kernel, and its member lists.
@@ -183,8 +181,8 @@ def kernel_costs(group, dev, prio, fused, time, flop_t, mem_t, launch, spb, cls,
     A fused kernel on device d takes ``max(launch) + max(sum flop_t, sum mem_t - bytes
     of internal edges priced at both ends)``: tensors inside the group are neither
     written nor read back. Its scratch is the members' sum, its priority their highest.
-    Unfused (``fused`` false), a kernel is its node: ``time[i, dev[i]]``.
-    Returns views into ``ws``: kdur, ktemp, kprio (N,), mhead (N,), mnext (N,).
+    A kernel of one node, fused or not, takes ``time[i, dev[i]]``: the same figure, and
+    the only cost array it reads. Returns views into ``ws``: kdur, ktemp, kprio (N,), mhead (N,), mnext (N,).
     """
     n = group.shape[0]
     kdur, ktemp, kprio, fsum, msum, lmax, mhead, mnext = ws[13:21]
@@ -206,6 +204,13 @@ def kernel_costs(group, dev, prio, fused, time, flop_t, mem_t, launch, spb, cls,
     for i in range(n):
         g = group[i]
         d = dev[i]
+        if g == i and mhead[i] < 0:  # alone (members precede their root): skip the sums
+            kdur[i] = time[i, d]
+            ktemp[i] = temp_bytes[i]
+            kprio[i] = prio[i]
+            mhead[i] = i
+            mnext[i] = -1
+            continue
         fsum[g] += flop_t[i, d]
         msum[g] += mem_t[i, d]
         if g != i:  # internal edge i -> its consumer: never written nor read back
@@ -218,12 +223,12 @@ def kernel_costs(group, dev, prio, fused, time, flop_t, mem_t, launch, spb, cls,
         mnext[i] = mhead[g]
         mhead[g] = i
     for k in range(n):
-        if group[k] == k:
+        if group[k] == k and mnext[k] >= 0:
             kdur[k] = lmax[k] + max(fsum[k], max(msum[k], 0.0))
     return kdur, ktemp, kprio, mhead, mnext
 
 
-@njit(cache=True)
+@_jit()
 def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
         pred_ptr, pred_idx, succ_ptr, succ_idx, succ_bytes, bw, lat, ndev, ws):
     """Simulate one plan. Kernels are the nodes with ``group[i] == i``.
@@ -247,16 +252,27 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
     -------
     step, peak (D,), busy (D,), bytes_moved, start (N,), end (N,), and the transfers:
     count, kernel (T,), destination (T,), start (T,), end (T,), bytes (T,). All but
-    ``peak`` and ``busy`` are views into ``ws``: copy them before the next call.
+    ``peak``, ``busy`` and the transfers' kernel and destination are views into ``ws``:
+    copy them before the next call.
     ``start`` and ``end`` are meaningful for kernels only.
+
+    Notes
+    -----
+    O(N + E + (K + T) * (D + D*D)) for K kernels and T transfers; the last term is a scan
+    of the running kernels and transfers, at most one per device and one per link, which
+    at these sizes costs less than a heap (measured). The hot loop is written out by hand: numba
+    counts references to every array handed to an inlined helper, and those counts cost
+    more than the simulation.
     """
     n = group.shape[0]
     D = ndev
-    (start, end, pending, out_ref, recv_ref, recv_bytes, hbuf,
+    (start, end, pending, out_ref, tr_first, recv_ref, hbuf,
      tr_k, tr_dst, tr_start, tr_end, tr_bytes, tr_next) = ws[:13]
-    # A kernel waits for one arrival per edge entering its group; every such edge
-    # starts at a kernel root (fusion builds in-trees). recv_ref returns to all zeros
-    # by the end of a run, each increment matched by a consumer's decrement.
+    in_dev, out_kernel, out_dev = ws[24:27]
+    # A kernel waits for one arrival per edge entering its group. Fusion builds in-trees,
+    # so the edges leaving a kernel are exactly its root's out-edges. The kernel and
+    # device at the far end of every edge are looked up here once, so that the event
+    # loop reads them in sequence.
     count = np.zeros(D, np.int64)
     for i in range(n):
         pending[i] = 0
@@ -264,9 +280,14 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
         g = group[i]
         if g == i:
             count[dev[i]] += 1
+            for j in range(succ_ptr[i], succ_ptr[i + 1]):
+                c = group[succ_idx[j]]
+                out_kernel[j] = c
+                out_dev[j] = dev[c]
+                pending[c] += 1
         for j in range(pred_ptr[i], pred_ptr[i + 1]):
-            if group[pred_idx[j]] != g:
-                pending[g] += 1
+            p = pred_idx[j]
+            in_dev[j] = -1 if group[p] == g else dev[p]
     base = np.zeros(D, np.int64)
     for d in range(1, D):
         base[d] = base[d - 1] + count[d - 1]
@@ -275,19 +296,21 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
     ntr = 0
     head = np.full(D * D, -1, np.int64)
     tail = np.full(D * D, -1, np.int64)
-    # Events: at most one running kernel per device and one transfer per link, so the
-    # next event is a min over D + D*D end times (a scan beats a heap at these sizes).
-    dev_end = np.full(D, np.inf)
-    dev_run = np.zeros(D, np.int64)
-    link_end = np.full(D * D, np.inf)
-    link_run = np.zeros(D * D, np.int64)
-    ev_k = np.empty(D, np.int64)
-    ev_tr = np.empty(D * D, np.int64)
+    # What runs now: at most one kernel per device and one transfer per link, each an
+    # event (end time, id) with id = kernel, or N + transfer. Events at one time are
+    # handled in id order: kernel ends first, each kind in index order.
+    dev_busy = np.zeros(D, np.bool_)
+    link_busy = np.zeros(D * D, np.bool_)
+    run_t = np.empty(D + D * D)
+    run_id = np.empty(D + D * D, np.int64)
+    nrun = 0
+    ended = np.empty(D + D * D, np.int64)
     mem = np.zeros(D)
     peak = np.zeros(D)
     busy = np.zeros(D)
     moved = 0.0
     tmpb = np.full(D, -1.0)
+    nrecv = np.zeros(D, np.int64)
     dirty_dev = np.zeros(D, np.bool_)
     dirty_link = np.zeros(D * D, np.bool_)
     dev_list = np.empty(D, np.int64)
@@ -298,7 +321,10 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
     for k in range(n):
         if group[k] == k and pending[k] == 0:
             d = dev[k]
-            _ready_add(hbuf, base[d], qhead[d], hsize[d], k, kprio, use_fifo)
+            if use_fifo:
+                hbuf[base[d] + hsize[d]] = k
+            else:
+                _ready_push(hbuf, base[d], hsize[d], k, kprio)
             hsize[d] += 1
     for d in range(D):
         dirty_dev[d] = True
@@ -312,7 +338,7 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
         for q in range(ndl):
             d = dev_list[q]
             dirty_dev[d] = False
-            if dev_end[d] == np.inf and hsize[d] > 0:
+            if not dev_busy[d] and hsize[d] > 0:
                 if use_fifo:
                     k = hbuf[base[d] + qhead[d]]
                     qhead[d] += 1
@@ -321,8 +347,10 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
                 hsize[d] -= 1
                 start[k] = t
                 end[k] = t + kdur[k]
-                dev_end[d] = end[k]
-                dev_run[d] = k
+                dev_busy[d] = True
+                run_t[nrun] = end[k]
+                run_id[nrun] = k
+                nrun += 1
                 mem[d] += kout[k] + ktemp[k]
                 if mem[d] > peak[d]:
                     peak[d] = mem[d]
@@ -330,7 +358,7 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
         for q in range(nll):
             li = link_list[q]
             dirty_link[li] = False
-            if link_end[li] == np.inf and head[li] >= 0:
+            if not link_busy[li] and head[li] >= 0:
                 tr = head[li]
                 head[li] = tr_next[tr]
                 if head[li] < 0:
@@ -338,35 +366,50 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
                 a = li // D
                 b = li - a * D
                 tr_start[tr] = t
+                # Problem.transfer_time's formula, inline: numba cannot call the method
                 tr_end[tr] = t + lat[a, b] + tr_bytes[tr] / bw[a, b]
-                link_end[li] = tr_end[tr]
-                link_run[li] = tr
+                link_busy[li] = True
+                run_t[nrun] = tr_end[tr]
+                run_id[nrun] = n + tr
+                nrun += 1
                 mem[b] += tr_bytes[tr]
                 if mem[b] > peak[b]:
                     peak[b] = mem[b]
                 moved += tr_bytes[tr]
         nll = 0
-        t = np.inf
-        for d in range(D):
-            if dev_end[d] < t:
-                t = dev_end[d]
-        for li in range(D * D):
-            if link_end[li] < t:
-                t = link_end[li]
-        if t == np.inf:
+        if nrun == 0:
             break
+        t = run_t[0]
+        for r in range(1, nrun):
+            if run_t[r] < t:
+                t = run_t[r]
         step = t
-        # handle every event at time t before dispatching again, so that memory freed at
-        # t is free for kernels that start at t; kernel ends first, each kind in index
-        # order (insertion sorts of at most D and D*D entries)
-        nk_ev = _ended_at(t, dev_end, dev_run, ev_k)
-        nt_ev = _ended_at(t, link_end, link_run, ev_tr)
-        for e in range(nk_ev + nt_ev):
-            typ = _KERNEL_END if e < nk_ev else _TRANSFER_END
-            idx = ev_k[e] if e < nk_ev else ev_tr[e - nk_ev]
-            if typ == _KERNEL_END:
-                k = idx
+        # take every event at time t off the running list, in id order (an insertion
+        # sort of at most D + D*D entries)
+        nev = 0
+        r = 0
+        while r < nrun:
+            if run_t[r] == t:
+                x = run_id[r]
+                nrun -= 1
+                run_t[r] = run_t[nrun]
+                run_id[r] = run_id[nrun]
+                q = nev
+                while q > 0 and ended[q - 1] > x:
+                    ended[q] = ended[q - 1]
+                    q -= 1
+                ended[q] = x
+                nev += 1
+            else:
+                r += 1
+        # handle them all before dispatching again, so that memory freed at t is free for
+        # kernels that start at t
+        for e in range(nev):
+            x = ended[e]
+            if x < n:  # a kernel ends
+                k = x
                 d = dev[k]
+                dev_busy[d] = False
                 busy[d] += kdur[k]
                 mem[d] -= ktemp[k]
                 if not dirty_dev[d]:
@@ -377,35 +420,44 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
                 m = mhead[k]
                 while m >= 0:
                     for j in range(pred_ptr[m], pred_ptr[m + 1]):
-                        p = pred_idx[j]
-                        if group[p] == k:
+                        pd = in_dev[j]
+                        if pd < 0:
                             continue
-                        if dev[p] == d:
+                        p = pred_idx[j]
+                        if pd == d:
                             out_ref[p] -= 1
                             if out_ref[p] == 0:
                                 mem[d] -= kout[p]
-                        else:
-                            r = p * D + d
-                            recv_ref[r] -= 1
-                            if recv_ref[r] == 0:
-                                mem[d] -= recv_bytes[r]
+                        else:  # p's transfers to each device were made in a row
+                            tr = tr_first[p]
+                            while tr_dst[tr] != d:
+                                tr += 1
+                            recv_ref[tr] -= 1
+                            if recv_ref[tr] == 0:
+                                mem[d] -= tr_bytes[tr]
                     m = mnext[m]
                 # deliver the output: locally per edge, remotely once per device
                 nref = 0
+                remote = False
                 for j in range(succ_ptr[k], succ_ptr[k + 1]):
-                    c = group[succ_idx[j]]
-                    dc = dev[c]
+                    c = out_kernel[j]
+                    dc = out_dev[j]
                     if dc == d:
                         nref += 1
                         pending[c] -= 1
                         if pending[c] == 0:
-                            _ready_add(hbuf, base[d], qhead[d], hsize[d], c, kprio, use_fifo)
+                            if use_fifo:
+                                hbuf[base[d] + qhead[d] + hsize[d]] = c
+                            else:
+                                _ready_push(hbuf, base[d], hsize[d], c, kprio)
                             hsize[d] += 1
                     else:
+                        remote = True
                         if succ_bytes[j] > tmpb[dc]:
                             tmpb[dc] = succ_bytes[j]
-                        recv_ref[k * D + dc] += 1
-                for dd in range(D):
+                        nrecv[dc] += 1
+                tr_first[k] = ntr
+                for dd in range(D if remote else 0):
                     if tmpb[dd] >= 0.0:
                         nref += 1
                         tr = ntr
@@ -414,8 +466,9 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
                         tr_dst[tr] = dd
                         tr_bytes[tr] = tmpb[dd]
                         tr_next[tr] = -1
-                        recv_bytes[k * D + dd] = tmpb[dd]
+                        recv_ref[tr] = nrecv[dd]
                         tmpb[dd] = -1.0
+                        nrecv[dd] = 0
                         li = d * D + dd
                         if tail[li] >= 0:
                             tr_next[tail[li]] = tr
@@ -429,12 +482,13 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
                 out_ref[k] = nref
                 if nref == 0:
                     mem[d] -= kout[k]
-            else:
-                tr = idx
+            else:  # a transfer ends
+                tr = x - n
                 k = tr_k[tr]
                 b = tr_dst[tr]
                 a = dev[k]
                 li = a * D + b
+                link_busy[li] = False
                 if not dirty_link[li]:
                     dirty_link[li] = True
                     link_list[nll] = li
@@ -443,22 +497,24 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
                 if out_ref[k] == 0:
                     mem[a] -= kout[k]
                 for j in range(succ_ptr[k], succ_ptr[k + 1]):
-                    s = succ_idx[j]
-                    if dev[s] == b:
-                        c = group[s]
+                    if out_dev[j] == b:
+                        c = out_kernel[j]
                         pending[c] -= 1
                         if pending[c] == 0:
-                            _ready_add(hbuf, base[b], qhead[b], hsize[b], c, kprio, use_fifo)
+                            if use_fifo:
+                                hbuf[base[b] + qhead[b] + hsize[b]] = c
+                            else:
+                                _ready_push(hbuf, base[b], hsize[b], c, kprio)
                             hsize[b] += 1
                 if not dirty_dev[b]:
                     dirty_dev[b] = True
                     dev_list[ndl] = b
                     ndl += 1
-    return (step, peak, busy, moved, start, end, ntr, tr_k[:ntr], tr_dst[:ntr],
-            tr_start[:ntr], tr_end[:ntr], tr_bytes[:ntr])
+    return (step, peak, busy, moved, start, end, ntr, tr_k[:ntr].astype(np.int64),
+            tr_dst[:ntr].astype(np.int64), tr_start[:ntr], tr_end[:ntr], tr_bytes[:ntr])
 
 
-@njit(cache=True)
+@_jit()
 def critical_path(ptr_p, idx_p, t):
     """Length of the longest path where node i takes ``t[i]`` (no communication)."""
     n = t.shape[0]
@@ -476,20 +532,34 @@ def critical_path(ptr_p, idx_p, t):
 
 
 # -- one plan and a batch of plans -----------------------------------------------------
-@njit(cache=True)
+@_jit()
 def evaluate(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ_ptr, succ_idx,
              succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes, temp_bytes,
-             persistent, coloc, capacity, bw, lat, cand, single_eb, max_fuse, ws):
-    """Fuse, cost the kernels, run, check validity. ``fusion_mode``: 0 none, 1 the
-    compiler's default, 2 by ``fprio``. Returns ``(run's result, group, number of
-    kernels, validity code, device or colocation group at fault)``."""
+             persistent, coloc, capacity, bw, lat, cand, single_eb, max_fuse):
+    """:func:`evaluate_in` on work arrays of its own: a pure function of its arguments
+    (a fresh :func:`workspace` costs about 1% of a simulation)."""
+    ws = workspace(place.shape[0], capacity.shape[0], succ_idx.shape[0])
+    return evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ_ptr,
+                       succ_idx, succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes,
+                       temp_bytes, persistent, coloc, capacity, bw, lat, cand, single_eb,
+                       max_fuse, ws)
+
+
+@_jit()
+def evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ_ptr,
+                succ_idx, succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes,
+                temp_bytes, persistent, coloc, capacity, bw, lat, cand, single_eb, max_fuse, ws):
+    """Fuse, cost the kernels, run, check validity, in the work arrays ``ws``.
+    ``fusion_mode``: 0 none, 1 the compiler's default, 2 by ``fprio``. Returns ``(run's
+    result, group, number of kernels, validity code, device or colocation group at
+    fault)``; arrays in it may be views into ``ws``."""
     n = place.shape[0]
     ndev = capacity.shape[0]
     fused = fusion_mode != 0
     if fused:
         group = fuse(place, fprio, fusion_mode == 1, cand, max_fuse, ws)
     else:
-        group = ws[22]
+        group = ws[23]
         for i in range(n):
             group[i] = i
     kdur, ktemp, kprio, mhead, mnext = kernel_costs(group, place, prio, fused, time, flop_t,
@@ -526,11 +596,11 @@ def evaluate(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ
     return res, group, nk, code, arg
 
 
-@njit(cache=True, parallel=True)
+@_jit(parallel=True)
 def evaluate_batch(places, prios, fifo, fprios, mode, pred_ptr, pred_idx, succ_ptr, succ_idx,
                    succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes, temp_bytes,
                    persistent, coloc, capacity, bw, lat, cand, single_eb, max_fuse, nthreads):
-    """:func:`evaluate` for B plans in chunks of plans, one workspace per chunk.
+    """:func:`evaluate_in` for B plans in chunks of plans, one workspace per chunk.
 
     There are a few chunks per thread, handed out one at a time (the caller sets numba's
     parallel chunk size to 1), so a core slowed by another process does not hold the
@@ -546,13 +616,47 @@ def evaluate_batch(places, prios, fifo, fprios, mode, pred_ptr, pred_idx, succ_p
     for c in prange(nchunks):
         ws = workspace(n, capacity.shape[0], succ_idx.shape[0])
         for i in range(c * b // nchunks, (c + 1) * b // nchunks):
-            res, _, _, cd, a = evaluate(places[i], prios[i], fifo, fprios[i], mode, pred_ptr,
-                                        pred_idx, succ_ptr, succ_idx, succ_bytes, time, flop_t,
-                                        mem_t, launch, spb, cls, out_bytes, temp_bytes,
-                                        persistent, coloc, capacity, bw, lat, cand, single_eb,
-                                        max_fuse, ws)
+            res, _, _, cd, a = evaluate_in(places[i], prios[i], fifo, fprios[i], mode, pred_ptr,
+                                           pred_idx, succ_ptr, succ_idx, succ_bytes, time,
+                                           flop_t, mem_t, launch, spb, cls, out_bytes,
+                                           temp_bytes, persistent, coloc, capacity, bw, lat,
+                                           cand, single_eb, max_fuse, ws)
             step[i] = res[0]
             peak[i, :] = res[1]
             code[i] = cd
             arg[i] = a
     return step, peak, code, arg
+
+
+def ensure_compiled() -> bool:
+    """Compile the engine for :func:`~graphopt.sim.simulate` and
+    :func:`~graphopt.sim.simulate_batch`, or load it from numba's cache, by simulating a
+    tiny problem; afterwards, neither compiles on first use.
+
+    Returns
+    -------
+    bool
+        True when this call compiled (tens of seconds); False when the engine was
+        already loaded in this process or came from the on-disk cache.
+
+    Examples
+    --------
+    >>> from graphopt.sim import ensure_compiled
+    >>> isinstance(ensure_compiled(), bool)
+    True
+    """
+    from graphopt.hardware import load_cluster  # the sim package imports this module
+    from graphopt.ir.generate import mlp_training_graph
+    from graphopt.sim.plan import Plan
+    from graphopt.sim.problem import Problem, simulate, simulate_batch
+
+    fns = (evaluate, evaluate_batch, critical_path)
+
+    def misses() -> int:
+        return sum(sum(f.stats.cache_misses.values()) for f in fns)
+
+    before = misses()
+    prob = Problem(mlp_training_graph(), load_cluster("dgx1-v100:2"))
+    simulate(prob, Plan())  # the lower bound too
+    simulate_batch(prob, np.zeros((1, prob.num_nodes), np.int64))
+    return misses() > before

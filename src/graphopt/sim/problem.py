@@ -84,11 +84,6 @@ class Problem:
                 f"cluster={self.cluster.name!r})")
 
     @cached_property
-    def workspace(self) -> tuple:
-        """Reusable work arrays of the engine for :func:`simulate` (see ``engine.workspace``)."""
-        return engine.workspace(self.num_nodes, self.num_devices, len(self.succ_idx))
-
-    @cached_property
     def lower_bound(self) -> float:
         """``max(critical path, total work / D)`` with each op on its fastest device and no
         communication (DESIGN.md §7). An op that fusion could absorb counts only its FLOP
@@ -195,7 +190,8 @@ def _reason(problem: Problem, code: int, arg: int, peak: np.ndarray) -> str:
 def simulate(problem: Problem, plan: Plan | None = None, timeline: bool = False) -> SimResult:
     """Simulate ``plan`` on ``problem`` (DESIGN.md "Simulator semantics").
 
-    Pure and deterministic. With ``timeline=True`` the result holds every kernel and
+    Pure and deterministic: each call works in arrays of its own, so calls from several
+    threads do not interfere. With ``timeline=True`` the result holds every kernel and
     transfer with its start and end.
 
     Raises
@@ -214,8 +210,7 @@ def simulate(problem: Problem, plan: Plan | None = None, timeline: bool = False)
     """
     plan = plan or Plan()
     place, prio, fifo, fprio, mode = _plan_arrays(problem, plan)
-    res, group, nk, code, arg = engine.evaluate(place, prio, fifo, fprio, mode, *problem.arrays(),
-                                          problem.workspace)
+    res, group, nk, code, arg = engine.evaluate(place, prio, fifo, fprio, mode, *problem.arrays())
     (step, peak, busy, moved, start, end, ntr, tk, tdst, ts, te, tb) = res
     tl = None
     if timeline:
