@@ -4,21 +4,37 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
-from graphopt.sim import BatchResult, Plan, Problem, simulate_batch
+from graphopt.errors import GraphoptError
+from graphopt.sim import BatchResult, Plan, Problem, SimResult, simulate, simulate_batch
 
 __all__ = ["LocalEvaluator", "BudgetExhausted"]
 
 
-class BudgetExhausted(Exception):
-    """Raised by :meth:`LocalEvaluator.evaluate` once the evaluation or time budget is spent."""
+class _Bounds(Protocol):
+    """What :meth:`LocalEvaluator.from_budget` reads: ``graphopt.optim.Budget``'s fields
+    (dist sits below optim, so it names the shape, not the class)."""
+
+    evals: int | None
+    seconds: float | None
+
+
+class BudgetExhausted(GraphoptError):
+    """Raised by :meth:`LocalEvaluator.evaluate` and :meth:`LocalEvaluator.simulate` once
+    the evaluation or time budget is spent. Methods catch it to end their search; one
+    that escapes a method means the budget ran out before it could simulate a plan."""
 
 
 @dataclass
 class LocalEvaluator:
-    """Evaluates batches of plans with :func:`simulate_batch`, counting against a budget.
+    """Evaluates plans with :func:`simulate_batch` (or :func:`simulate`), counting them
+    against a budget: the one owner of an optimizer's budget.
+
+    Every simulation a method asks for goes through its evaluator, so that the count,
+    the clock and the best plan seen are kept in one place.
 
     Parameters
     ----------
@@ -26,7 +42,8 @@ class LocalEvaluator:
     max_evals : int, optional
         Evaluations allowed; a batch that would exceed it is cut to what is left.
     max_seconds : float, optional
-        Wall-clock seconds allowed from construction.
+        Wall-clock seconds allowed from construction. A batch is never cut short by
+        time: the bound is checked before each batch.
 
     Attributes
     ----------
@@ -58,8 +75,15 @@ class LocalEvaluator:
     def __post_init__(self) -> None:
         self._t0 = time.perf_counter()
 
+    @classmethod
+    def from_budget(cls, problem: Problem, budget: _Bounds) -> LocalEvaluator:
+        """An evaluator bounded by a :class:`graphopt.optim.Budget` (``evals``, ``seconds``),
+        its clock started now."""
+        return cls(problem, budget.evals, budget.seconds)
+
     @property
     def elapsed(self) -> float:
+        """Seconds since construction."""
         return time.perf_counter() - self._t0
 
     @property
@@ -68,33 +92,75 @@ class LocalEvaluator:
         return None if self.max_evals is None else max(self.max_evals - self.evals, 0)
 
     def exhausted(self) -> bool:
+        """Whether the evaluations or the seconds are spent."""
         return (self.remaining == 0 or
                 (self.max_seconds is not None and self.elapsed >= self.max_seconds))
 
+    def fraction_spent(self) -> float:
+        """How much of the budget is spent, 0..1: the larger of evaluations over
+        ``max_evals`` and seconds over ``max_seconds`` (0 when unbounded). Schedules
+        that anneal over a run (a temperature, a learning rate) read it.
+
+        >>> from graphopt.hardware import load_cluster
+        >>> from graphopt.ir.generate import mlp_training_graph
+        >>> ev = LocalEvaluator(Problem(mlp_training_graph(), load_cluster("dgx1-v100:2")), 8)
+        >>> _ = ev.evaluate(np.zeros((2, ev.problem.num_nodes), dtype=int))
+        >>> ev.fraction_spent()
+        0.25
+        """
+        parts = [0.0]
+        if self.max_evals:
+            parts.append(self.evals / self.max_evals)
+        if self.max_seconds:
+            parts.append(self.elapsed / self.max_seconds)
+        return min(max(parts), 1.0)
+
+    def _admit(self, rows: int) -> int:
+        """How many of ``rows`` plans the budget lets through; raises when none."""
+        if self.exhausted():
+            raise BudgetExhausted(f"budget spent: {self.evals} of {self.max_evals} evaluations, "
+                                  f"{self.elapsed:.1f} of {self.max_seconds} s")
+        return rows if self.remaining is None else min(rows, self.remaining)
+
+    def _record(self, plan: Plan, step_time: float, valid: bool) -> None:
+        if valid and step_time < self.best_time:
+            self.best_time, self.best_plan = float(step_time), plan
+
     def evaluate(self, placements: np.ndarray, priorities: np.ndarray | None = None,
-                 fusion: np.ndarray | None = None) -> BatchResult:
+                 fusion: np.ndarray | None = None, problem: Problem | None = None
+                 ) -> BatchResult:
         """Simulate a batch (rows are plans); update the count and the best plan.
 
         A batch larger than the remaining budget is cut to fit; the result then has
         fewer rows than the input. Raises :class:`BudgetExhausted` when nothing is left.
+        ``problem`` simulates the batch on another problem under this budget (a trainer
+        cycling through several graphs); its plans count, but never become
+        :attr:`best_plan`.
         """
-        if self.exhausted():
-            raise BudgetExhausted(f"budget spent: {self.evals} evaluations, "
-                                  f"{self.elapsed:.1f} s")
         placements = np.atleast_2d(placements)
-        b = len(placements) if self.remaining is None else min(len(placements), self.remaining)
+        b = self._admit(len(placements))
         placements = placements[:b]
         priorities = None if priorities is None else np.atleast_2d(priorities)[:b]
         fusion = None if fusion is None else np.atleast_2d(fusion)[:b]
-        res = simulate_batch(self.problem, placements, priorities, fusion)
+        res = simulate_batch(problem or self.problem, placements, priorities, fusion)
         self.evals += b
         ok = np.flatnonzero(res.valid)
-        if len(ok):
+        if len(ok) and (problem is None or problem is self.problem):
             i = int(ok[np.argmin(res.step_time[ok])])
-            if res.step_time[i] < self.best_time:
-                self.best_time = float(res.step_time[i])
-                self.best_plan = Plan(placement=placements[i],
-                                      priority=None if priorities is None else priorities[i],
-                                      fusion=None if fusion is None else fusion[i])
+            self._record(Plan(placement=placements[i],
+                              priority=None if priorities is None else priorities[i],
+                              fusion=None if fusion is None else fusion[i]),
+                         res.step_time[i], True)
+        self.history.append((self.evals, self.elapsed, self.best_time))
+        return res
+
+    def simulate(self, plan: Plan) -> SimResult:
+        """Simulate one plan with :func:`simulate` (the full result: the reason a plan is
+        invalid, busy time per device), counted as one evaluation. Raises
+        :class:`BudgetExhausted` when nothing is left."""
+        self._admit(1)
+        res = simulate(self.problem, plan)
+        self.evals += 1
+        self._record(plan, res.step_time, res.valid)
         self.history.append((self.evals, self.elapsed, self.best_time))
         return res

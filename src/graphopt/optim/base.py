@@ -10,11 +10,14 @@ from typing import Protocol
 from graphopt.errors import GraphoptError
 from graphopt.sim import Plan, Problem
 
-__all__ = ["TASKS", "Budget", "Optimizer", "register", "get_optimizer", "list_optimizers",
-           "optimize", "parse_task"]
+__all__ = ["TASKS", "Budget", "Optimizer", "compose", "register", "get_optimizer",
+           "list_optimizers", "optimize", "parse_task"]
 
 #: What an optimizer may decide.
 TASKS = frozenset({"placement", "scheduling", "fusion"})
+
+#: The part of a :class:`Plan` each task decides.
+_PART = {"placement": "placement", "scheduling": "priority", "fusion": "fusion"}
 
 
 @dataclass(frozen=True)
@@ -23,6 +26,27 @@ class Budget:
 
     evals: int | None = 1000
     seconds: float | None = None
+
+
+def compose(task: frozenset[str], init: Plan | None, plan: Plan) -> Plan:
+    """The plan a method returns: each part of ``plan`` that ``task`` names, where
+    ``plan`` has it; every other part ``init``'s (None, the compiler default, without
+    ``init``). ``plan``'s meta is kept.
+
+    A method that always decides a part whatever the task (a placer places) names it
+    in ``task``.
+
+    >>> init = Plan(priority=[0.0, 1.0, 2.0], fusion=[0.0, 0.0, 0.0])
+    >>> p = compose(frozenset({"placement"}), init, Plan(placement=[0, 1, 1], fusion=[1, 1, 1]))
+    >>> p.placement.tolist(), p.priority.tolist(), p.fusion.tolist()
+    ([0, 1, 1], [0.0, 1.0, 2.0], [0.0, 0.0, 0.0])
+    """
+    base = init or Plan()
+    parts = {}
+    for t, part in _PART.items():
+        mine = getattr(plan, part)
+        parts[part] = mine if t in task and mine is not None else getattr(base, part)
+    return Plan(**parts, meta=dict(plan.meta))
 
 
 class Optimizer(Protocol):

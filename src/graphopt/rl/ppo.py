@@ -36,7 +36,7 @@ import torch
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from torch import Tensor
 
-from graphopt.dist.local import LocalEvaluator
+from graphopt.dist.local import BudgetExhausted, LocalEvaluator
 from graphopt.nn import GOPolicy
 from graphopt.rl.checkpoint import load_checkpoint, save_checkpoint
 from graphopt.rl.config import PPOConfig
@@ -124,23 +124,14 @@ def train(policy: GOPolicy, envs: list[GOEnv], cfg: PPOConfig, *, seed: int,
         saved = state["best"].get(str(i))
         if saved:
             rec.best_time, rec.best = saved["time"], saved["plan"]
-    start_evals, t0 = state["evals"], time.perf_counter()
-
-    def spent() -> tuple[int, float]:
-        return state["evals"] - start_evals, time.perf_counter() - t0
+    # the evaluator owns this call's evals and seconds; updates count over the whole run
+    ev = LocalEvaluator(envs[0].problem, evals, seconds)
 
     def done() -> bool:
-        e, s = spent()
-        return ((evals is not None and e >= evals) or (seconds is not None and s >= seconds)
-                or (updates is not None and state["update"] >= updates))
+        return ev.exhausted() or (updates is not None and state["update"] >= updates)
 
     def progress_fraction() -> float:
-        e, s = spent()
-        if evals is not None:
-            return e / evals
-        if updates is not None:
-            return state["update"] / updates
-        return s / seconds
+        return max(ev.fraction_spent(), 0.0 if updates is None else state["update"] / updates)
 
     def checkpoint() -> None:
         state["best"] = {str(i): {"time": r.best_time, "plan": r.best}
@@ -159,7 +150,7 @@ def train(policy: GOPolicy, envs: list[GOEnv], cfg: PPOConfig, *, seed: int,
             while not done():
                 i = state["update"] % len(envs)
                 env, rec = envs[i], records[i]
-                k = cfg.num_samples if evals is None else min(cfg.num_samples, evals - spent()[0])
+                k = cfg.num_samples if ev.remaining is None else min(cfg.num_samples, ev.remaining)
                 step_t0 = time.perf_counter()
                 if cfg.anneal_lr:
                     optimizer.param_groups[0]["lr"] = cfg.lr * (1.0 - progress_fraction())
@@ -168,7 +159,7 @@ def train(policy: GOPolicy, envs: list[GOEnv], cfg: PPOConfig, *, seed: int,
                 logits = policy(*env.inputs(), tasks=env.tasks)
                 actions = sample(logits, k, generator)
                 place, prio, fuse = env.plans(actions)
-                res = LocalEvaluator(env.problem).evaluate(place, prio, fuse)
+                res = ev.evaluate(place, prio, fuse, problem=env.problem)
                 ref = env.problem.lower_bound
                 r = reward(res.step_time, res.valid, ref, cfg.invalid_ratio)
                 ok = np.flatnonzero(res.valid)
@@ -222,13 +213,14 @@ def train(policy: GOPolicy, envs: list[GOEnv], cfg: PPOConfig, *, seed: int,
                     "charts/valid_fraction": float(res.valid.mean()),
                     "charts/learning_rate": optimizer.param_groups[0]["lr"],
                     "charts/plans_per_s": len(r) / max(step_s, 1e-9), **stats})
-                e, s = spent()
-                bar.update(task, completed=e if evals is not None else (
-                    state["update"] if updates is not None else s),
+                bar.update(task, completed=ev.evals if evals is not None else (
+                    state["update"] if updates is not None else ev.elapsed),
                     info=f"{env.problem.graph.name}: best {rec.best_time * 1e3:.2f} ms"
                     if rec.best else "")
                 if checkpoint_dir and state["update"] % checkpoint_every == 0:
                     checkpoint()
+        except BudgetExhausted:  # the seconds ran out between the check and the batch
+            pass
         except KeyboardInterrupt:
             interrupted = True
     if checkpoint_dir is not None:
@@ -237,7 +229,7 @@ def train(policy: GOPolicy, envs: list[GOEnv], cfg: PPOConfig, *, seed: int,
                      for r in records],
             "history": state["history"], "curve": state["curve"], "log": state["log"],
             "updates": state["update"], "total_evals": state["evals"],
-            "evals": spent()[0], "seconds": spent()[1], "resumed_from_update": resumed_from,
+            "evals": ev.evals, "seconds": ev.elapsed, "resumed_from_update": resumed_from,
             "interrupted": interrupted}
 
 

@@ -58,6 +58,8 @@ class Problem:
         self.succ_bytes = g.edge_bytes[eids]
         self.bandwidth = np.array(cluster.bandwidth)
         self.latency = np.array(cluster.latency)
+        with np.errstate(divide="ignore"):
+            self.sec_per_byte = 1.0 / self.bandwidth  # the diagonal's bandwidth is inf: 0
         self.capacity = cluster.memory
         self.persistent = np.array(g.persistent_bytes)
         self.coloc = np.array(g.coloc)
@@ -83,6 +85,39 @@ class Problem:
         return (f"Problem(graph={self.graph.name!r}, nodes={self.num_nodes}, "
                 f"cluster={self.cluster.name!r})")
 
+    def transfer_time(self, nbytes, src=None, dst=None) -> np.ndarray:
+        """Seconds to send ``nbytes`` from device ``src`` to device ``dst``: ``latency +
+        bytes / bandwidth`` over the directed link (DESIGN.md §3), 0 where ``src == dst``
+        (a cluster's diagonal has no latency and infinite bandwidth). Without ``src`` and
+        ``dst``: over the mean link, latency and seconds per byte averaged over ordered
+        pairs of distinct devices, the one uniform network that HEFT's ``c̄`` and Baechi's
+        ``a·bytes + b`` assume (0 on one device).
+
+        ``nbytes``, ``src`` and ``dst`` broadcast against each other. Queueing on a busy
+        link is not modelled here; the simulator does that. The numba engine writes the
+        same formula inline, since it cannot call a Python method.
+
+        >>> from graphopt.hardware import load_cluster
+        >>> from graphopt.ir.generate import mlp_training_graph
+        >>> prob = Problem(mlp_training_graph(), load_cluster("dgx1-v100:2"))
+        >>> t = prob.transfer_time(np.array([0.0, 2.5e9]), 0, np.array([[0], [1]]))
+        >>> (t * 1e6).round(3).tolist()      # µs: 5 µs latency, 25 GB/s
+        [[0.0, 0.0], [5.0, 100005.0]]
+        >>> bool(prob.transfer_time(2.5e9) == t[1, 1])
+        True
+        """
+        if src is None and dst is None:
+            return self._mean_link[0] + np.asarray(nbytes, dtype=np.float64) * self._mean_link[1]
+        return self.latency[src, dst] + np.asarray(nbytes, dtype=np.float64) * self.sec_per_byte[src, dst]
+
+    @cached_property
+    def _mean_link(self) -> tuple[float, float]:
+        """(latency, seconds per byte) averaged over ordered pairs of distinct devices."""
+        if self.num_devices == 1:
+            return 0.0, 0.0
+        off = ~np.eye(self.num_devices, dtype=bool)
+        return float(self.latency[off].mean()), float(self.sec_per_byte[off].mean())
+
     @cached_property
     def lower_bound(self) -> float:
         """``max(critical path, total work / D)`` with each op on its fastest device and no
@@ -95,7 +130,8 @@ class Problem:
         return float(max(cp, t.sum() / self.num_devices))
 
     def arrays(self) -> tuple:
-        """The arrays :func:`_evaluate` takes after the plan's own, in order."""
+        """The arrays ``engine.evaluate`` and ``engine.evaluate_batch`` take after the
+        plan's own, in order."""
         c = self.costs
         return (self.pred_ptr, self.pred_idx, self.succ_ptr, self.succ_idx, self.succ_bytes,
                 c.time, c.flop_time, c.mem_time, c.launch, c.sec_per_byte, c.class_id,

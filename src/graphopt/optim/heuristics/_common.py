@@ -1,5 +1,5 @@
-"""Pieces every heuristic shares: colocation units, ranks, communication estimates,
-memory footprints, assembling a plan, and checking its memory with the simulator.
+"""Pieces every heuristic shares: colocation units, ranks, memory footprints, and
+checking a plan's memory with the simulator.
 
 Nothing here is a method of its own; the registered methods live in the sibling modules.
 """
@@ -10,15 +10,17 @@ from collections.abc import Callable
 
 import numpy as np
 
+from graphopt.dist.local import LocalEvaluator
 from graphopt.ir import Graph
-from graphopt.sim import Plan, Problem, SimResult, simulate
+from graphopt.sim import Plan, Problem, SimResult
 
-__all__ = ["units", "coplace", "unify_groups", "mean_comm", "upward_rank", "footprint", "compose",
-           "fit_memory", "repair_memory", "result_stats", "order_to_priority"]
+__all__ = ["units", "coplace", "unify_groups", "upward_rank", "footprint", "fit_memory",
+           "repair_memory", "result_stats", "order_to_priority"]
 
 
 def units(coloc: np.ndarray) -> tuple[np.ndarray, int]:
     """Placement units: each colocation group is one unit, every other node its own.
+    Every placer and search that keeps groups whole places units.
 
     ``coloc`` holds a group id per node (-1: none), as ``Graph.coloc`` or
     :func:`coplace`. Returns ``(unit, count)``: the unit id of every node (int64,
@@ -105,20 +107,12 @@ def unify_groups(graph: Graph, place: np.ndarray, num_devices: int) -> np.ndarra
     return place
 
 
-def mean_comm(problem: Problem) -> tuple[float, float]:
-    """``(latency, seconds per byte)`` averaged over ordered pairs of distinct devices:
-    the communication estimate of algorithms that assume one uniform network (HEFT's
-    mean ``c̄``, Baechi's ``a·bytes + b``). ``(0, 0)`` on one device."""
-    d = problem.num_devices
-    if d == 1:
-        return 0.0, 0.0
-    off = ~np.eye(d, dtype=bool)
-    return float(problem.latency[off].mean()), float((1.0 / problem.bandwidth[off]).mean())
-
-
 def upward_rank(problem: Problem, node_time: np.ndarray, edge_time: np.ndarray | None = None
                 ) -> np.ndarray:
-    """Longest path from each node to a sink, counting its own time (HEFT's ``rank_u``).
+    """Longest path from each node to a sink, counting its own time (HEFT's ``rank_u``),
+    for given node and edge times: the one implementation behind HEFT's rank (mean
+    times), the critical-path priority of a placement
+    (:func:`~graphopt.optim.heuristics.schedulers.critical_path`) and Baechi's levels.
 
     Parameters
     ----------
@@ -130,6 +124,12 @@ def upward_rank(problem: Problem, node_time: np.ndarray, edge_time: np.ndarray |
     -----
     O(N + E). A node ranks at least as high as each of its successors, so sorting by
     ``(-rank, index)`` is a topological order.
+
+    >>> from graphopt.hardware import load_cluster
+    >>> from graphopt.ir.generate import layered_graph
+    >>> prob = Problem(layered_graph(3, 1), load_cluster("dgx1-v100:1"))
+    >>> upward_rank(prob, np.ones(3)).tolist()
+    [3.0, 2.0, 1.0]
     """
     ptr, succ = problem.succ_ptr, problem.succ_idx
     et = np.zeros(len(succ)) if edge_time is None else edge_time
@@ -155,31 +155,22 @@ def order_to_priority(order: np.ndarray) -> np.ndarray:
     return prio
 
 
-def compose(task: frozenset[str], init: Plan | None, placement: np.ndarray | None,
-            priority: np.ndarray | None = None) -> Plan:
-    """The plan a heuristic returns: its placement; its priorities when ``task`` includes
-    scheduling (else ``init``'s); ``init``'s fusion."""
-    keep = init or Plan()
-    prio = priority if "scheduling" in task and priority is not None else keep.priority
-    return Plan(placement=keep.placement if placement is None else placement, priority=prio,
-                fusion=keep.fusion)
-
-
-def result_stats(res: SimResult, evals: int) -> dict:
-    """The stats every simulating heuristic reports."""
-    out: dict = {"evals": evals, "valid": bool(res.valid), "step_time": res.step_time}
+def result_stats(res: SimResult, ev: LocalEvaluator) -> dict:
+    """The stats every simulating heuristic reports: ``res`` (its plan's result) and the
+    simulations evaluator ``ev`` counted."""
+    out: dict = {"evals": ev.evals, "valid": bool(res.valid), "step_time": res.step_time}
     if not res.valid:
         out["reason"] = res.reason
     return out
 
 
-def fit_memory(problem: Problem, build: Callable[[np.ndarray], tuple[Plan, np.ndarray]],
-               max_rounds: int = 8, max_repairs: int = 50, max_evals: int | None = None,
-               grow: float = 1.4, shrink: float = 0.9) -> tuple[Plan, SimResult, int]:
+def fit_memory(ev: LocalEvaluator, build: Callable[[np.ndarray], tuple[Plan, np.ndarray]],
+               max_rounds: int = 8, max_repairs: int = 50, grow: float = 1.4,
+               shrink: float = 0.9) -> tuple[Plan, SimResult]:
     """Run a memory-aware heuristic until the simulator agrees that its plan fits.
 
-    ``build(limit)`` places the graph keeping each device under ``limit`` (bytes, (D,))
-    by the heuristic's own memory estimate, and returns the plan and that estimate of
+    ``build(limit)`` places the graph of ``ev.problem`` keeping each device under
+    ``limit`` (bytes, (D,)) by the heuristic's own memory estimate, and returns the plan and that estimate of
     each device's peak. Estimates miss what only the simulator knows (the order ops
     really run in; that an output is sent, and held by the receiver, as soon as its
     producer ends) or are deliberately pessimistic (m-TOPO never frees anything), so
@@ -194,31 +185,36 @@ def fit_memory(problem: Problem, build: Callable[[np.ndarray], tuple[Plan, np.nd
       capacity gets ``scale[d] *= min(shrink, capacity / peak)``.
 
     After ``max_rounds`` rounds, the least overflowing plan goes to
-    :func:`repair_memory` for at most ``max_repairs`` more simulations; ``max_evals``
-    (a budget) caps the total.
+    :func:`repair_memory`, which may use the simulations the rounds left of
+    ``max_rounds + max_repairs``. Every simulation goes through ``ev``, whose budget
+    ends both phases early.
 
     Returns
     -------
-    (plan, result, evals)
+    (plan, result)
         The first valid plan, or else the one that overflowed least.
+
+    Raises
+    ------
+    BudgetExhausted
+        ``ev``'s budget allows not even the first simulation.
     """
-    cap = problem.capacity
-    max_evals = min(max_rounds + max_repairs, max_evals or max_rounds + max_repairs)
-    max_rounds = max(1, min(max_rounds, max_evals))
+    cap = ev.problem.capacity
     alpha, lo, hi = 1.0, 0.0, np.inf  # lo: too small (pressed); hi: too big (optimistic)
     scale = np.ones(len(cap))
     best: tuple[float, Plan, SimResult] | None = None
-    for rounds in range(1, max_rounds + 1):
+    first = ev.evals
+    for _ in range(max_rounds):
         limit = alpha * scale * cap
         plan, estimate = build(limit.copy())
-        res = simulate(problem, plan)
+        res = ev.simulate(plan)
         if res.valid:
-            return plan, res, rounds
+            return plan, res
         over = float((res.peak_memory / cap).max())
         if best is None or over < best[0]:
             best = (over, plan, res)
         hot = res.peak_memory > cap
-        if not hot.any():  # invalid for another reason
+        if not hot.any() or ev.exhausted():  # invalid for another reason, or no budget left
             break
         if (estimate > limit * (1 + 1e-9)).any():
             lo = alpha
@@ -230,27 +226,28 @@ def fit_memory(problem: Problem, build: Callable[[np.ndarray], tuple[Plan, np.nd
         else:
             scale[hot] *= np.minimum(shrink, cap[hot] / res.peak_memory[hot])
     assert best is not None
-    plan, res, evals = repair_memory(problem, best[1], max_evals - rounds, best[2])
-    return plan, res, rounds + evals
+    return repair_memory(ev, best[1], max_rounds + max_repairs - (ev.evals - first), best[2])
 
 
-def repair_memory(problem: Problem, plan: Plan, max_rounds: int = 50,
-                  result: SimResult | None = None) -> tuple[Plan, SimResult, int]:
+def repair_memory(ev: LocalEvaluator, plan: Plan, max_rounds: int = 50,
+                  result: SimResult | None = None) -> tuple[Plan, SimResult]:
     """Move the smallest placement units off devices over capacity until the plan fits.
 
     While the simulated plan is out of memory, each device over capacity hands its
     units (colocation groups, lone ops) to the device with the most free memory,
     smallest footprint first (:func:`footprint`), until the footprints moved cover its
-    excess; then the plan is simulated again. A unit may move again in a later round,
-    which lets the repair explore; at most ``max_rounds`` simulations, counting the
-    first unless its ``result`` is given.
+    excess; then the plan is simulated again, through ``ev``. A unit may move again in
+    a later round, which lets the repair explore; at most ``max_rounds`` simulations,
+    counting the first unless its ``result`` is given, and none once ``ev``'s budget is
+    spent.
 
     Returns
     -------
-    (plan, result, evals)
+    (plan, result)
         The first valid plan, or the last one tried. ``plan.meta["moved_units"]``
         counts the moves.
     """
+    problem = ev.problem
     unit, k = units(problem.graph.coloc)
     unit_mem = np.bincount(unit, weights=footprint(problem), minlength=k)
     cap, nd = problem.capacity, problem.num_devices
@@ -258,9 +255,9 @@ def repair_memory(problem: Problem, plan: Plan, max_rounds: int = 50,
     part = np.zeros(k, dtype=np.int64)
     part[unit] = base
     moved = 0
-    res = simulate(problem, plan) if result is None else result
+    res = ev.simulate(plan) if result is None else result
     evals = int(result is None)
-    while not res.valid and evals < max_rounds and nd > 1:
+    while not res.valid and evals < max_rounds and nd > 1 and not ev.exhausted():
         over = np.flatnonzero(res.peak_memory > cap)
         if len(over) == 0:  # invalid for another reason
             break
@@ -277,6 +274,6 @@ def repair_memory(problem: Problem, plan: Plan, max_rounds: int = 50,
                 excess -= unit_mem[u]
                 moved += 1
         plan = plan.replace(placement=part[unit], meta={**plan.meta, "moved_units": moved})
-        res = simulate(problem, plan)
+        res = ev.simulate(plan)
         evals += 1
-    return plan, res, evals
+    return plan, res

@@ -6,9 +6,9 @@ arrived. They differ only in which (op, device) pair they pick; that choice live
 ``heft.py`` and ``baechi.py``. This module is the shared bookkeeping:
 
 - **time**: a device runs one op at a time (no insertion into idle gaps); an input
-  from another device arrives ``latency + bytes / bandwidth`` after its producer ends,
-  over the directed link, one transfer per link at a time, sent once per destination
-  device (DESIGN.md's transfer model).
+  from another device arrives :meth:`~graphopt.sim.Problem.transfer_time` after its
+  producer ends, over the directed link, one transfer per link at a time, sent once
+  per destination device (DESIGN.md's transfer model).
 - **followers**: inputs and parameters (no inputs of their own, no compute time) are
   not scheduled on their own; each goes to the device of its first consumer, or of its
   colocation group once the group is placed, as a placer colocates a variable with its
@@ -96,8 +96,7 @@ class ListScheduler:
         self.time = problem.costs.time
         self.pred_ptr, self.pred_idx = problem.pred_ptr, problem.pred_idx
         self.pred_bytes = g.edge_bytes[g.pred[2]]
-        self.latency = problem.latency
-        self.sec_per_byte = 1.0 / problem.bandwidth  # the diagonal is inf: 0 s per byte
+        self.transfer_time = problem.transfer_time
         self.coloc = problem.coloc if coloc is None else coloc
         grouped = self.coloc >= 0
         self.num_groups = max(int(self.coloc.max(initial=-1)) + 1, 1)
@@ -161,8 +160,7 @@ class ListScheduler:
         a, dd = np.maximum(self.dev[p], 0)[:, None], devices[None, :]
         done = self.finish[p][:, None]
         got = self.arrival[p][:, devices]
-        send = (np.maximum(done, self.link_free[a, dd]) + self.latency[a, dd]
-                + nbytes * self.sec_per_byte[a, dd])
+        send = np.maximum(done, self.link_free[a, dd]) + self.transfer_time(nbytes, a, dd)
         local = comes | (a == dd)
         missing = ~local & np.isnan(got)
         t = np.where(local, done, np.where(missing, send, got))
@@ -211,7 +209,7 @@ class ListScheduler:
             if a != d and np.isnan(self.arrival[p, d]):
                 s = max(self.finish[p], self.link_free[a, d])
                 self.arrival[p, d] = self.link_free[a, d] = (
-                    s + self.latency[a, d] + self.pred_bytes[j] * self.sec_per_byte[a, d])
+                    s + self.transfer_time(self.pred_bytes[j], a, d))
                 self.copy_bytes[p, d] = self.pred_bytes[j]
                 self.used[d] += self.pred_bytes[j]
                 sent = True

@@ -31,9 +31,9 @@ import numpy as np
 from scipy import sparse
 from scipy.optimize import linprog
 
-from graphopt.optim.base import Budget, register
-from graphopt.optim.heuristics._common import (compose, coplace, fit_memory, mean_comm,
-                                               result_stats, units, upward_rank)
+from graphopt.dist.local import LocalEvaluator
+from graphopt.optim.base import Budget, compose, register
+from graphopt.optim.heuristics._common import coplace, fit_memory, result_stats, units, upward_rank
 from graphopt.optim.heuristics._listsched import ListScheduler
 from graphopt.sim import Plan, Problem
 
@@ -74,6 +74,7 @@ class MTopo:
 
     def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,
                  init: Plan | None = None) -> tuple[Plan, dict]:
+        ev = LocalEvaluator.from_budget(problem, budget)
         unit, k = units(coplace(problem) if self.coplace else problem.graph.coloc)
         mem = (np.bincount(unit, weights=problem.persistent + problem.out_bytes, minlength=k)
                + _group_max(unit, problem.temp_bytes, k))
@@ -93,10 +94,11 @@ class MTopo:
                     where[u] = int(np.argmax(limit - used))
                     overflow += 1
                 used[where[u]] += mem[u]
-            return compose(task, init, where[unit]).replace(meta={"overflow": overflow}), used
+            plan = Plan(placement=where[unit], meta={"overflow": overflow})
+            return compose(task | {"placement"}, init, plan), used
 
-        plan, res, evals = fit_memory(problem, build, self.max_rounds, max_evals=budget.evals)
-        return plan.replace(meta={}), {**result_stats(res, evals), **plan.meta,
+        plan, res = fit_memory(ev, build, self.max_rounds)
+        return plan.replace(meta={}), {**result_stats(res, ev), **plan.meta,
                                        "share": float(share)}
 
 
@@ -216,7 +218,7 @@ def favourite_children(problem: Problem, lp_max_edges: int = 10_000) -> tuple[np
     free out-edge per op and one free in-edge per op (``Σ x ≥ degree − 1``). Edges with
     ``x_e < 1/2``, lowest first, become favourite while neither end has one yet (the
     rounding can otherwise break the at-most-one rules). Times are the mean over
-    devices; ``c_e = latency + bytes / bandwidth`` on the mean link.
+    devices; ``c_e`` the transfer time on the mean link (:meth:`Problem.transfer_time`).
 
     Above ``lp_max_edges`` (HiGHS takes about 1 s for 7,000 edges and a minute for
     34,000), a greedy approximation: edges in
@@ -240,9 +242,8 @@ def favourite_children(problem: Problem, lp_max_edges: int = 10_000) -> tuple[np
     fav = np.full(n, -1, dtype=np.int64)
     if e == 0:
         return fav, "none"
-    lat, spb = mean_comm(problem)
     p = problem.costs.time.mean(axis=1) * 1e6  # microseconds: a well-scaled LP
-    c = (lat + g.edge_bytes * spb) * 1e6
+    c = problem.transfer_time(g.edge_bytes) * 1e6
     if e <= lp_max_edges:
         x = _favourite_lp(g.src, g.dst, p, c, n)
         cand = np.flatnonzero(x < 0.5)
@@ -250,7 +251,7 @@ def favourite_children(problem: Problem, lp_max_edges: int = 10_000) -> tuple[np
         how = "lp"
     else:
         top = _top_level(problem, p, c)
-        bottom = upward_rank(problem, p, problem.succ_bytes * spb * 1e6 + lat * 1e6)
+        bottom = upward_rank(problem, p, problem.transfer_time(problem.succ_bytes) * 1e6)
         through = top[g.src] + p[g.src] + c + bottom[g.dst]
         cand = np.lexsort((np.arange(e), -through))
         how = "greedy"
@@ -391,12 +392,13 @@ class MSCT:
 def _run_etf(problem: Problem, task: frozenset[str], budget: Budget, init: Plan | None,
              max_rounds: int, favourite: np.ndarray | None, grouped: bool, extra: dict
              ) -> tuple[Plan, dict]:
+    ev = LocalEvaluator.from_budget(problem, budget)
     coloc = coplace(problem) if grouped else None
 
     def build(limit: np.ndarray) -> tuple[Plan, np.ndarray]:
         s = etf_schedule(problem, limit, favourite, coloc)
-        plan = compose(task, init, s.dev, s.priority())
-        return plan.replace(meta=s.summary()), s.peak
+        plan = Plan(placement=s.dev, priority=s.priority(), meta=s.summary())
+        return compose(task | {"placement"}, init, plan), s.peak
 
-    plan, res, evals = fit_memory(problem, build, max_rounds, max_evals=budget.evals)
-    return plan.replace(meta={}), {**result_stats(res, evals), **plan.meta, **extra}
+    plan, res = fit_memory(ev, build, max_rounds)
+    return plan.replace(meta={}), {**result_stats(res, ev), **plan.meta, **extra}

@@ -35,8 +35,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from graphopt.ir.features import layer_of
-from graphopt.optim.base import Budget, register
-from graphopt.optim.heuristics._common import compose, unify_groups
+from graphopt.optim.base import Budget, compose, register
+from graphopt.optim.heuristics._common import unify_groups
 from graphopt.sim import Plan, Problem
 
 __all__ = ["Expert", "expert_placement"]
@@ -180,4 +180,5 @@ class Expert:
     def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,
                  init: Plan | None = None) -> tuple[Plan, dict]:
         place, rule = expert_placement(problem)
-        return compose(task, init, place), {"evals": 0, "rule": rule}
+        return compose(task | {"placement"}, init, Plan(placement=place)), \
+            {"evals": 0, "rule": rule}

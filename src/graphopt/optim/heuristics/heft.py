@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from graphopt.optim.base import Budget, register
-from graphopt.optim.heuristics._common import (compose, coplace, fit_memory, mean_comm,
-                                               result_stats, upward_rank)
+from graphopt.dist.local import LocalEvaluator
+from graphopt.optim.base import Budget, compose, register
+from graphopt.optim.heuristics._common import coplace, fit_memory, result_stats, upward_rank
 from graphopt.optim.heuristics._listsched import ListScheduler
 from graphopt.sim import Plan, Problem
 
@@ -20,8 +20,9 @@ __all__ = ["HEFT", "heft_rank"]
 
 
 def heft_rank(problem: Problem) -> np.ndarray:
-    """HEFT's upward rank: mean op time over devices plus, on every edge, the mean
-    communication time ``latency + bytes / bandwidth``, longest path to a sink. O(N + E).
+    """HEFT's upward rank: mean op time over devices plus, on every edge, the transfer
+    time over the mean link (:meth:`Problem.transfer_time`), longest path to a sink.
+    O(N + E).
 
     >>> from graphopt.hardware import load_cluster
     >>> from graphopt.ir.generate import mlp_training_graph
@@ -29,8 +30,8 @@ def heft_rank(problem: Problem) -> np.ndarray:
     >>> bool(heft_rank(prob).max() >= prob.lower_bound)
     True
     """
-    lat, spb = mean_comm(problem)
-    return upward_rank(problem, problem.costs.time.mean(axis=1), lat + problem.succ_bytes * spb)
+    return upward_rank(problem, problem.costs.time.mean(axis=1),
+                       problem.transfer_time(problem.succ_bytes))
 
 
 @register("heft")
@@ -58,7 +59,7 @@ class HEFT:
     memory check is ours.
 
     Complexity: O((N + E)·D) per round; at most ``max_rounds`` rounds, then at most 50
-    simulations of memory repair.
+    simulations of memory repair, all within the budget.
 
     Examples
     --------
@@ -76,6 +77,7 @@ class HEFT:
 
     def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,
                  init: Plan | None = None) -> tuple[Plan, dict]:
+        ev = LocalEvaluator.from_budget(problem, budget)
         time = problem.costs.time
         rank = heft_rank(problem)
         order = np.lexsort((np.arange(problem.num_nodes), -rank))
@@ -94,8 +96,8 @@ class HEFT:
                 finish = np.maximum(s.avail[devs], ready[0, fits]) + time[v, devs]
                 s.assign(v, int(devs[np.lexsort((devs, s.used[devs], finish))[0]]))
             s.place_followers()
-            plan = compose(task, init, s.dev, s.priority())
-            return plan.replace(meta=s.summary()), s.peak
+            plan = Plan(placement=s.dev, priority=s.priority(), meta=s.summary())
+            return compose(task | {"placement"}, init, plan), s.peak
 
-        plan, res, evals = fit_memory(problem, build, self.max_rounds, max_evals=budget.evals)
-        return plan.replace(meta={}), {**result_stats(res, evals), **plan.meta}
+        plan, res = fit_memory(ev, build, self.max_rounds)
+        return plan.replace(meta={}), {**result_stats(res, ev), **plan.meta}

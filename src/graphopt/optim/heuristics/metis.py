@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import sparse
 
+from graphopt.dist.local import LocalEvaluator
 from graphopt.errors import GraphoptError
-from graphopt.optim.base import Budget, register
-from graphopt.optim.heuristics._common import compose, repair_memory, result_stats, units
+from graphopt.optim.base import Budget, compose, register
+from graphopt.optim.heuristics._common import repair_memory, result_stats, units
 from graphopt.sim import Plan, Problem
 
 __all__ = ["Metis"]
@@ -44,7 +45,7 @@ class Metis:
     (by footprint: persistent + output + scratch bytes) move to the device with the
     most free memory until the estimated excess is gone, and the plan is simulated
     again (:func:`~graphopt.optim.heuristics._common.repair_memory`, at most
-    ``max_repairs`` simulations).
+    ``max_repairs`` simulations, fewer when the budget runs out first).
 
     Complexity: METIS is O(N + E) in practice; each repair one simulation.
 
@@ -68,6 +69,7 @@ class Metis:
         except ModuleNotFoundError as err:
             raise GraphoptError("method 'metis' needs the pymetis package: pip install pymetis") \
                 from err
+        ev = LocalEvaluator.from_budget(problem, budget)
         g = problem.graph
         unit, k = units(g.coloc)
         nd = problem.num_devices
@@ -85,7 +87,7 @@ class Metis:
                                           vweights=vw, eweights=_ints(adj.data) if adj.nnz else None,
                                           options=pymetis.Options(seed=int(seed) % 2**31))
             part = np.asarray(parts, dtype=np.int64)
-        plan = compose(task, init, part[unit])
-        plan, res, evals = repair_memory(problem, plan, min(self.max_repairs, budget.evals or 10**9))
+        plan = compose(task | {"placement"}, init, Plan(placement=part[unit]))
+        plan, res = repair_memory(ev, plan, self.max_repairs)
         moved = plan.meta.get("moved_units", 0)
-        return plan.replace(meta={}), {**result_stats(res, evals), "moved_units": moved, "units": k}
+        return plan.replace(meta={}), {**result_stats(res, ev), "moved_units": moved, "units": k}

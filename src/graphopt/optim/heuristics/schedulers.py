@@ -28,9 +28,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from graphopt.ir.ops import OP_CLASSES
-from graphopt.optim.base import Budget, register
-from graphopt.optim.heuristics._common import compose, order_to_priority, result_stats, upward_rank
-from graphopt.sim import Plan, Problem, simulate
+from graphopt.dist.local import LocalEvaluator
+from graphopt.optim.base import Budget, compose, register
+from graphopt.optim.heuristics._common import order_to_priority, result_stats, upward_rank
+from graphopt.sim import Plan, Problem, SimResult
 
 __all__ = ["fifo", "critical_path", "list_memory", "dfs_memory", "postorder",
            "best_memory_schedule", "MEMORY_SCHEDULERS", "CriticalPath", "XLAMemory"]
@@ -48,9 +49,10 @@ def fifo(problem: Problem, placement: np.ndarray | None = None) -> None:
 
 
 def critical_path(problem: Problem, placement: np.ndarray | None = None) -> np.ndarray:
-    """Upward rank as priority: the longest path from each op to a sink, counting op
-    times on their devices and ``latency + bytes / bandwidth`` on edges between devices
-    (no placement: everything on device 0). O(N + E).
+    """Upward rank under a placement, as priority: the longest path from each op to a
+    sink (:func:`~graphopt.optim.heuristics._common.upward_rank`), counting op times on
+    their devices and :meth:`Problem.transfer_time` on edges between devices (no
+    placement: everything on device 0). O(N + E).
 
     >>> from graphopt.hardware import load_cluster
     >>> from graphopt.ir.generate import mlp_training_graph
@@ -61,9 +63,8 @@ def critical_path(problem: Problem, placement: np.ndarray | None = None) -> np.n
     """
     n = problem.num_nodes
     place = np.zeros(n, dtype=np.int64) if placement is None else np.asarray(placement, np.int64)
-    a = np.repeat(place, np.diff(problem.succ_ptr))
-    b = place[problem.succ_idx]
-    edge = np.where(a != b, problem.latency[a, b] + problem.succ_bytes / problem.bandwidth[a, b], 0.0)
+    edge = problem.transfer_time(problem.succ_bytes, np.repeat(place, np.diff(problem.succ_ptr)),
+                                 place[problem.succ_idx])
     return upward_rank(problem, problem.costs.time[np.arange(n), place], edge)
 
 
@@ -85,6 +86,7 @@ def list_memory(problem: Problem, placement: np.ndarray | None = None) -> np.nda
 
     >>> from graphopt.hardware import load_cluster
     >>> from graphopt.ir.generate import mlp_training_graph
+    >>> from graphopt.sim import simulate
     >>> prob = Problem(mlp_training_graph(), load_cluster("dgx1-v100:2"))
     >>> simulate(prob, Plan(priority=list_memory(prob))).valid
     True
@@ -176,6 +178,7 @@ def dfs_memory(problem: Problem, placement: np.ndarray | None = None) -> np.ndar
 
     >>> from graphopt.hardware import load_cluster
     >>> from graphopt.ir.generate import mlp_training_graph
+    >>> from graphopt.sim import simulate
     >>> prob = Problem(mlp_training_graph(), load_cluster("dgx1-v100:2"))
     >>> simulate(prob, Plan(priority=dfs_memory(prob))).valid
     True
@@ -207,6 +210,7 @@ def postorder(problem: Problem, placement: np.ndarray | None = None) -> np.ndarr
 
     >>> from graphopt.hardware import load_cluster
     >>> from graphopt.ir.generate import mlp_training_graph
+    >>> from graphopt.sim import simulate
     >>> prob = Problem(mlp_training_graph(), load_cluster("dgx1-v100:2"))
     >>> simulate(prob, Plan(priority=postorder(prob))).valid
     True
@@ -237,16 +241,24 @@ def best_memory_schedule(problem: Problem, plan: Plan | None = None) -> tuple[np
     >>> name in MEMORY_SCHEDULERS
     True
     """
-    plan = plan or Plan()
-    best: tuple[tuple[float, float], np.ndarray, str] | None = None
+    prio, name, _ = _best_memory_schedule(LocalEvaluator(problem), plan or Plan())
+    return prio, name
+
+
+def _best_memory_schedule(ev: LocalEvaluator, plan: Plan) -> tuple[np.ndarray, str, SimResult]:
+    """:func:`best_memory_schedule` simulating through ``ev``, fewer than three times when
+    its budget runs out first (at least once); also returns the winner's result."""
+    best: tuple[tuple[float, float], np.ndarray, str, SimResult] | None = None
     for name, scheduler in MEMORY_SCHEDULERS.items():
-        prio = scheduler(problem, plan.placement)
-        res = simulate(problem, plan.replace(priority=prio))
-        key = (float((res.peak_memory / problem.capacity).max()), res.step_time)
+        if best is not None and ev.exhausted():
+            break
+        prio = scheduler(ev.problem, plan.placement)
+        res = ev.simulate(plan.replace(priority=prio))
+        key = (float((res.peak_memory / ev.problem.capacity).max()), res.step_time)
         if best is None or key < best[0]:
-            best = (key, prio, name)
+            best = (key, prio, name, res)
     assert best is not None
-    return best[1], best[2]
+    return best[1], best[2], best[3]
 
 
 @register("critical-path")
@@ -269,9 +281,10 @@ class CriticalPath:
 
     def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,
                  init: Plan | None = None) -> tuple[Plan, dict]:
-        base = init or Plan()
-        plan = compose(frozenset({"scheduling"}), base, None, critical_path(problem, base.placement))
-        return plan, result_stats(simulate(problem, plan), 1)
+        ev = LocalEvaluator.from_budget(problem, budget)
+        prio = critical_path(problem, None if init is None else init.placement)
+        plan = compose(frozenset({"scheduling"}), init, Plan(priority=prio))
+        return plan, result_stats(ev.simulate(plan), ev)
 
 
 @register("xla-memory")
@@ -281,7 +294,8 @@ class XLAMemory:
 
     Decides scheduling only: placement and fusion are ``init``'s (or the compiler's
     defaults). See :func:`best_memory_schedule`; ``stats["scheduler"]`` names the
-    winner. Three simulations.
+    winner. Three simulations, one per scheduler (fewer on a smaller budget); the
+    winner's is its result.
 
     Examples
     --------
@@ -295,7 +309,7 @@ class XLAMemory:
 
     def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,
                  init: Plan | None = None) -> tuple[Plan, dict]:
-        base = init or Plan()
-        prio, name = best_memory_schedule(problem, base)
-        plan = compose(frozenset({"scheduling"}), base, None, prio)
-        return plan, {**result_stats(simulate(problem, plan), 4), "scheduler": name}
+        ev = LocalEvaluator.from_budget(problem, budget)
+        prio, name, res = _best_memory_schedule(ev, init or Plan())
+        plan = compose(frozenset({"scheduling"}), init, Plan(priority=prio))
+        return plan, {**result_stats(res, ev), "scheduler": name}

@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from graphopt.optim.base import Budget, register
-from graphopt.optim.heuristics._common import compose, result_stats, units
-from graphopt.sim import Plan, Problem, SimResult, simulate
+from graphopt.dist.local import LocalEvaluator
+from graphopt.optim.base import Budget, compose, register
+from graphopt.optim.heuristics._common import result_stats, units
+from graphopt.sim import Plan, Problem, SimResult
 
 __all__ = ["Single", "RoundRobin", "Random"]
 
@@ -26,7 +27,7 @@ class Single:
     Devices are tried from the lowest total op time (``problem.costs.time.sum(0)``)
     upwards; the first whose simulated peak memory is within capacity wins. When no
     device fits, the plan puts everything on the fastest one and ``stats["fits"]`` is
-    False. At most D simulations.
+    False. At most D simulations, fewer when the budget runs out first.
 
     Examples
     --------
@@ -40,15 +41,19 @@ class Single:
 
     def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,
                  init: Plan | None = None) -> tuple[Plan, dict]:
+        ev = LocalEvaluator.from_budget(problem, budget)
         tried: list[tuple[Plan, SimResult, int]] = []
         for d in np.argsort(problem.costs.time.sum(axis=0), kind="stable"):
-            plan = compose(task, init, np.full(problem.num_nodes, d, dtype=np.int64))
-            res = simulate(problem, plan)
+            if tried and ev.exhausted():
+                break
+            plan = compose(task | {"placement"}, init,
+                           Plan(placement=np.full(problem.num_nodes, d, dtype=np.int64)))
+            res = ev.simulate(plan)
             if res.valid:
-                return plan, {**result_stats(res, len(tried) + 1), "device": int(d), "fits": True}
+                return plan, {**result_stats(res, ev), "device": int(d), "fits": True}
             tried.append((plan, res, int(d)))
         plan, res, d = tried[0]
-        return plan, {**result_stats(res, len(tried)), "device": d, "fits": False,
+        return plan, {**result_stats(res, ev), "device": d, "fits": False,
                       "note": "no single device holds the graph; placed on the fastest"}
 
 
@@ -77,7 +82,8 @@ class RoundRobin:
                  init: Plan | None = None) -> tuple[Plan, dict]:
         unit, _ = units(problem.graph.coloc)
         place = (unit // max(1, self.chunk)) % problem.num_devices
-        return compose(task, init, place), {"evals": 0, "chunk": self.chunk}
+        return compose(task | {"placement"}, init, Plan(placement=place)), \
+            {"evals": 0, "chunk": self.chunk}
 
 
 @register("random")
@@ -102,4 +108,4 @@ class Random:
                  init: Plan | None = None) -> tuple[Plan, dict]:
         unit, k = units(problem.graph.coloc)
         draw = np.random.default_rng(seed).integers(0, problem.num_devices, size=k)
-        return compose(task, init, draw[unit]), {"evals": 0}
+        return compose(task | {"placement"}, init, Plan(placement=draw[unit])), {"evals": 0}

@@ -26,16 +26,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from graphopt.dist.local import BudgetExhausted, LocalEvaluator
 from graphopt.errors import GraphoptError
 from graphopt.ir.ops import OP_VOCAB
 from graphopt.nn import GOPolicy, GOPolicyConfig
-from graphopt.optim.base import Budget, register
+from graphopt.optim.base import Budget, compose, register
 from graphopt.rl.checkpoint import load_policy, save_policy
 from graphopt.rl.go_env import UNIT_FEATURES, GOEnv
 from graphopt.rl.ppo import PPOConfig, sample, train
 from graphopt.rl.reinforce import time_to_within
 from graphopt.rl.run import seed_everything
-from graphopt.sim import Plan, Problem, simulate_batch
+from graphopt.sim import Plan, Problem
 
 __all__ = ["GO", "GOFinetune", "GOOne", "PRETRAIN_CORPUS", "PRETRAIN_PPO", "SHIPPED",
            "load_go_policy", "new_policy", "pretrain"]
@@ -94,12 +95,10 @@ def _check(problem: Problem, task: frozenset[str], policy: GOPolicy, name: str) 
 
 def _result(env: GOEnv, plan: Plan | None, step_time: float, init: Plan | None,
             stats: dict) -> tuple[Plan, dict]:
-    base = init or Plan()
     if plan is None:  # nothing valid seen: the compiler default
         plan, step_time = Plan(), float("inf")
-    plan = Plan(placement=plan.placement if plan.placement is not None else base.placement,
-                priority=plan.priority if "scheduling" in env.task else base.priority,
-                fusion=plan.fusion if "fusion" in env.task else base.fusion)
+    # the policy's plans always place (on device 0 when the task leaves placement out)
+    plan = compose(env.task | {"placement"}, init, plan)
     return plan, {"valid": np.isfinite(step_time),
                   "step_time": step_time if np.isfinite(step_time) else None,
                   "units": env.num_units, **stats}
@@ -131,11 +130,12 @@ class GO:
     def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,
                  init: Plan | None = None) -> tuple[Plan, dict]:
         t0 = time.perf_counter()
+        ev = LocalEvaluator.from_budget(problem, budget)
         generator = seed_everything(seed, self.threads)
         policy, _ = load_go_policy(self.checkpoint)
         _check(problem, task, policy, "go")
         env = GOEnv(problem, task, self.units)
-        k = max(1, min(self.samples, budget.evals or self.samples))
+        k = self.samples if ev.remaining is None else max(1, min(self.samples, ev.remaining))
         with torch.no_grad():
             logits = policy(*env.inputs(), tasks=env.tasks)
         actions = sample(logits, k, generator)
@@ -143,17 +143,14 @@ class GO:
             actions[t][0] = a[0]
         place, prio, fuse = env.plans(actions)
         infer_s = time.perf_counter() - t0
-        res = simulate_batch(problem, place, prio, fuse)
-        ok = np.flatnonzero(res.valid)
-        plan, best = None, float("inf")
-        if len(ok):
-            j = int(ok[np.argmin(res.step_time[ok])])
-            best = float(res.step_time[j])
-            plan = Plan(placement=place[j], priority=None if prio is None else prio[j],
-                        fusion=None if fuse is None else fuse[j])
-        greedy = float(res.step_time[0]) if res.valid[0] else None
-        return _result(env, plan, best, init, {
-            "evals": k, "seconds": time.perf_counter() - t0, "inference_seconds": infer_s,
+        greedy = None
+        try:
+            res = ev.evaluate(place, prio, fuse)
+            greedy = float(res.step_time[0]) if res.valid[0] else None
+        except BudgetExhausted:  # the time budget went on loading the policy and inference
+            pass
+        return _result(env, ev.best_plan, ev.best_time, init, {
+            "evals": ev.evals, "seconds": time.perf_counter() - t0, "inference_seconds": infer_s,
             "greedy_step_time": greedy})
 
 

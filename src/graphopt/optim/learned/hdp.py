@@ -179,7 +179,7 @@ class HDP:
         modules = {"grouper": grouper, "placer": placer}
         optimizer = torch.optim.Adam([*grouper.parameters(), *placer.parameters()], lr=self.lr)
         baseline = EMABaseline(self.baseline_decay)
-        ev = LocalEvaluator(problem, budget.evals, budget.seconds)
+        ev = LocalEvaluator.from_budget(problem, budget)
         state = restore_run(self.checkpoint_dir, config, modules, optimizer, generator,
                             baseline, ev)
         resumed_from = state["update"]

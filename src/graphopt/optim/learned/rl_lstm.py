@@ -167,7 +167,7 @@ class RLLSTM:
                                      self.bidirectional, self.temperature, self.tanh_constant)
         optimizer = torch.optim.Adam(policy.parameters(), lr=self.lr)
         baseline = EMABaseline(self.baseline_decay)
-        ev = LocalEvaluator(problem, budget.evals, budget.seconds)
+        ev = LocalEvaluator.from_budget(problem, budget)
         state = restore_run(self.checkpoint_dir, config, {"policy": policy}, optimizer,
                             generator, baseline, ev)
         resumed_from = state["update"]

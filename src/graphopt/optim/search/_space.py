@@ -22,6 +22,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from graphopt.dist.local import LocalEvaluator
+from graphopt.optim.base import compose
+from graphopt.optim.heuristics._common import units
+from graphopt.optim.heuristics.schedulers import critical_path
 from graphopt.sim import Plan, Problem
 
 #: How much each unit of relative memory overflow adds to an invalid plan's score, in
@@ -29,7 +32,7 @@ from graphopt.sim import Plan, Problem
 #: valid ones, and worse overflows rank lower.
 INVALID_PENALTY = 10.0
 
-__all__ = ["Decisions", "SearchSpace", "budget_fraction", "priority_ranks", "upward_rank"]
+__all__ = ["Decisions", "SearchSpace", "priority_ranks"]
 
 #: Kinds of single moves (column 0 of a move array ``[kind, a, b]``).
 PLACE, SWAP, FUSE = 0, 1, 2
@@ -85,38 +88,6 @@ def _fusion_ranks(fusion: np.ndarray) -> np.ndarray:
     return np.where(fusion > 0, ranks, -ranks)
 
 
-def upward_rank(problem: Problem, placement: np.ndarray) -> np.ndarray:
-    """HEFT's upward rank under ``placement``: the longest path from each node to a sink,
-    counting compute on the node's device and ``latency + bytes / bandwidth`` on edges
-    that cross devices. A classic list-scheduling priority (Topcuoglu et al., 2002).
-
-    O(N + E) with a Python loop over nodes.
-    """
-    n = problem.num_nodes
-    t = problem.costs.time[np.arange(n), placement]
-    rank = t.copy()
-    ptr, idx, nbytes = problem.succ_ptr, problem.succ_idx, problem.succ_bytes
-    for i in range(n - 1, -1, -1):
-        s = idx[ptr[i]:ptr[i + 1]]
-        if len(s):
-            a, b = placement[i], placement[s]
-            comm = np.where(a == b, 0.0, problem.latency[a, b]
-                            + nbytes[ptr[i]:ptr[i + 1]] / problem.bandwidth[a, b])
-            rank[i] = t[i] + (rank[s] + comm).max()
-    return rank
-
-
-def budget_fraction(ev: LocalEvaluator) -> float:
-    """How much of the budget is spent, 0..1 (the larger of evaluations and seconds; 0 when
-    the budget is unbounded)."""
-    parts = [0.0]
-    if ev.max_evals:
-        parts.append(ev.evals / ev.max_evals)
-    if ev.max_seconds:
-        parts.append(ev.elapsed / ev.max_seconds)
-    return min(max(parts), 1.0)
-
-
 class SearchSpace:
     """The decisions of one search (a problem, a task and an initial plan) and their price.
 
@@ -163,14 +134,8 @@ class SearchSpace:
     def __init__(self, problem: Problem, task: frozenset[str], init: Plan | None = None):
         self.problem, self.task, self.init = problem, frozenset(task), init
         n, d = problem.num_nodes, problem.num_devices
-        coloc = problem.coloc
-        key = np.where(coloc >= 0, coloc, coloc.max(initial=-1) + 1 + np.arange(n))
-        _, first, self.unit_of = np.unique(key, return_index=True, return_inverse=True)
-        # renumber units by their first node, so that unit order follows the graph
-        order = np.argsort(first, kind="stable")
-        self.unit_of = np.argsort(order)[self.unit_of]
-        self.first_node = first[order]
-        self.num_units = len(first)
+        self.unit_of, self.num_units = units(problem.coloc)
+        self.first_node = np.unique(self.unit_of, return_index=True)[1]
         self.fusible = np.flatnonzero(problem.cand_consumer >= 0)
         self.searches = {"placement": "placement" in task and d > 1,
                          "scheduling": "scheduling" in task and n > 1,
@@ -362,7 +327,8 @@ class SearchSpace:
         has none, its placement is the fastest of :meth:`_candidates` (all evaluated). The
         first candidate is that plan with colocation groups made whole (each on its first
         node's device) and, when scheduling is searched but the plan has no priorities,
-        HEFT's upward rank as priorities; it is evaluated too when it differs from the
+        the upward rank under its placement (:func:`critical_path`) as priorities; it is
+        evaluated too when it differs from the
         initial plan.
         """
         n, p = self.problem.num_nodes, self.start_plan
@@ -383,7 +349,7 @@ class SearchSpace:
             place = units[self.unit_of]
         if "scheduling" in self.task:
             changed |= p.priority is None
-            dec.priority = priority_ranks(upward_rank(self.problem, place) if p.priority is None
+            dec.priority = priority_ranks(critical_path(self.problem, place) if p.priority is None
                                           else p.priority)[None]
         if "fusion" in self.task:
             dec.fusion = _fusion_ranks(np.arange(1.0, n + 1) if p.fusion is None
@@ -394,29 +360,23 @@ class SearchSpace:
 
     def plan(self, dec: Decisions, row: int = 0) -> Plan:
         """Row ``row`` of ``dec`` as a full plan (parts outside the task from the start)."""
-        p = self.start_plan
-        return Plan(placement=self.placements(dec.take([row]))[0] if dec.units is not None
-                    else p.placement,
-                    priority=p.priority if dec.priority is None else dec.priority[row],
-                    fusion=p.fusion if dec.fusion is None else dec.fusion[row])
+        return compose(self.task, self.start_plan, Plan(
+            placement=None if dec.units is None else self.placements(dec.take([row]))[0],
+            priority=None if dec.priority is None else dec.priority[row],
+            fusion=None if dec.fusion is None else dec.fusion[row]))
 
     def result(self, ev: LocalEvaluator, interrupted: bool, **extra) -> tuple[Plan, dict]:
         """The evaluator's best plan (the start plan when nothing valid was seen) and the
         stats every search reports: ``evals``, ``seconds``, ``step_time``,
         ``initial_step_time``, ``valid``, ``interrupted``, ``history`` (rows of evals,
         seconds, best step time so far; None before the first valid plan), plus ``extra``."""
-        best, p = ev.best_plan, self.start_plan
-        if best is None:
-            plan = p
-        else:
-            plan = Plan(placement=best.placement if "placement" in self.task else p.placement,
-                        priority=best.priority if "scheduling" in self.task else p.priority,
-                        fusion=best.fusion if "fusion" in self.task else p.fusion)
+        plan = compose(self.task, self.start_plan, ev.best_plan or Plan())
+
         def finite(x):
             return float(x) if np.isfinite(x) else None
 
         stats = {"evals": ev.evals, "seconds": ev.elapsed, "step_time": finite(ev.best_time),
                  "initial_step_time": self.initial_step_time, "initial_valid": self.initial_valid,
-                 "valid": best is not None, "interrupted": interrupted,
+                 "valid": ev.best_plan is not None, "interrupted": interrupted,
                  "history": [[e, s, finite(t)] for e, s, t in ev.history], **extra}
         return plan, stats

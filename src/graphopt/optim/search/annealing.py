@@ -24,7 +24,7 @@ import numpy as np
 
 from graphopt.dist.local import BudgetExhausted, LocalEvaluator
 from graphopt.optim.base import Budget, register
-from graphopt.optim.search._space import SearchSpace, budget_fraction
+from graphopt.optim.search._space import SearchSpace
 from graphopt.sim import Plan, Problem
 
 __all__ = ["SimulatedAnnealing"]
@@ -71,7 +71,7 @@ class SimulatedAnnealing:
                  init: Plan | None = None) -> tuple[Plan, dict]:
         rng = np.random.default_rng(seed)
         space = SearchSpace(problem, task, init)
-        ev = LocalEvaluator(problem, budget.evals, budget.seconds)
+        ev = LocalEvaluator.from_budget(problem, budget)
         interrupted, rounds, accepted = False, 0, 0
         try:
             start, start_score = space.start(ev)
@@ -83,7 +83,7 @@ class SimulatedAnnealing:
                 scores = space.evaluate(ev, proposal)
                 k = len(scores)
                 temperature = self.initial_temperature * (
-                    self.final_temperature / self.initial_temperature) ** budget_fraction(ev)
+                    self.final_temperature / self.initial_temperature) ** ev.fraction_spent()
                 delta = (scores - current[:k]) / current[:k]
                 accept = rng.random(k) < np.exp(-self.alpha * np.maximum(delta, 0.0) / temperature)
                 rows = np.flatnonzero(accept)

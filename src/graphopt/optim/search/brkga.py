@@ -104,7 +104,7 @@ class BRKGA:
         if n_child < 0 or n_elite >= pop:
             raise GraphoptError(f"brkga: population {pop} cannot hold {n_elite} elites and "
                                 f"{n_mutant} mutants; lower the fractions or grow the population")
-        ev = LocalEvaluator(problem, budget.evals, budget.seconds)
+        ev = LocalEvaluator.from_budget(problem, budget)
         interrupted, generations = False, 0
         try:
             start, start_score = space.start(ev)

@@ -126,7 +126,7 @@ class CPSAT:
                                 f"more than max_ops={self.max_ops}; the exact model would not "
                                 "finish (pass force=True to try anyway)")
         space = SearchSpace(problem, task, init)
-        ev = LocalEvaluator(problem, budget.evals, budget.seconds)
+        ev = LocalEvaluator.from_budget(problem, budget)
         interrupted = False
         stats: dict[str, object] = {"status": "NOT_SOLVED"}
         try:
@@ -136,8 +136,8 @@ class CPSAT:
             model, x, s, unit = _build_model(cp_model.CpModel(), problem, space, start,
                                              self.time_steps, self.transient_memory)
             # leave a tenth of a time budget to simulate the solution
-            limit = (self.time_limit if budget.seconds is None
-                     else max(0.9 * (budget.seconds - ev.elapsed), 0.0))
+            limit = (self.time_limit if ev.max_seconds is None
+                     else max(0.9 * (ev.max_seconds - ev.elapsed), 0.0))
             solver = cp_model.CpSolver()
             solver.parameters.max_time_in_seconds = limit
             solver.parameters.num_workers = self.workers
@@ -195,8 +195,7 @@ def _build_model(m, problem: Problem, space: SearchSpace, start: Decisions, time
     dur = np.maximum(np.rint(problem.costs.time / unit), 1).astype(np.int64)  # (N, D)
     max_bytes = np.zeros(n)
     np.maximum.at(max_bytes, problem.graph.src, problem.graph.edge_bytes)
-    with np.errstate(divide="ignore"):
-        link = problem.latency[None] + max_bytes[:, None, None] / problem.bandwidth[None]
+    link = problem.transfer_time(max_bytes[:, None, None], *np.ix_(devs, devs))
     comm = np.maximum(np.rint(link / unit), 1).astype(np.int64)  # (N, D, D), diagonal unused
     ptr, succ = problem.succ_ptr, problem.succ_idx
     # consumers of each op that may sit on another device (not in its colocation unit)

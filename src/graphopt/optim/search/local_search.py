@@ -53,7 +53,7 @@ class LocalSearch:
                  init: Plan | None = None) -> tuple[Plan, dict]:
         rng = np.random.default_rng(seed)
         space = SearchSpace(problem, task, init)
-        ev = LocalEvaluator(problem, budget.evals, budget.seconds)
+        ev = LocalEvaluator.from_budget(problem, budget)
         interrupted, steps, restarts = False, 0, 0
         try:
             cur, cur_score = space.start(ev)

@@ -50,7 +50,7 @@ class RandomSearch:
                  init: Plan | None = None) -> tuple[Plan, dict]:
         rng = np.random.default_rng(seed)
         space = SearchSpace(problem, task, init)
-        ev = LocalEvaluator(problem, budget.evals, budget.seconds)
+        ev = LocalEvaluator.from_budget(problem, budget)
         interrupted = False
         try:
             space.start(ev)
