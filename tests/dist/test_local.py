@@ -6,9 +6,11 @@ import numpy as np
 import pytest
 
 from graphopt.dist.local import BudgetExhausted, LocalEvaluator
+from graphopt.errors import GraphoptError
 from graphopt.hardware import load_cluster
 from graphopt.ir.generate import layered_graph, mlp_training_graph
-from graphopt.sim import Problem, simulate_batch
+from graphopt.optim import Budget, optimize
+from graphopt.sim import Plan, Problem, simulate_batch
 
 
 @pytest.fixture(scope="module")
@@ -54,3 +56,24 @@ def test_a_time_budget_stops_it(prob):
     assert ev.exhausted()
     with pytest.raises(BudgetExhausted):
         ev.evaluate(np.zeros((1, prob.num_nodes), dtype=np.int64))
+
+
+def test_one_plan_and_batches_share_the_budget(prob):
+    ev = LocalEvaluator.from_budget(prob, Budget(evals=4))
+    ev.evaluate(np.zeros((2, prob.num_nodes), dtype=np.int64))
+    assert ev.fraction_spent() == 0.5
+    res = ev.simulate(Plan(placement=np.ones(prob.num_nodes, dtype=np.int64)))
+    assert ev.evals == 3 and ev.fraction_spent() == 0.75 and res.valid
+    assert ev.best_time <= res.step_time
+
+
+def test_a_method_that_cannot_simulate_once_says_so_as_a_user_error(prob):
+    with pytest.raises(GraphoptError, match="budget spent"):
+        optimize(prob, "heft", budget=Budget(evals=None, seconds=0.0))
+
+
+def test_a_batch_on_another_problem_counts_but_never_becomes_best(prob):
+    other = Problem(mlp_training_graph(), load_cluster("p100:2"))
+    ev = LocalEvaluator(prob, max_evals=3)
+    ev.evaluate(np.zeros((2, other.num_nodes), dtype=np.int64), problem=other)
+    assert ev.evals == 2 and ev.best_plan is None
