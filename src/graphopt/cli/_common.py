@@ -20,8 +20,8 @@ from rich.console import Console
 
 from graphopt.errors import GraphoptError
 
-__all__ = ["GRAPH_HELP", "PARAM_HELP", "console", "fail", "field_help", "method_params", "mib",
-           "options_from_fields", "parse_field"]
+__all__ = ["GRAPH_HELP", "PARAM_HELP", "compile_simulator", "console", "fail", "field_help",
+           "method_params", "mib", "options_from_fields", "parse_field"]
 
 # Tables are wide; when output goes to a file or a pipe, do not squeeze them to 80 columns.
 console = Console(width=None if Console().is_terminal else 140)
@@ -41,6 +41,16 @@ def fail(err: Exception) -> NoReturn:
     """Print ``err`` as one line and exit 2 (a user's mistake: no traceback)."""
     console.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
+
+
+def compile_simulator() -> None:
+    """Compile the simulator's engine now, before any method is timed (numba caches it
+    on disk, so only a fresh install pays), and say so when it happens."""
+    from graphopt.sim import ensure_compiled
+
+    with console.status("loading the simulator ..."):
+        if ensure_compiled():
+            console.print("compiled the simulator once (cached for later runs)")
 
 
 def mib(x: float) -> str:

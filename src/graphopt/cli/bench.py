@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from graphopt.cli._common import PARAM_HELP, console, fail, method_params
+from graphopt.cli._common import PARAM_HELP, compile_simulator, console, fail, method_params
 from graphopt.errors import GraphoptError
 
 app = typer.Typer(no_args_is_help=True, help="Benchmarks; results go to bench/results/ "
@@ -55,6 +55,7 @@ def bench_go_table2(
                         *([f"--redo {redo}"] if redo else []), *(f"-p {p}" for p in param)])
     try:
         params = method_params(param, list(names))
+        compile_simulator()
         res = go_table2.run(cluster, names, budget, seed, quick, chosen, out, resume,
                             params=params, command=command,
                             redo=tuple(m.strip() for m in redo.split(",") if m.strip()))
@@ -114,6 +115,7 @@ def bench_go(
         from graphopt.benchmarks.go_table2 import METHODS
 
         params = method_params(param, list(METHODS) + list(names))
+        compile_simulator()
         res = go_bench.run(cluster, budget, seed, quick, pick(learned_rows, go_bench.LEARNED_ROWS),
                            pick(zero_shot_rows, go_bench.ROWS),
                            pick(multitask_rows, go_bench.MULTITASK_ROWS), multitask_budget,

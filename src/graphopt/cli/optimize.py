@@ -7,7 +7,8 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from graphopt.cli._common import GRAPH_HELP, PARAM_HELP, console, fail, field_help, method_params
+from graphopt.cli._common import (GRAPH_HELP, PARAM_HELP, compile_simulator, console, fail,
+                                  field_help, method_params)
 from graphopt.errors import GraphoptError
 from graphopt.frontends import load_source
 
@@ -57,6 +58,7 @@ def optimize(
         params = method_params(param, names)
         g = load_source(graph)
         c = load_cluster(cluster or _default_cluster(graph))
+        compile_simulator()
         prob = Problem(g, c)
         with console.status("") as status:
             results = compare(prob, names, task, Budget(budget, seconds), seed, init,
