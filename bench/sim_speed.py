@@ -9,8 +9,14 @@ Measures, side by side in one run:
   same graph and plans, as the reference the speed-up is measured against. With fusion
   off its step times must equal graphopt's: it doubles as a cross-check.
 
-Usage:  .venv/bin/python bench/sim_speed.py [--nodes 10000] [--devices 4] [--seconds 3]
-Writes bench/results/sim_speed.json.
+On a shared machine absolute rates drift with the load, so every measurement is made
+once per round, all in each round; a rate is the median over rounds of the median time
+per call, and a ratio (to the reference, random to contiguous) the median over rounds
+of the ratio within each round. Per-plan figures run with numba on one thread.
+
+Usage:  .venv/bin/python bench/sim_speed.py [--nodes 10000] [--devices 4] [--rounds 7]
+        [--seconds 0.5]
+Writes bench/results/sim_speed.json and the sim-speed section of docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import numpy as np
 
 import graphopt as go
 from graphopt.benchmarks import replace_section
+from graphopt.sim import ensure_compiled
 from graphopt.ir.generate import layered_graph
 
 
@@ -133,20 +140,24 @@ def python_simulate(prob: go.Problem, place: np.ndarray) -> tuple[float, np.ndar
     return step, np.array(peak)
 
 
-def rate(fn, seconds: float) -> float:
-    fn()  # compile / warm up
-    count, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
+def per_call(fn, seconds: float) -> float:
+    """Median seconds per call of ``fn`` over about ``seconds`` (after a warm-up call)."""
+    fn()
+    times = []
+    stop = time.perf_counter() + seconds
+    while time.perf_counter() < stop or len(times) < 3:
+        t0 = time.perf_counter()
         fn()
-        count += 1
-    return count / (time.perf_counter() - t0)
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--nodes", type=int, default=10_000, help="graph size (ops)")
     ap.add_argument("--devices", type=int, default=4, help="devices of dgx1-v100 to use")
-    ap.add_argument("--seconds", type=float, default=3.0, help="time per measurement")
+    ap.add_argument("--rounds", type=int, default=7, help="rounds of every measurement")
+    ap.add_argument("--seconds", type=float, default=0.5, help="time per measurement per round")
     ap.add_argument("--out", default="bench/results/sim_speed.json")
     ap.add_argument("--docs", default="docs/benchmarks.md", help="markdown file to update")
     args = ap.parse_args()
@@ -157,33 +168,53 @@ def main() -> None:
     n, D = g.num_nodes, args.devices
     rng = np.random.default_rng(0)
     placements = {"contiguous": np.arange(n) * D // n, "random": rng.integers(0, D, n)}
-    rows = []
+    plans = {(p, f): go.Plan(placement=place, fusion=None if f == "default" else np.zeros(n))
+             for p, place in placements.items() for f in ("default", "off")}
+    threads = numba.get_num_threads()
     print(f"graph {g.name}: {n} ops, {g.num_edges} edges; cluster {prob.cluster.name}; "
-          f"{numba.get_num_threads()} threads")
-    ref = {}
+          f"{threads} threads; {args.rounds} rounds")
+    numba.set_num_threads(1)
+    ensure_compiled()
+    ref: dict[str, list[float]] = {p: [] for p in placements}
+    sim: dict[tuple[str, str], list[float]] = {k: [] for k in plans}
+    for _ in range(args.rounds):
+        for pname, place in placements.items():
+            t0 = time.perf_counter()
+            python_simulate(prob, place)
+            ref[pname].append(time.perf_counter() - t0)
+            for f in ("default", "off"):
+                plan = plans[pname, f]
+                sim[pname, f].append(per_call(lambda plan=plan: go.simulate(prob, plan),
+                                              args.seconds))
+    ref_t = {p: np.array(v) for p, v in ref.items()}
+    sim_t = {k: np.array(v) for k, v in sim.items()}
+    rows = []
     for pname, place in placements.items():
-        t0 = time.perf_counter()
         step_py, peak_py = python_simulate(prob, place)
-        ref[pname] = 1.0 / (time.perf_counter() - t0)
-        r = go.simulate(prob, go.Plan(placement=place, fusion=np.zeros(n)))
+        r = go.simulate(prob, plans[pname, "off"])
         agree = bool(np.isclose(step_py, r.step_time, rtol=1e-9) and
                      np.allclose(peak_py, r.peak_memory, rtol=1e-9))
-        rows.append({"what": f"pure-Python reference, {pname}", "evals_per_s": ref[pname],
+        rows.append({"what": f"pure-Python reference, {pname}",
+                     "evals_per_s": 1.0 / float(np.median(ref_t[pname])),
                      "step_ms": step_py * 1e3, "agrees_with_graphopt": agree})
-        for fusion in ("default", "off"):
-            plan = go.Plan(placement=place, fusion=None if fusion == "default" else np.zeros(n))
-            r = go.simulate(prob, plan)
-            v = rate(lambda plan=plan: go.simulate(prob, plan), args.seconds)
-            rows.append({"what": f"simulate, {pname}, fusion {fusion}", "evals_per_s": v,
-                         "step_ms": r.step_time * 1e3, "speedup_vs_python": v / ref[pname],
+        for f in ("default", "off"):
+            r = go.simulate(prob, plans[pname, f])
+            rows.append({"what": f"simulate, {pname}, fusion {f}",
+                         "evals_per_s": 1.0 / float(np.median(sim_t[pname, f])),
+                         "step_ms": r.step_time * 1e3,
+                         "speedup_vs_python": float(np.median(ref_t[pname] / sim_t[pname, f])),
                          "transfers_mb": r.bytes_moved / 1e6})
+    for f in ("default", "off"):
+        rows.append({"what": f"simulate, contiguous / random evaluations per s, fusion {f}",
+                     "evals_per_s": None,
+                     "ratio": float(np.median(sim_t["random", f] / sim_t["contiguous", f]))})
     batch = rng.integers(0, D, (64, n))
     batch[: 32] = placements["contiguous"]
-    threads = numba.get_num_threads()
     per_thread = {}
     for k in sorted({1, threads}):
         numba.set_num_threads(k)
-        v = rate(lambda: go.simulate_batch(prob, batch), args.seconds) * len(batch)
+        v = len(batch) / per_call(lambda: go.simulate_batch(prob, batch),
+                                  args.seconds * args.rounds)
         per_thread[k] = v
         rows.append({"what": f"simulate_batch, 64 plans (half contiguous, half random), "
                              f"{k} thread(s)", "evals_per_s": v})
@@ -212,14 +243,16 @@ def main() -> None:
         eps = "" if r["evals_per_s"] is None else f"{r['evals_per_s']:,.1f}"
         vs = f"{r['speedup_vs_python']:.0f}x" if "speedup_vs_python" in r else ""
         note = ("agrees with graphopt to 1e-9" if r.get("agrees_with_graphopt") else
+                "disagrees with graphopt" if r.get("agrees_with_graphopt") is False else
                 f"ratio {r['ratio']:.2f}" if "ratio" in r else
                 f"{r['transfers_mb']:,.0f} MB transferred" if "transfers_mb" in r else "")
         step = f"{r['step_ms']:.2f}" if "step_ms" in r else ""
         table.append(f"| {r['what']} | {eps} | {vs} | {step} | {note} |")
     replace_section(args.docs, "sim-speed",
                     f"`{result['command']}` on {n:,} ops / {g.num_edges:,} edges "
-                    f"(`layered_graph`), cluster `{prob.cluster.name}`, {threads} threads; "
-                    f"load average {load:.1f} when it finished.\n\n" + "\n".join(table))
+                    f"(`layered_graph`), cluster `{prob.cluster.name}`, {threads} threads "
+                    f"(per-plan rows on 1), medians of {args.rounds} rounds; load average "
+                    f"{load:.1f} when it finished.\n\n" + "\n".join(table))
     print(f"wrote {out} and {args.docs}")
 
 

@@ -13,8 +13,9 @@ by the file that defines a function, and would not notice a change to a callee i
 another module.
 
 Hot path: one call of :func:`evaluate` per plan: :func:`fuse`, :func:`kernel_costs`,
-:func:`run`, in work arrays from a :func:`workspace` made for that call (one per chunk
-of plans in batches), so no state is shared between calls. The engine keeps a FIFO (or
+:func:`run`, in work arrays from a :func:`workspace` kept per thread (one per chunk of
+plans in batches); the engine writes each before reading it, so no result depends on
+an earlier call. The engine keeps a FIFO (or
 a priority heap) of ready kernels per device, a FIFO per directed link, and the list of
 what runs now: at most one kernel per device and one transfer per link, scanned for the
 next event (cheaper than a heap at these sizes, measured in ``bench/sim_speed.py``).
@@ -28,6 +29,7 @@ cache directory; with none writable, a warning and a compilation in every proces
 from __future__ import annotations
 
 import os
+import threading
 import warnings
 
 import numba
@@ -532,17 +534,29 @@ def critical_path(ptr_p, idx_p, t):
 
 
 # -- one plan and a batch of plans -----------------------------------------------------
-@_jit()
+# One workspace per thread, for the last size simulated there. A fresh one per call would
+# cost 0 to 50% of a simulation, depending on whether the C allocator returns its pages
+# to the system in between (measured on a 10,000-op graph).
+_scratch = threading.local()
+
+
 def evaluate(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ_ptr, succ_idx,
              succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes, temp_bytes,
              persistent, coloc, capacity, bw, lat, cand, single_eb, max_fuse):
-    """:func:`evaluate_in` on work arrays of its own: a pure function of its arguments
-    (a fresh :func:`workspace` costs about 1% of a simulation)."""
-    ws = workspace(place.shape[0], capacity.shape[0], succ_idx.shape[0])
+    """:func:`evaluate_in` in this thread's work arrays.
+
+    Its result depends on its arguments alone (the engine writes every work array before
+    reading it) and threads never share work arrays; but arrays in the result are views
+    into them, valid until this thread's next call.
+    """
+    key = (place.shape[0], capacity.shape[0], succ_idx.shape[0])
+    if getattr(_scratch, "key", None) != key:
+        _scratch.ws = workspace(*key)
+        _scratch.key = key
     return evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ_ptr,
                        succ_idx, succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes,
                        temp_bytes, persistent, coloc, capacity, bw, lat, cand, single_eb,
-                       max_fuse, ws)
+                       max_fuse, _scratch.ws)
 
 
 @_jit()
@@ -650,7 +664,7 @@ def ensure_compiled() -> bool:
     from graphopt.sim.plan import Plan
     from graphopt.sim.problem import Problem, simulate, simulate_batch
 
-    fns = (evaluate, evaluate_batch, critical_path)
+    fns = (evaluate_in, evaluate_batch, critical_path)
 
     def misses() -> int:
         return sum(sum(f.stats.cache_misses.values()) for f in fns)

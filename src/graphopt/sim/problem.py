@@ -226,9 +226,9 @@ def _reason(problem: Problem, code: int, arg: int, peak: np.ndarray) -> str:
 def simulate(problem: Problem, plan: Plan | None = None, timeline: bool = False) -> SimResult:
     """Simulate ``plan`` on ``problem`` (DESIGN.md "Simulator semantics").
 
-    Pure and deterministic: each call works in arrays of its own, so calls from several
-    threads do not interfere. With ``timeline=True`` the result holds every kernel and
-    transfer with its start and end.
+    Pure and deterministic, and safe to call from several threads at once: each thread
+    simulates in work arrays of its own, and the result shares no array with them. With
+    ``timeline=True`` the result holds every kernel and transfer with its start and end.
 
     Raises
     ------
@@ -251,7 +251,7 @@ def simulate(problem: Problem, plan: Plan | None = None, timeline: bool = False)
     tl = None
     if timeline:
         ks = np.flatnonzero(group == np.arange(problem.num_nodes))
-        tl = Timeline(kernel=ks, device=place[ks], start=start[ks], end=end[ks], group=group,
+        tl = Timeline(kernel=ks, device=place[ks], start=start[ks], end=end[ks], group=group.copy(),
                       transfer_kernel=tk.copy(), transfer_src=place[tk], transfer_dst=tdst.copy(),
                       transfer_start=ts.copy(), transfer_end=te.copy(), transfer_bytes=tb.copy())
     return SimResult(step_time=float(step), valid=code == _OK,
