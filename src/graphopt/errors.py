@@ -14,6 +14,7 @@ __all__ = [
     "PlanError",
     "ProfileError",
     "CostModelError",
+    "ExecutionError",
 ]
 
 
@@ -48,3 +49,7 @@ class ProfileError(GraphoptError):
 class CostModelError(GraphoptError):
     """A cost-model option, dataset or run directory is unusable (bad value, empty split,
     mismatched feature widths, missing checkpoint)."""
+
+
+class ExecutionError(GraphoptError):
+    """A plan cannot be run for real: a worker died, hung, or an op failed on its device."""

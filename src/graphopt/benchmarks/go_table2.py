@@ -27,7 +27,7 @@ from graphopt.optim.base import Budget
 from graphopt.optim.compare import compare
 from graphopt.sim import Problem
 
-__all__ = ["ROWS", "METHODS", "LEARNED", "QUICK", "run", "to_markdown", "update_docs"]
+__all__ = ["ROWS", "METHODS", "LEARNED", "run", "to_markdown", "update_docs"]
 
 #: GO's Table 2 rows, in the paper's order.
 ROWS = ("rnnlm-2", "rnnlm-4", "rnnlm-8", "gnmt-2", "gnmt-4", "gnmt-8", "transformer-xl-2",
@@ -37,26 +37,12 @@ ROWS = ("rnnlm-2", "rnnlm-4", "rnnlm-8", "gnmt-2", "gnmt-4", "gnmt-8", "transfor
 METHODS = ("single", "expert", "metis", "m-etf", "m-sct", "heft", "sa", "brkga")
 #: The learned placers GO is compared with, run on the rows where their budget fits.
 LEARNED = ("rl-lstm", "hdp")
-#: Size overrides per family for ``quick`` runs (CI): same structure, small tensors and
-#: short unrolls, so every row builds and optimizes in seconds.
-QUICK = {
-    "rnnlm": {"hidden": 128, "vocab": 500, "seq_len": 3, "batch": 4},
-    "gnmt": {"hidden": 64, "vocab": 500, "src_len": 3, "tgt_len": 3, "batch": 4},
-    "transformer_xl": {"d_model": 32, "heads": 2, "d_head": 16, "d_inner": 64, "vocab": 500,
-                       "seg_len": 8, "mem_len": 8, "batch": 2},
-    "inception_v3": {"image_size": 75, "batch": 2, "classes": 10},
-    "amoebanet": {"normal_cells": 1, "filters": 8, "image_size": 32, "batch": 2, "classes": 10},
-    "wavenet": {"layers": 3, "residual": 8, "dilation_channels": 8, "skip": 16, "classes": 16,
-                "length": 64, "batch": 1},
-}
-
-
 def row_entry(name: str, quick: bool = False):
-    """The zoo entry of row ``name``, resized to :data:`QUICK` when ``quick``."""
+    """The zoo entry of row ``name``, resized to :data:`graphopt.zoo.registry.QUICK` when
+    ``quick``."""
     from graphopt.zoo import get_entry
 
-    entry = get_entry(name)
-    return entry.with_config(f"{name}-quick", **QUICK[entry.family]) if quick else entry
+    return get_entry(f"{name}-quick" if quick else name)
 
 
 def run(cluster: str = "p100", methods: tuple[str, ...] = METHODS, budget: int = 2000,

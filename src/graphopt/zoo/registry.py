@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from graphopt.errors import GraphoptError
 from graphopt.zoo.models import FAMILIES
 
-__all__ = ["HELD_OUT_FAMILIES", "ReportedStepTimes", "ZooEntry", "get_entry", "list_models"]
+__all__ = ["HELD_OUT_FAMILIES", "QUICK", "ReportedStepTimes", "ZooEntry", "get_entry", "list_models"]
 
 #: Families kept out of the pre-training split.
 HELD_OUT_FAMILIES = frozenset({"wavenet", "amoebanet"})
@@ -131,6 +131,25 @@ _ENTRIES: tuple[ZooEntry, ...] = (
 )
 _BY_NAME = {e.name: e for e in _ENTRIES}
 
+#: Size overrides per family for ``NAME-quick`` entries: same structure, small tensors
+#: and short unrolls, so every model builds and optimizes in seconds and one training
+#: step runs on a CPU core in about a second (CI, ``graphopt run``).
+QUICK: dict[str, dict[str, Any]] = {
+    "rnnlm": {"hidden": 128, "vocab": 500, "seq_len": 3, "batch": 4},
+    "gnmt": {"hidden": 64, "vocab": 500, "src_len": 3, "tgt_len": 3, "batch": 4},
+    "transformer_xl": {"d_model": 32, "heads": 2, "d_head": 16, "d_inner": 64, "vocab": 500,
+                       "seg_len": 8, "mem_len": 8, "batch": 2},
+    "inception_v3": {"image_size": 75, "batch": 2, "classes": 10},
+    "amoebanet": {"normal_cells": 1, "filters": 8, "image_size": 32, "batch": 2, "classes": 10},
+    "wavenet": {"layers": 3, "residual": 8, "dilation_channels": 8, "skip": 16, "classes": 16,
+                "length": 64, "batch": 1},
+    "bert": {"layers": 2, "d_model": 64, "heads": 2, "d_inner": 128, "vocab": 500, "seq_len": 32,
+             "batch": 2},
+    "gpt2": {"layers": 2, "d_model": 64, "heads": 2, "d_inner": 128, "vocab": 500, "context": 32,
+             "batch": 2},
+    "resnet": {"blocks": (1, 1, 1, 1), "image_size": 64, "batch": 2, "classes": 10},
+}
+
 
 def list_models(train_split: bool | None = None) -> list[str]:
     """Names of the zoo's entries in registry order.
@@ -149,13 +168,20 @@ def list_models(train_split: bool | None = None) -> list[str]:
 
 
 def get_entry(name: str) -> ZooEntry:
-    """The entry called ``name``.
+    """The entry called ``name``; ``NAME-quick`` is NAME at the sizes of :data:`QUICK`.
+
+    >>> get_entry("rnnlm-2-quick").config["hidden"]
+    128
 
     Raises
     ------
     GraphoptError
         No entry has that name; the message lists the known names.
     """
+    base = name.removesuffix("-quick")
+    if base != name and base in _BY_NAME:
+        entry = _BY_NAME[base]
+        return entry.with_config(name, **QUICK[entry.family])
     try:
         return _BY_NAME[name]
     except KeyError:

@@ -1,0 +1,84 @@
+"""``graphopt run``: a plan executed for real, beside the simulator's prediction."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from graphopt.cli._common import console, fail
+from graphopt.errors import GraphoptError
+
+app = typer.Typer()
+
+
+@app.command()
+def run(
+    graph: str = typer.Argument(..., help="A PyTorch program: zoo:NAME (a training step; "
+                                          "zoo:NAME-quick at CPU size) or a torch.export .pt2 "
+                                          "file. Example: zoo:rnnlm-2-quick"),
+    plan: Path | None = typer.Option(None, "--plan", "-p",
+                                        help="plan.json made for the same graph source (graphopt "
+                                             "optimize ... --out DIR writes DIR/METHOD/plan.json); "
+                                             "default: every op on device 0. "
+                                             "Example: runs/rnnlm/sa/plan.json"),
+    devices: str = typer.Option("cpu:2", "--devices", "-d",
+                                help="cpu:N runs N worker processes, each pinned to its share "
+                                     "of this machine's cores; cuda:N uses N GPUs. Example: cpu:2"),
+    steps: int = typer.Option(5, "--steps", min=1, max=10_000,
+                              help="Timed steps after one warm-up step. Example: 10"),
+    cluster: str | None = typer.Option(None, "--cluster", "-c",
+                                       help="Cluster the simulated step time is taken on; default: "
+                                            "the 'cpu' preset with the same device count. "
+                                            "Example: cluster.toml"),
+    trace: Path | None = typer.Option(None, "--trace",
+                                      help="Write a Chrome trace of the last real step, and the "
+                                           "simulated one beside it as *.sim.json. "
+                                           "Example: real.json"),
+    seed: int = typer.Option(0, "--seed", min=0, help="Seed of the random ops (dropout)."),
+) -> None:
+    """Run a plan for real and compare its measured step time with the simulator's.
+
+    Example: graphopt run zoo:rnnlm-2-quick --plan runs/r/sa/plan.json --devices cpu:2
+    """
+    from graphopt.exec.api import apply_traced, parse_devices, save_trace, trace_source
+    from graphopt.hardware import load_cluster
+    from graphopt.sim import Plan, Problem, simulate
+
+    try:
+        if trace is not None and (trace.is_dir() or not trace.parent.is_dir()):
+            raise GraphoptError(f"--trace {trace}: not a file in an existing folder")
+        kind, count = parse_devices(devices)
+        p = Plan.load(plan) if plan else Plan()
+        traced = trace_source(graph)
+        c = load_cluster(cluster or f"cpu:{count}")
+        if c.num_devices != count:
+            raise GraphoptError(f"--cluster {c.name} has {c.num_devices} devices; --devices "
+                                f"{devices} has {count}")
+        prob = Problem(traced.graph, c)
+        sim = simulate(prob, p, timeline=trace is not None)
+        with console.status(f"starting {count} {kind} device(s)"):
+            placed = apply_traced(traced, p, devices, seed=seed)
+        with placed:
+            with console.status(f"running {steps + 1} steps"):
+                timing = placed.measure(steps=steps, warmup=1)
+                last = placed()
+    except GraphoptError as err:
+        fail(err)
+    t = Table(title=f"{traced.graph.name}: {traced.graph.num_nodes} ops on {devices}")
+    for col in ("measured median", "spread (min-max)", "simulated", "simulated / measured",
+                "in-place ops moved"):
+        t.add_column(col, justify="right")
+    t.add_row(f"{timing['median'] * 1e3:.2f} ms",
+              f"{timing['min'] * 1e3:.2f}-{timing['max'] * 1e3:.2f} ms",
+              f"{sim.step_time * 1e3:.2f} ms ({c.name})",
+              f"{sim.step_time / timing['median']:.2f}x", str(placed.program.moved))
+    console.print(t)
+    if trace is not None:
+        from graphopt.sim.trace import save_chrome_trace
+
+        save_trace(last, trace, count)
+        sim_path = trace.with_suffix(".sim.json")
+        save_chrome_trace(prob, sim, sim_path)
+        console.print(f"real trace: {trace}\nsimulated trace: {sim_path}")

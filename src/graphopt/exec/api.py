@@ -1,0 +1,216 @@
+"""``apply``: a plan of a traced PyTorch program, ready to run for real."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from graphopt.errors import ExecutionError, GraphoptError
+from graphopt.exec.program import Program, compile_program
+from graphopt.exec.runner import materialize, run_inprocess
+from graphopt.exec.workers import CPUWorkers
+from graphopt.frontends.torch import TracedProgram, trace_program
+from graphopt.ir.io import atomic_write
+from graphopt.sim import Plan
+
+__all__ = ["PlacedProgram", "StepResult", "apply", "apply_traced", "parse_devices", "save_trace",
+           "trace_source"]
+
+
+def trace_source(spec: str) -> TracedProgram:
+    """The PyTorch program a graph source names: ``zoo:NAME`` (a training step;
+    ``zoo:NAME-quick`` at CPU size) or a ``torch.export`` file (``.pt2``, forward).
+
+    The program and its IR graph come from one trace, so a plan made for
+    ``graphopt optimize SOURCE`` fits it node for node.
+    """
+    if spec.startswith("zoo:"):
+        from graphopt.zoo import get_entry
+
+        entry = get_entry(spec.removeprefix("zoo:"))
+        model, inputs = entry.make()
+        traced = trace_program(model, inputs, training=True, optimizer="sgd", name=entry.name)
+        return traced
+    if spec.endswith(".pt2"):
+        from graphopt.frontends.torch import load_program
+
+        return load_program(spec)
+    raise GraphoptError(f"graph {spec!r}: only PyTorch programs run for real: zoo:NAME (e.g. "
+                        "zoo:rnnlm-2-quick) or a torch.export .pt2 file")
+
+
+def parse_devices(spec: str) -> tuple[str, int]:
+    """``"cpu:2"`` -> ``("cpu", 2)``; ``"cuda:4"`` -> ``("cuda", 4)``; ``"cpu"`` is one device.
+
+    >>> parse_devices("cpu:2")
+    ('cpu', 2)
+    """
+    kind, _, count = spec.partition(":")
+    if kind not in ("cpu", "cuda") or (count and not count.isdigit()) or (count and int(count) < 1):
+        raise GraphoptError(f"--devices {spec!r}: expected cpu[:N] or cuda[:N] with N >= 1")
+    n = int(count or 1)
+    if kind == "cuda" and n > torch.cuda.device_count():
+        raise GraphoptError(f"--devices {spec!r}: this machine has {torch.cuda.device_count()} CUDA "
+                            "device(s)")
+    return kind, n
+
+
+@dataclass
+class StepResult:
+    """One step as it ran.
+
+    Attributes
+    ----------
+    outputs : Any
+        The program's outputs: ``(loss,)`` for a training step, the model's outputs
+        for a forward program.
+    seconds : float
+        Wall time of the step, first op started to last op or transfer ended.
+    events : list of tuple
+        ``(kind, device, name, start, end)`` on the monotonic clock; kind is ``op``,
+        ``recv`` (a transfer, from its post to its arrival) or ``step``.
+    """
+
+    outputs: Any
+    seconds: float
+    events: list[tuple] = field(repr=False)
+
+
+class PlacedProgram:
+    """A traced program compiled for a plan and loaded on its devices.
+
+    Call it to run one step. The devices keep the program's state (parameters,
+    buffers, optimizer moments): each training step updates them in place, as a real
+    placed training job does. Use it as a context manager, or call :meth:`close`.
+    """
+
+    def __init__(self, traced: TracedProgram, plan: Plan | None, devices: str = "cpu:1",
+                 workers: bool | None = None, seed: int = 0, timeout: float = 120.0):
+        self.traced = traced
+        self.kind, self.devices = parse_devices(devices)
+        self.program: Program = compile_program(traced, plan, self.devices)
+        self.seed = seed
+        self._steps = 0
+        use_workers = (self.kind == "cpu" and self.devices > 1) if workers is None else workers
+        if use_workers and self.kind != "cpu":
+            raise ExecutionError("worker processes are CPU devices; CUDA devices run in this process")
+        self._pool = CPUWorkers(self.devices, timeout=timeout) if use_workers else None
+        if self._pool is not None:
+            self._pool.load(self.program)
+            self._values = None
+        else:
+            self._values = {n: (d, v.clone() if isinstance(v, torch.Tensor) else v)
+                            for n, (d, v) in self.program.feeds.items()}
+
+    def __call__(self) -> StepResult:
+        """Run one step (seeded: step ``k`` of seed ``s`` draws the same random numbers on
+        every placement)."""
+        seed = self.seed * 1_000_003 + self._steps
+        self._steps += 1
+        if self._pool is not None:
+            values, per_device = self._pool.step(seed)
+            events = [(kind, d, name, start, end) for d, evs in enumerate(per_device)
+                      for kind, name, start, end, _ in evs]
+            outputs = materialize(self.program.outputs, values)
+        else:
+            raw: list = []
+            devs = ([torch.device("cuda", d) for d in range(self.devices)]
+                    if self.kind == "cuda" else None)
+            outputs, table = run_inprocess(self.program, seed, self._values, devs, raw)
+            self._values = {n: (self.program.placement[n], table[n]) for n in self._values}
+            events = [(kind, d, name, start, end) for kind, d, name, start, end in raw]
+        ops = [e for e in events if e[0] in ("op", "step")]
+        seconds = max(e[4] for e in ops) - min(e[3] for e in ops) if ops else 0.0
+        return StepResult(outputs, seconds, events)
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The state tensors by qualified name, as the devices hold them now."""
+        if self._pool is not None:
+            values = self._pool.state()
+        else:
+            values = {n: v for n, (_, v) in self._values.items()}
+        return {name: values[n].cpu() for n, name in self.program.state.items()}
+
+    def measure(self, steps: int = 5, warmup: int = 1) -> dict:
+        """Median and spread of the step time over ``steps`` steps after ``warmup``."""
+        for _ in range(warmup):
+            self()
+        times = [self().seconds for _ in range(steps)]
+        return {"median": statistics.median(times), "min": min(times), "max": max(times),
+                "steps": steps, "times": times}
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+    def __enter__(self) -> PlacedProgram:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def apply(model: torch.nn.Module, example_inputs: tuple, plan: Plan | None = None,
+          devices: str = "cpu:1", training: bool = True, optimizer: str = "sgd",
+          loss: Callable | None = None, **kwargs: Any) -> PlacedProgram:
+    """Trace ``model`` and load its step, placed by ``plan``, on real devices.
+
+    Parameters
+    ----------
+    model, example_inputs, training, optimizer, loss
+        As :func:`graphopt.frontends.torch.from_torch`; ``plan`` is a plan of that
+        graph (``apply(...).traced.graph``).
+    plan : Plan, optional
+        Default: every op on device 0, in FX order.
+    devices : str
+        ``cpu:N`` (N worker processes, each pinned to its share of this machine's
+        cores; one device runs in this process) or ``cuda:N``.
+    **kwargs
+        ``workers``, ``seed``, ``timeout`` of :class:`PlacedProgram`.
+
+    Examples
+    --------
+    >>> import torch
+    >>> step = apply(torch.nn.Linear(4, 2), (torch.randn(3, 4),))
+    >>> r = step()
+    >>> r.outputs[0].shape, sorted(step.state_dict())
+    (torch.Size([]), ['bias', 'weight'])
+    """
+    traced = trace_program(model, example_inputs, training, optimizer, loss)
+    return PlacedProgram(traced, plan, devices, **kwargs)
+
+
+def apply_traced(traced: TracedProgram, plan: Plan | None = None, devices: str = "cpu:1",
+                 **kwargs: Any) -> PlacedProgram:
+    """:func:`apply` for a program already traced (a zoo model, a ``.pt2`` file)."""
+    return PlacedProgram(traced, plan, devices, **kwargs)
+
+
+def save_trace(result: StepResult, path: str | os.PathLike, devices: int) -> Path:
+    """A Chrome trace (Perfetto, chrome://tracing) of one real step: one row per device
+    with its ops, one row per device for the transfers it received."""
+    t0 = min((e[3] for e in result.events), default=0.0)
+    out = []
+    for kind, d, name, start, end in result.events:
+        if kind == "step":
+            continue
+        tid = 0 if kind == "op" else 1
+        out.append({"name": name if kind == "op" else f"recv {name}", "ph": "X", "pid": d,
+                    "tid": tid, "ts": (start - t0) * 1e6, "dur": max(end - start, 0.0) * 1e6,
+                    "cat": kind})
+    for d in range(devices):
+        out.append({"name": "process_name", "ph": "M", "pid": d, "args": {"name": f"device {d}"}})
+        out.append({"name": "thread_name", "ph": "M", "pid": d, "tid": 0, "args": {"name": "ops"}})
+        out.append({"name": "thread_name", "ph": "M", "pid": d, "tid": 1,
+                    "args": {"name": "transfers in"}})
+    text = json.dumps({"traceEvents": out, "displayTimeUnit": "ms"})
+    atomic_write(path, lambda f: f.write(text.encode()))
+    return Path(path)

@@ -1,0 +1,378 @@
+"""CPU devices as worker processes: one process per device, pinned to its own cores,
+tensors sent between them with ``torch.distributed`` (gloo) point-to-point messages.
+
+Each worker runs its device's ops as the simulator does: among its ops whose inputs
+are present it starts the one with the highest priority (ties: FX order), and posts
+the sends of a value as soon as the value exists. Every receive of a step is posted
+when the step starts, into buffers allocated once, so a send never waits for its
+receiver to get there.
+
+Why it cannot deadlock: a worker blocks only when none of its ops is ready, and then
+it polls all its pending receives rather than waiting on one. Every dependency points
+forward in FX order (data edges, and the in-place orderings of
+:mod:`graphopt.exec.program`), so the pending op with the smallest FX index over all
+workers has every input produced and sent: it becomes ready, and the step advances.
+A worker that dies, or a step that makes no progress for ``timeout`` seconds, raises
+:class:`~graphopt.errors.ExecutionError` in the parent; it never hangs.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+import queue
+import tempfile
+import threading
+import time
+import traceback
+from datetime import timedelta
+from typing import Any
+
+import torch
+
+from graphopt.errors import ExecutionError
+from graphopt.exec.program import Program, Transfer, refs
+from graphopt.exec.runner import empty_like_spec, pack, run_op, unpack
+
+__all__ = ["CPUWorkers"]
+
+
+def _cores(devices: int) -> list[set[int]]:
+    """The cores of each device: this process's cores split evenly (shared when there
+    are more devices than cores)."""
+    try:
+        cores = sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = list(range(os.cpu_count() or 1))
+    if devices >= len(cores):
+        return [{cores[d % len(cores)]} for d in range(devices)]
+    k = len(cores) // devices
+    return [set(cores[d * k:(d + 1) * k]) for d in range(devices)]
+
+
+class CPUWorkers:
+    """A pool of worker processes, one per CPU device, that runs compiled programs.
+
+    Parameters
+    ----------
+    devices : int
+        Number of devices (worker processes).
+    timeout : float
+        Seconds a step may go without progress (and start-up may take) before the
+        pool is torn down with an :class:`ExecutionError`.
+
+    Examples
+    --------
+    >>> with CPUWorkers(2) as pool:        # doctest: +SKIP
+    ...     pool.load(program)
+    ...     outputs, events = pool.step(seed=0)
+    """
+
+    def __init__(self, devices: int, timeout: float = 120.0):
+        import torch.multiprocessing as mp
+
+        self.devices = devices
+        self.timeout = timeout
+        self._dir = tempfile.TemporaryDirectory(prefix="graphopt-exec-")
+        ctx = mp.get_context("spawn")
+        self._conns, self._procs = [], []
+        cores = _cores(devices)
+        for rank in range(devices):
+            parent, child = ctx.Pipe()
+            p = ctx.Process(target=_worker, args=(rank, devices, os.path.join(self._dir.name, "store"),
+                                                  child, sorted(cores[rank]), timeout),
+                            daemon=True, name=f"graphopt-device-{rank}")
+            p.start()
+            child.close()
+            self._conns.append(parent)
+            self._procs.append(p)
+        self._gather("start")
+
+    # -- talking to the workers --------------------------------------------------------
+    def _gather(self, what: str) -> list[Any]:
+        out: list[Any] = [None] * self.devices
+        waiting = set(range(self.devices))
+        deadline = time.monotonic() + self.timeout
+        while waiting:
+            for r in list(waiting):
+                conn = self._conns[r]
+                if conn.poll(0.01):
+                    try:
+                        status, payload = conn.recv()
+                    except (EOFError, OSError):
+                        self._fail(f"device {r}'s worker died during {what}")
+                    if status == "error":
+                        self._fail(f"device {r} failed during {what}: {payload}")
+                    out[r] = payload
+                    waiting.discard(r)
+                elif not self._procs[r].is_alive():
+                    self._fail(f"device {r}'s worker died during {what} "
+                               f"(exit code {self._procs[r].exitcode})")
+            if time.monotonic() > deadline:
+                self._fail(f"device(s) {sorted(waiting)} made no progress for {self.timeout:g} s "
+                           f"during {what}")
+        return out
+
+    def _send(self, r: int, msg: Any) -> None:
+        try:
+            self._conns[r].send(msg)
+        except (BrokenPipeError, OSError):
+            self._fail(f"device {r}'s worker died")
+
+    def _fail(self, message: str) -> None:
+        self.close(force=True)
+        raise ExecutionError(message)
+
+    # -- the API -----------------------------------------------------------------------
+    def load(self, prog: Program) -> None:
+        """Hand each worker its device's share of ``prog`` (and its state and inputs)."""
+        if prog.devices != self.devices:
+            raise ExecutionError(f"the program is compiled for {prog.devices} devices; the pool "
+                                 f"has {self.devices}")
+        for r in range(self.devices):
+            self._send(r, ("load", _share(prog, r)))
+        self._gather("load")
+
+    def step(self, seed: int = 0) -> tuple[Any, list[list[tuple]]]:
+        """Run one step on every device; return the outputs (gathered here) and each
+        device's events ``(kind, name, start, end, extra)`` on the shared monotonic clock."""
+        for r in range(self.devices):
+            self._send(r, ("step", seed))
+        results = self._gather("a step")
+        values: dict[int, Any] = {}
+        for outs, _ in results:
+            values.update(outs)
+        return values, [ev for _, ev in results]
+
+    def state(self) -> dict[int, torch.Tensor]:
+        """The state tensors (parameters and buffers) as the devices hold them now."""
+        for r in range(self.devices):
+            self._send(r, ("state", None))
+        out: dict[int, torch.Tensor] = {}
+        for part in self._gather("reading state"):
+            out.update(part)
+        return out
+
+    def close(self, force: bool = False) -> None:
+        for r, p in enumerate(getattr(self, "_procs", [])):
+            if p.is_alive() and not force:
+                try:
+                    self._conns[r].send(("close", None))
+                except (BrokenPipeError, OSError):
+                    pass
+        for p in getattr(self, "_procs", []):
+            p.join(timeout=0 if force else 5)
+            if p.is_alive():
+                p.kill()
+                p.join()
+        self._procs = []
+        if hasattr(self, "_dir"):
+            self._dir.cleanup()
+
+    def __enter__(self) -> CPUWorkers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if getattr(self, "_procs", None):
+            self.close(force=True)
+
+
+def _share(prog: Program, rank: int) -> dict:
+    """What device ``rank`` needs of ``prog``: plain data, cheap to send."""
+    return {
+        "instrs": prog.local(rank),
+        "sends": [t for t in prog.transfers if t.src == rank],
+        "recvs": [t for t in prog.transfers if t.dst == rank],
+        "specs": {t.node: prog.specs[t.node] for t in prog.transfers if t.dst == rank},
+        # copies: tensors cross processes in shared memory, and the worker updates them
+        "feeds": {n: v.clone() if isinstance(v, torch.Tensor) else v
+                  for n, (d, v) in prog.feeds.items() if d == rank},
+        "state": [n for n in prog.state if prog.feeds[n][0] == rank],
+        "outputs": sorted({n for n in refs(prog.outputs) if prog.placement[n] == rank}),
+    }
+
+
+# -- the worker process ---------------------------------------------------------------------
+def _worker(rank: int, world: int, store: str, conn: Any, cores: list[int], timeout: float) -> None:
+    try:
+        if hasattr(os, "sched_setaffinity"):
+            os.sched_setaffinity(0, cores)
+        torch.set_num_threads(len(cores))
+        import torch.distributed as dist
+
+        import graphopt.frontends.torch  # noqa: F401  (registers graphopt's update ops)
+
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
+                                timeout=timedelta(seconds=timeout))
+        conn.send(("ok", None))
+    except Exception:
+        conn.send(("error", traceback.format_exc(limit=3).strip().splitlines()[-1]))
+        return
+    device: _Device | None = None
+    while True:
+        try:
+            cmd, arg = conn.recv()
+        except (EOFError, OSError):
+            break
+        try:
+            if cmd == "close":
+                break
+            if cmd == "load":
+                device = _Device(rank, arg, timeout)
+                conn.send(("ok", None))
+            elif cmd == "step":
+                conn.send(("ok", device.step(arg)))
+            elif cmd == "state":
+                conn.send(("ok", {n: device.values[n].clone() for n in device.share["state"]}))
+        except Exception as err:  # reported to the parent as one line, naming the op
+            conn.send(("error", _one_line(err)))
+    try:
+        dist.destroy_process_group()
+    except Exception:  # the group may already be broken by a dead peer
+        pass
+
+
+class _Device:
+    """One device's state between steps: its ops, its tensors, its receive buffers."""
+
+    def __init__(self, rank: int, share: dict, timeout: float):
+        self.rank = rank
+        self.share = share
+        self.timeout = timeout
+        self.instrs = share["instrs"]
+        self.values: dict[int, Any] = dict(share["feeds"])
+        self.buffers = {t.tag: empty_like_spec(share["specs"][t.node]) for t in share["recvs"]}
+        self.local_users: dict[int, list[int]] = {}
+        self.recv_users: dict[int, list[int]] = {}
+        for k, ins in enumerate(self.instrs):
+            for d in ins.deps:
+                self.local_users.setdefault(d, []).append(k)
+            for tag in ins.recvs:
+                self.recv_users.setdefault(tag, []).append(k)
+        self.incoming = {t.tag: t for t in share["recvs"]}
+        # Receives are awaited in the order their first consumers come in FX order: the
+        # pending receive a worker waits on then always feeds the earliest pending op.
+        self.recv_order = sorted(self.incoming, key=lambda tag: min(
+            self.instrs[k].node for k in self.recv_users[tag]))
+        self.sends_of: dict[int, list[Transfer]] = {}
+        self.after_of: dict[int, list[Transfer]] = {}
+        for t in share["sends"]:
+            self.sends_of.setdefault(t.node, []).append(t)
+            for w in t.after:
+                self.after_of.setdefault(w, []).append(t)
+
+    def step(self, seed: int) -> tuple[dict[int, Any], list[tuple]]:
+        import torch.distributed as dist
+
+        instrs, events = self.instrs, []
+        waiting = [len(ins.deps) + len(ins.recvs) for ins in instrs]
+        blocked = {t.tag: len(t.after) for t in self.share["sends"]}
+        sent: dict[int, Any] = {}  # tag -> (works, tensors) of posted sends
+        exists = set(self.share["feeds"])
+        dist.barrier()
+        start = time.perf_counter()
+        recvs = {t.tag: [dist.irecv(b, src=t.src, tag=_tag(t, i)) for i, b in enumerate(self.buffers[t.tag])]
+                 for t in self.share["recvs"]}
+        arrived: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=_receive, args=(recvs, self.recv_order, arrived), daemon=True).start()
+        ready = [(-instrs[k].priority, instrs[k].node, k) for k, w in enumerate(waiting) if not w]
+        heapq.heapify(ready)
+
+        def post(t: Transfer) -> None:
+            tensors = pack(self.values[t.node])
+            sent[t.tag] = ([dist.isend(x, dst=t.dst, tag=_tag(t, i)) for i, x in enumerate(tensors)], tensors)
+
+        def receive(tag: int | None, when: Any) -> None:
+            if tag is None:
+                raise when
+            t = self.incoming[tag]
+            self.values[t.node] = unpack(self.share["specs"][t.node], self.buffers[tag])
+            events.append(("recv", str(t.node), start, when, (tag, t.src)))
+            for u in self.recv_users.get(tag, ()):
+                waiting[u] -= 1
+                if not waiting[u]:
+                    heapq.heappush(ready, (-instrs[u].priority, instrs[u].node, u))
+
+        for node in sorted(exists):
+            for t in self.sends_of.get(node, ()):
+                if not blocked[t.tag]:
+                    post(t)
+        done = 0
+        while done < len(instrs):
+            while not arrived.empty():
+                receive(*arrived.get_nowait())
+            if not ready:
+                try:
+                    receive(*arrived.get(timeout=self.timeout))
+                except queue.Empty:
+                    raise TimeoutError(f"no input arrived for {self.timeout:g} s") from None
+                continue
+            _, node, k = heapq.heappop(ready)
+            ins = instrs[k]
+            for tag in ins.wait_sends:  # an in-place write waits for sends of the old value
+                _wait_once(sent[tag][0])
+            t0 = time.perf_counter()
+            try:
+                self.values[node] = run_op(ins, self.values, seed)
+            except Exception as err:
+                raise RuntimeError(f"op {ins.name!r} ({ins.target}) on device {self.rank}: "
+                                   f"{_one_line(err)}") from err
+            events.append(("op", ins.name, t0, time.perf_counter(), None))
+            done += 1
+            exists.add(node)
+            for u in self.local_users.get(node, ()):
+                waiting[u] -= 1
+                if not waiting[u]:
+                    heapq.heappush(ready, (-instrs[u].priority, instrs[u].node, u))
+            for t in self.sends_of.get(node, ()):
+                if not blocked[t.tag]:
+                    post(t)
+            for t in self.after_of.get(node, ()):
+                blocked[t.tag] -= 1
+                if not blocked[t.tag] and t.node in exists:
+                    post(t)
+        for works, _ in sent.values():
+            _wait_once(works)
+        end = time.perf_counter()
+        events.append(("step", "step", start, end, None))
+        outs = {n: _clone(self.values[n]) for n in self.share["outputs"]}
+        self.values = {n: self.values[n] for n in self.share["feeds"]}  # state was updated in place
+        return outs, events
+
+
+def _receive(recvs: dict[int, list], order: list[int], arrived: queue.SimpleQueue) -> None:
+    """Wait for each receive in ``order`` and report it (gloo's receives say they are
+    complete only to ``wait``, so one thread waits while the worker computes)."""
+    for tag in order:
+        try:
+            for w in recvs[tag]:
+                w.wait()
+        except Exception as err:  # a dead peer or a timeout: handed to the worker's loop
+            arrived.put((None, err))
+            return
+        arrived.put((tag, time.perf_counter()))
+
+
+def _wait_once(works: list) -> None:
+    """Wait for sends and forget them: gloo counts completions, so a second ``wait`` on
+    a finished send blocks for a send that never comes."""
+    while works:
+        works.pop().wait()
+
+
+def _tag(t: Transfer, leaf: int) -> int:
+    """A unique message tag per tensor of a transfer (gloo matches by source and tag)."""
+    return t.tag * 64 + leaf
+
+
+def _clone(value: Any) -> Any:
+    return torch.utils._pytree.tree_map(lambda v: v.clone() if isinstance(v, torch.Tensor) else v, value)
+
+
+def _one_line(err: BaseException) -> str:
+    lines = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {lines[0] if lines else ''}".rstrip(": ")
