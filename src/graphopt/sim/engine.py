@@ -582,17 +582,15 @@ def evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, s
     res = run(group, place, kdur, out_bytes, ktemp, kprio, use_fifo, mhead, mnext, pred_ptr,
               pred_idx, succ_ptr, succ_idx, succ_bytes, bw, lat, ndev, ws)
     nk = 0
+    ngroups = 0
+    peak = res[1]
     for i in range(n):
         if group[i] == i:
             nk += 1
-    peak = res[1]
-    for i in range(n):
         peak[place[i]] += persistent[i]
-    code, arg = OK, -1
-    ngroups = 0
-    for i in range(n):
         if coloc[i] + 1 > ngroups:
             ngroups = coloc[i] + 1
+    code, arg = OK, -1
     gdev = np.full(ngroups, -1, np.int64)
     for i in range(n):
         g = coloc[i]
