@@ -1,0 +1,84 @@
+"""``graphopt export``: a plan as accelerate's device map or pipelining's split points."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from graphopt.cli._common import GRAPH_HELP, console, fail
+from graphopt.errors import GraphoptError
+
+app = typer.Typer()
+
+FORMATS = ("device-map", "pipeline")
+
+
+@app.command()
+def export(
+    plan: Path = typer.Argument(..., help="plan.json (graphopt optimize ... --out DIR writes "
+                                          "DIR/METHOD/plan.json). Example: runs/r/expert/plan.json"),
+    graph: str = typer.Option(..., "--graph", "-g",
+                              help=f"The graph the plan was made for. {GRAPH_HELP}. A training "
+                                   "step's pipeline needs its program: zoo:NAME, not a graph "
+                                   "file"),
+    fmt: str = typer.Option(..., "--format", "-f",
+                            help="device-map: accelerate's {module: device} JSON; pipeline: "
+                                 "torch.distributed.pipelining's split_spec. Example: pipeline"),
+    out: Path = typer.Option(..., "--out", "-o", help="JSON file to write. Example: map.json"),
+    cluster: str | None = typer.Option(None, "--cluster", "-c",
+                                       help="Cluster that prices the ops a device map moves and "
+                                            "names its devices; default: cpu:N, N the plan's "
+                                            "device count. Example: cpu-v100:3"),
+) -> None:
+    """Export a plan to the tools users run: a Hugging Face accelerate device_map where the
+    plan places whole modules, or torch.distributed.pipelining split points where it is a
+    sequence of contiguous stages.
+
+    Example: graphopt export runs/r/expert/plan.json --graph zoo:rnnlm-2-quick
+    --format device-map -o map.json
+    """
+    from graphopt.exec.export import device_map, pipeline_split
+    from graphopt.frontends import load_source
+    from graphopt.hardware import load_cluster
+    from graphopt.sim import Plan
+
+    try:
+        if fmt not in FORMATS:
+            raise GraphoptError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
+        if out.is_dir() or not out.parent.is_dir():
+            raise GraphoptError(f"--out {out}: not a file in an existing folder")
+        p = Plan.load(plan)
+        if fmt == "device-map":
+            g = load_source(graph)
+            c = load_cluster(cluster) if cluster else None
+            dm = device_map(g, p, c)
+            dm.save(out)
+        else:
+            from graphopt.exec.api import trace_source
+
+            # a zoo model is a training step: only its program tells forward from backward
+            program = trace_source(graph) if graph.startswith("zoo:") else load_source(graph)
+            split = pipeline_split(program, p)
+            split.save(out)
+    except GraphoptError as err:
+        fail(err)
+    if fmt == "pipeline":
+        console.print(f"{len(split.stages)} stage(s) on devices "
+                      f"{', '.join(map(str, split.stages))}; split_spec {split.split_spec}; "
+                      f"written to {out}", highlight=False)
+        return
+    console.print(f"{len(dm.device_map)} module(s) mapped; written to {out}", highlight=False)
+    if not dm.disagree:
+        console.print("every op sits where the map puts its module")
+        return
+    share = dm.disagree_seconds / dm.total_seconds if dm.total_seconds > 0 else 0.0
+    t = Table(title=f"{len(dm.disagree)} op(s) the map moves: {dm.disagree_seconds * 1e3:.3f} ms "
+                    f"simulated, {share:.1%} of all op time"
+                    + (" (the slowest 10)" if len(dm.disagree) > 10 else ""))
+    for col in ("op", "module", "plan device", "map device", "simulated ms"):
+        t.add_column(col, justify="right" if col.endswith(("device", "ms")) else "left")
+    for d in dm.disagree[:10]:
+        t.add_row(d.node, d.module or "-", str(d.device), str(d.mapped), f"{d.seconds * 1e3:.4f}")
+    console.print(t)
