@@ -1,11 +1,13 @@
 """Per-op compute time on each device: the roofline of DESIGN.md §2.
 
-``time = launch_overhead + max(flops / (peak * eff_flop), bytes / (mem_bw * eff_mem))``
+``time = dispatch + launch_overhead + max(flops / (peak * eff_flop), bytes / (mem_bw * eff_mem))``
 
 Efficiencies are per op class: dense matrix products get close to the matrix units'
 peak, everything else runs on the vector units and is usually bound by memory. Views
-and inputs launch no kernel and cost nothing. A measured :class:`Profile` replaces the
-formula for the ops it covers.
+launch no kernel; inputs and state cost nothing. ``dispatch`` is the host's cost of
+issuing any op, views included (an eager framework's per-op overhead; 0 in the
+presets, measured by ``graphopt calibrate``). A measured :class:`Profile` replaces the
+kernel's time (launch included) for the ops it covers; dispatch comes on top.
 """
 
 from __future__ import annotations
@@ -84,6 +86,7 @@ def op_costs(graph: Graph, cluster: Cluster, profile=None) -> OpCosts:
     eff_m = np.array([EFFICIENCY[c][1] for c in OP_CLASSES])[cid]
     is_matrix = np.isin(classes[cid], list(_MATRIX))
     free = np.isin(classes[cid], list(_FREE))
+    source = classes[cid] == "input"  # state and inputs: nothing is issued for them
     nbytes = graph.bytes_read + graph.bytes_written
     flop_time = np.zeros((n, d))
     mem_time = np.zeros((n, d))
@@ -97,7 +100,8 @@ def op_costs(graph: Graph, cluster: Cluster, profile=None) -> OpCosts:
             peak[m] = dev.matrix_flops(str(dt))
         flop_time[:, j] = graph.flops / (peak * eff_f)
         mem_time[:, j] = nbytes / (dev.mem_bw * eff_m)
-        launch[:, j] = np.where(free, 0.0, dev.launch_overhead)
+        launch[:, j] = np.where(free, 0.0, dev.launch_overhead) + np.where(source, 0.0,
+                                                                           dev.dispatch_overhead)
         spb[:, j] = 1.0 / (dev.mem_bw * np.array([EFFICIENCY[c][1] for c in OP_CLASSES]))
     flop_time[free] = 0.0
     mem_time[free] = 0.0
@@ -108,8 +112,10 @@ def op_costs(graph: Graph, cluster: Cluster, profile=None) -> OpCosts:
         for j, dev in enumerate(cluster.devices):
             if dev.kind != p.device_kind:
                 continue
+            # a measured time holds the kernel's launch; the host's dispatch comes on top
             measured[hit, j] = True
-            flop_time[hit, j] = np.maximum(secs[hit] - launch[hit, j], 0.0)
+            launch[hit, j] = np.where(source[hit], 0.0, dev.dispatch_overhead)
+            flop_time[hit, j] = secs[hit]
             mem_time[hit, j] = 0.0
     time = launch + np.maximum(flop_time, mem_time)
     return OpCosts(time, flop_time, mem_time, launch, spb, cid, measured)

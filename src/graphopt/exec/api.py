@@ -92,7 +92,8 @@ class PlacedProgram:
     """
 
     def __init__(self, traced: TracedProgram, plan: Plan | None, devices: str = "cpu:1",
-                 workers: bool | None = None, seed: int = 0, timeout: float = 120.0):
+                 workers: bool | None = None, seed: int = 0, timeout: float = 120.0,
+                 pool: CPUWorkers | None = None):
         self.traced = traced
         self.kind, self.devices = parse_devices(devices)
         self.program: Program = compile_program(traced, plan, self.devices)
@@ -101,7 +102,8 @@ class PlacedProgram:
         use_workers = (self.kind == "cpu" and self.devices > 1) if workers is None else workers
         if use_workers and self.kind != "cpu":
             raise ExecutionError("worker processes are CPU devices; CUDA devices run in this process")
-        self._pool = CPUWorkers(self.devices, timeout=timeout) if use_workers else None
+        self._owns_pool = pool is None
+        self._pool = (pool or CPUWorkers(self.devices, timeout=timeout)) if use_workers else None
         if self._pool is not None:
             self._pool.load(self.program)
             self._values = None
@@ -147,9 +149,10 @@ class PlacedProgram:
                 "steps": steps, "times": times}
 
     def close(self) -> None:
-        if self._pool is not None:
+        """Stop the worker processes (unless the pool was given)."""
+        if self._pool is not None and self._owns_pool:
             self._pool.close()
-            self._pool = None
+        self._pool = None
 
     def __enter__(self) -> PlacedProgram:
         return self
@@ -174,7 +177,8 @@ def apply(model: torch.nn.Module, example_inputs: tuple, plan: Plan | None = Non
         ``cpu:N`` (N worker processes, each pinned to its share of this machine's
         cores; one device runs in this process) or ``cuda:N``.
     **kwargs
-        ``workers``, ``seed``, ``timeout`` of :class:`PlacedProgram`.
+        ``workers``, ``seed``, ``timeout``, ``pool`` (a running :class:`CPUWorkers`
+        to reuse) of :class:`PlacedProgram`.
 
     Examples
     --------

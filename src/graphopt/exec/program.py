@@ -98,6 +98,9 @@ class Program:
         Device of every FX node.
     specs : dict
         Transferred node -> the shape of its value (:func:`value_spec`).
+    fifo : bool
+        The plan gives no priorities: each device runs its ops in the order they became
+        ready, as the simulator does (with priorities, ties go to the earlier FX node).
     moved : int
         In-place ops run on another device than the plan said (where their tensor lives).
     """
@@ -110,6 +113,7 @@ class Program:
     devices: int
     placement: list[int]
     specs: dict[int, Any]
+    fifo: bool
     moved: int
 
     def local(self, device: int) -> list[Instr]:
@@ -332,7 +336,7 @@ def compile_program(traced: TracedProgram, plan: Plan | None, devices: int) -> P
             raise PlanError(f"node {nodes[node].name!r} has more than 64 tensors to send; place its "
                             "consumers with it")
     return Program(instrs, [tlist[k] for k in sorted(tlist)], feeds, state, outputs, devices,
-                   device, specs, moved)
+                   device, specs, plan.priority is None, moved)
 
 
 def value_spec(node: fx.Node) -> Any:

@@ -129,7 +129,12 @@ def issue_order(prog: Program) -> list[tuple[str, int]]:
         for w in t.after:
             after_of.setdefault(w, []).append(t.tag)
     exists: set[int] = set(prog.feeds)
-    ready = [(-prog.instrs[k].priority, prog.instrs[k].node, k) for k, w in enumerate(waiting) if not w]
+    seq = iter(range(1 << 62))  # readiness order, the tie-break of a plan without priorities
+
+    def key(k: int) -> tuple[float, int, int]:
+        return (-prog.instrs[k].priority, next(seq) if prog.fifo else prog.instrs[k].node, k)
+
+    ready = [key(k) for k, w in enumerate(waiting) if not w]
     heapq.heapify(ready)
     order: list[tuple[str, int]] = []
 
@@ -138,20 +143,21 @@ def issue_order(prog: Program) -> list[tuple[str, int]]:
         for k in recv_users.get(tag, ()):
             waiting[k] -= 1
             if not waiting[k]:
-                heapq.heappush(ready, (-prog.instrs[k].priority, prog.instrs[k].node, k))
+                heapq.heappush(ready, key(k))
 
     for node in sorted(exists):
         for tag in sends_of.get(node, ()):
             if not blocked[tag]:
                 send(tag)
     while ready:
-        _, node, k = heapq.heappop(ready)
+        k = heapq.heappop(ready)[2]
+        node = prog.instrs[k].node
         order.append(("op", k))
         exists.add(node)
         for u in users.get(node, ()):
             waiting[u] -= 1
             if not waiting[u]:
-                heapq.heappush(ready, (-prog.instrs[u].priority, prog.instrs[u].node, u))
+                heapq.heappush(ready, key(u))
         for tag in sends_of.get(node, ()):
             if not blocked[tag]:
                 send(tag)

@@ -144,6 +144,15 @@ class CPUWorkers:
             values.update(outs)
         return values, [ev for _, ev in results]
 
+    def pingpong(self, sizes: list[int], repeats: int = 40) -> dict[int, float]:
+        """Lower-quartile one-way seconds of a message of each size (bytes) from device 0 to
+        device 1 and back, halved: what the simulator's link latency and bandwidth model."""
+        if self.devices < 2:
+            raise ExecutionError("measuring a link needs two devices")
+        for r in range(self.devices):
+            self._send(r, ("pingpong", (list(sizes), repeats)))
+        return self._gather("measuring links")[0]
+
     def state(self) -> dict[int, torch.Tensor]:
         """The state tensors (parameters and buffers) as the devices hold them now."""
         for r in range(self.devices):
@@ -192,6 +201,7 @@ def _share(prog: Program, rank: int) -> dict:
                   for n, (d, v) in prog.feeds.items() if d == rank},
         "state": [n for n in prog.state if prog.feeds[n][0] == rank],
         "outputs": sorted({n for n in refs(prog.outputs) if prog.placement[n] == rank}),
+        "fifo": prog.fifo,
     }
 
 
@@ -226,6 +236,8 @@ def _worker(rank: int, world: int, store: str, conn: Any, cores: list[int], time
                 conn.send(("ok", None))
             elif cmd == "step":
                 conn.send(("ok", device.step(arg)))
+            elif cmd == "pingpong":
+                conn.send(("ok", _pingpong(rank, *arg)))
             elif cmd == "state":
                 conn.send(("ok", {n: device.values[n].clone() for n in device.share["state"]}))
         except Exception as err:  # reported to the parent as one line, naming the op
@@ -279,7 +291,13 @@ class _Device:
                  for t in self.share["recvs"]}
         arrived: queue.SimpleQueue = queue.SimpleQueue()
         threading.Thread(target=_receive, args=(recvs, self.recv_order, arrived), daemon=True).start()
-        ready = [(-instrs[k].priority, instrs[k].node, k) for k, w in enumerate(waiting) if not w]
+        seq = iter(range(1 << 62))  # readiness order, the tie-break of a plan without priorities
+        fifo = self.share["fifo"]
+
+        def key(k: int) -> tuple[float, int, int]:
+            return (-instrs[k].priority, next(seq) if fifo else instrs[k].node, k)
+
+        ready = [key(k) for k, w in enumerate(waiting) if not w]
         heapq.heapify(ready)
 
         def post(t: Transfer) -> None:
@@ -295,7 +313,7 @@ class _Device:
             for u in self.recv_users.get(tag, ()):
                 waiting[u] -= 1
                 if not waiting[u]:
-                    heapq.heappush(ready, (-instrs[u].priority, instrs[u].node, u))
+                    heapq.heappush(ready, key(u))
 
         for node in sorted(exists):
             for t in self.sends_of.get(node, ()):
@@ -311,8 +329,9 @@ class _Device:
                 except queue.Empty:
                     raise TimeoutError(f"no input arrived for {self.timeout:g} s") from None
                 continue
-            _, node, k = heapq.heappop(ready)
+            k = heapq.heappop(ready)[2]
             ins = instrs[k]
+            node = ins.node
             for tag in ins.wait_sends:  # an in-place write waits for sends of the old value
                 _wait_once(sent[tag][0])
             t0 = time.perf_counter()
@@ -327,7 +346,7 @@ class _Device:
             for u in self.local_users.get(node, ()):
                 waiting[u] -= 1
                 if not waiting[u]:
-                    heapq.heappush(ready, (-instrs[u].priority, instrs[u].node, u))
+                    heapq.heappush(ready, key(u))
             for t in self.sends_of.get(node, ()):
                 if not blocked[t.tag]:
                     post(t)
@@ -342,6 +361,31 @@ class _Device:
         outs = {n: _clone(self.values[n]) for n in self.share["outputs"]}
         self.values = {n: self.values[n] for n in self.share["feeds"]}  # state was updated in place
         return outs, events
+
+
+def _pingpong(rank: int, sizes: list[int], repeats: int) -> dict[int, float] | None:
+    import statistics
+
+    import torch.distributed as dist
+
+    if rank > 1:
+        return None
+    out = {}
+    for size in sizes:
+        buf = torch.zeros(max(size // 4, 1))
+        times = []
+        for _ in range(repeats + 2):  # two warm-up round trips
+            t0 = time.perf_counter()
+            if rank == 0:
+                dist.send(buf, dst=1)
+                dist.recv(buf, src=1)
+            else:
+                dist.recv(buf, src=0)
+                dist.send(buf, dst=0)
+            times.append((time.perf_counter() - t0) / 2)
+        # the lower quartile: a shared machine's other work only ever adds time
+        out[size] = statistics.quantiles(times[2:], n=4)[0]
+    return out if rank == 0 else None
 
 
 def _receive(recvs: dict[int, list], order: list[int], arrived: queue.SimpleQueue) -> None:

@@ -38,6 +38,9 @@ class Device:
         Memory capacity in bytes.
     launch_overhead : float
         Seconds a kernel launch costs on top of its work.
+    dispatch_overhead : float
+        Seconds the host pays to issue any op, a view included, before its kernel: the
+        Python and dispatcher cost of an eager framework (0 for a compiled program).
     """
 
     name: str
@@ -47,6 +50,7 @@ class Device:
     mem_bw: float
     memory: float
     launch_overhead: float = 5e-6
+    dispatch_overhead: float = 0.0
 
     def matrix_flops(self, dtype: str) -> float:
         """Peak matrix FLOP/s for ``dtype``; falls back to float32, then to the vector peak."""
@@ -113,6 +117,9 @@ class Cluster:
                 if not v > 0:
                     raise ClusterError(f"cluster {self.name!r}: device {x.name!r} has "
                                        f"peak_flops[{dt!r}]={v!r}; expected > 0")
+            if not x.dispatch_overhead >= 0:
+                raise ClusterError(f"device {x.name!r}: dispatch_overhead={x.dispatch_overhead!r}; "
+                                   "expected >= 0")
             if not x.launch_overhead >= 0:
                 raise ClusterError(f"cluster {self.name!r}: device {x.name!r} has "
                                    f"launch_overhead={x.launch_overhead!r}; expected >= 0")
@@ -155,7 +162,8 @@ class Cluster:
             "name": self.name,
             "devices": [{"name": d.name, "kind": d.kind, "peak_flops": d.peak_flops,
                          "vector_flops": d.vector_flops, "mem_bw": d.mem_bw, "memory": d.memory,
-                         "launch_overhead": d.launch_overhead} for d in self.devices],
+                         "launch_overhead": d.launch_overhead,
+                         "dispatch_overhead": d.dispatch_overhead} for d in self.devices],
             "bandwidth": np.where(np.isinf(self.bandwidth), 0, self.bandwidth).tolist(),
             "latency": self.latency.tolist(),
         }

@@ -1,0 +1,192 @@
+"""Calibrating the simulator on this machine's devices: measured links, per-op dispatch,
+and the time of every op of a program as the engine runs it.
+
+The simulator predicts a plan from a cluster file and per-op costs. Here both are
+measured on the devices :mod:`graphopt.exec` runs on (worker processes pinned to
+their cores), never fitted to the plans a benchmark reports:
+
+- links: ping-pong between two workers over message sizes; a least-squares line
+  gives latency (intercept) and bandwidth (1 / slope);
+- dispatch: the engine's own cost per op outside the op (its ready queue, its
+  bookkeeping), from a chain of tiny ops on one worker: (step - sum of op times) / ops;
+- compute: each op of a program timed on one worker as the engine runs it, kept as a
+  :class:`~graphopt.cost.profile.Profile` by op signature.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from graphopt.cost.profile import Profile, _signatures
+from graphopt.errors import GraphoptError
+from graphopt.exec.program import compile_program
+from graphopt.exec.workers import CPUWorkers, _cores
+from graphopt.frontends.torch import TracedProgram, trace_program
+from graphopt.ir.io import atomic_write
+
+__all__ = ["DEVICE_KIND", "Calibration", "calibrate", "profile_program"]
+
+#: The device kind of calibrated CPU workers; profiles of programs use it too.
+DEVICE_KIND = "cpu-worker"
+_SIZES = (4, 4 << 10, 64 << 10, 512 << 10, 4 << 20)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What :func:`calibrate` measured, in seconds, bytes and FLOP/s."""
+
+    devices: int
+    cores_per_device: int
+    latency: float
+    bandwidth: float
+    dispatch: float
+    matmul_flops: float
+    copy_bandwidth: float
+    pingpong: dict[int, float]
+
+    def to_toml(self) -> str:
+        """A cluster file :func:`graphopt.hardware.load_cluster` reads."""
+        mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30 / self.devices
+        sizes = ", ".join(f"{s} B: {t * 1e6:.1f} us" for s, t in sorted(self.pingpong.items()))
+        return "\n".join([
+            'name = "calibrated-cpu"',
+            f'description = "This machine as graphopt.exec runs it: {self.devices} worker '
+            f'process(es), {self.cores_per_device} core(s) each"',
+            "sources = [",
+            f'  "graphopt calibrate, {datetime.date.today().isoformat()}: ping-pong between two '
+            f'workers ({sizes}); dispatch from a chain of tiny ops on one worker; a float32 '
+            'matmul and a copy for ops without a measured profile",',
+            "]",
+            "",
+            "[[devices]]",
+            f'kind = "{DEVICE_KIND}"',
+            f"count = {self.devices}",
+            'prefix = "cpu"',
+            f"peak_tflops = {{ float32 = {self.matmul_flops / 1e12:.6g} }}",
+            f"vector_tflops = {self.matmul_flops / 1e12:.6g}",
+            f"mem_gbps = {self.copy_bandwidth / 1e9:.6g}",
+            f"memory_gib = {mem:.6g}",
+            "launch_overhead_us = 0",
+            f"dispatch_overhead_us = {self.dispatch * 1e6:.6g}",
+            "",
+            "[topology]",
+            'type = "all_to_all"',
+            f"link_gbps = {self.bandwidth / 1e9:.6g}",
+            f"latency_us = {self.latency * 1e6:.6g}",
+            "",
+        ])
+
+    def save(self, path: str | os.PathLike) -> Path:
+        text = self.to_toml()
+        atomic_write(path, lambda f: f.write(text.encode()))
+        return Path(path)
+
+
+class _Chain(torch.nn.Module):
+    """``ops`` tiny additions in a row: each costs the engine its dispatch and little else."""
+
+    def __init__(self, ops: int):
+        super().__init__()
+        self.ops = ops
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for _ in range(self.ops):
+            x = x + 1
+        return x
+
+
+def _fit_link(pingpong: dict[int, float]) -> tuple[float, float]:
+    """Latency and bandwidth of the least-squares line through (bytes, seconds)."""
+    sizes = np.array(sorted(pingpong), dtype=float)
+    times = np.array([pingpong[int(s)] for s in sizes])
+    slope, intercept = np.polyfit(sizes, times, 1)
+    return max(float(intercept), 0.0), 1.0 / max(float(slope), 1e-15)
+
+
+def _rates(threads: int) -> tuple[float, float]:
+    """FLOP/s of a float32 matmul and bytes/s of a copy, with a worker's thread count."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        a, b = torch.randn(512, 512), torch.randn(512, 512)
+        x = torch.randn(4 << 20)
+        mm, cp = [], []
+        for _ in range(7):
+            start = time.perf_counter()
+            a @ b
+            mm.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            x.clone()
+            cp.append(time.perf_counter() - start)
+        return 2 * 512**3 / statistics.median(mm), 2 * x.numel() * 4 / statistics.median(cp)
+    finally:
+        torch.set_num_threads(before)
+
+
+def calibrate(devices: int = 2, timeout: float = 120.0, chain_ops: int = 300,
+              steps: int = 7) -> Calibration:
+    """Measure ``devices`` CPU workers of this machine.
+
+    Examples
+    --------
+    >>> cal = calibrate(2)                     # doctest: +SKIP
+    >>> cal.save("cluster.toml")               # doctest: +SKIP
+    """
+    if devices < 1:
+        raise GraphoptError(f"--devices cpu:{devices}: expected at least one device")
+    chain = trace_program(_Chain(chain_ops).eval(), (torch.zeros(1),), training=False)
+    with CPUWorkers(devices, timeout=timeout) as pool:
+        pingpong = pool.pingpong(list(_SIZES)) if devices > 1 else {}
+        pool.load(compile_program(chain, None, devices))
+        per_op = []
+        for step in range(steps + 1):
+            _, events = pool.step(step)
+            ops = [e for e in events[0] if e[0] == "op"]
+            span = [e for e in events[0] if e[0] == "step"][0]
+            if step:  # the first step warms the allocator and the op cache
+                per_op.append((span[3] - span[2] - sum(e[3] - e[2] for e in ops)) / len(ops))
+    latency, bandwidth = _fit_link(pingpong) if pingpong else (0.0, float("inf"))
+    threads = len(_cores(devices)[0])
+    flops, copy = _rates(threads)
+    return Calibration(devices, threads, latency, bandwidth, statistics.median(per_op), flops, copy,
+                       pingpong)
+
+
+def profile_program(traced: TracedProgram, devices: int = 2, steps: int = 5,
+                    timeout: float = 120.0, pool: CPUWorkers | None = None) -> Profile:
+    """The time of every op of ``traced`` as the engine runs it on one worker (of a pool
+    of ``devices``, so it has a worker's cores), median over ``steps`` after a warm-up,
+    as a profile of device kind :data:`DEVICE_KIND`."""
+    prog = compile_program(traced, None, devices)
+    own = pool is None
+    pool = pool or CPUWorkers(devices, timeout=timeout)
+    try:
+        pool.load(prog)
+        times: dict[str, list[float]] = {}
+        for step in range(steps + 1):
+            _, events = pool.step(step)
+            if step:
+                for kind, name, start, end, _ in events[0]:
+                    if kind == "op":
+                        times.setdefault(name, []).append(end - start)
+    finally:
+        if own:
+            pool.close()
+    graph = traced.graph
+    index = graph.index
+    by_signature: dict = {}
+    signatures = _signatures(graph)
+    for fx_name, samples in times.items():
+        node = index.get(traced.ir_names.get(fx_name, ""))
+        if node is not None:
+            by_signature.setdefault(signatures[node], []).append(statistics.median(samples))
+    entries = {sig: statistics.median(v) for sig, v in by_signature.items()}
+    return Profile(DEVICE_KIND, entries, {"source": graph.name, "how": "graphopt.exec, one worker"})
