@@ -42,6 +42,17 @@ def optimize(
                                        help="Folder for plan.json, trace.json and gantt.png per "
                                             "method and report.json. Example: runs/gnmt4"),
     param: list[str] = typer.Option([], "--param", "-p", help=PARAM_HELP),
+    measure: bool = typer.Option(False, "--measure",
+                                 help="Also run each method's final plan for real (graphopt "
+                                      "run) and add its measured step time; only for PyTorch "
+                                      "programs: zoo:NAME (zoo:NAME-quick at CPU size) or .pt2"),
+    devices: str | None = typer.Option(None, "--devices", "-d",
+                                          help="Devices --measure runs on: cpu:N (N worker "
+                                               "processes) or cuda:N; default cpu:N, N the "
+                                               "cluster's device count. Example: cpu:2"),
+    measure_steps: int = typer.Option(3, "--measure-steps", min=1,
+                                      help="Timed steps per plan with --measure, after one "
+                                           "warm-up step. Example: 10"),
 ) -> None:
     """Compare optimization methods on a graph: a table of step time, speed-ups,
     memory and search cost, and a plan, Chrome trace and Gantt chart per method.
@@ -58,12 +69,17 @@ def optimize(
         params = method_params(param, names)
         g = load_source(graph)
         c = load_cluster(cluster or _default_cluster(graph))
+        traced = _measurable(graph, c.num_devices, devices) if measure else None
+        if devices and not measure:
+            raise GraphoptError(f"--devices {devices}: only with --measure")
         compile_simulator()
         prob = Problem(g, c)
         with console.status("") as status:
             results = compare(prob, names, task, Budget(budget, seconds), seed, init,
                               on_start=lambda m: status.update(f"running {m} on {g.name} ..."),
                               params=params)
+        if traced is not None:
+            _measure(traced, results, devices or f"cpu:{c.num_devices}", measure_steps, seed)
     except GraphoptError as err:
         fail(err)
     ref = {r.method: r.step_time for r in results if r.result.valid}
@@ -72,6 +88,11 @@ def optimize(
     for col in ("method", "step ms", "vs single", "vs expert", "step/bound", "valid",
                 "peak GiB per device", "search s", "evals"):
         t.add_column(col, justify="left" if col in ("method", "valid") else "right")
+    if measure:
+        for col in ("measured ms", "measured vs single"):
+            t.add_column(col, justify="right")
+        t.caption = (f"measured: median of {measure_steps} steps after a warm-up on "
+                     f"{devices or f'cpu:{c.num_devices}'}")
     for r in results:
         res, st = r.result, r.stats
 
@@ -82,12 +103,50 @@ def optimize(
                   f"{res.step_time / res.lower_bound:.2f}" if res.lower_bound > 0 else "-",
                   "yes" if res.valid else f"[red]{res.reason}[/]",
                   " / ".join(f"{x / 2**30:.1f}" for x in res.peak_memory),
-                  f"{st.get('seconds', 0):.1f}", f"{st.get('evals', 0):,}")
+                  f"{st.get('seconds', 0):.1f}", f"{st.get('evals', 0):,}",
+                  *_measured_cells(r.measured) if measure else ())
     console.print(t)
     if out:
         path = write_outputs(prob, results, out, {"task": task, "budget": budget, "seed": seed,
                                                   "params": params})
         console.print(f"plans, traces and Gantt charts in {out}/<method>/; report: {path}")
+
+
+def _measurable(graph: str, count: int, devices: str | None):
+    """The PyTorch program of ``graph``, checked before any search so that --measure
+    never fails after it: a source that runs for real, on one device per cluster device."""
+    from graphopt.exec.api import parse_devices, trace_source
+
+    _, n = parse_devices(devices or f"cpu:{count}")
+    if n != count:
+        raise GraphoptError(f"--devices {devices} has {n} device(s); the cluster has {count}, "
+                            "and a plan needs one real device for each")
+    try:
+        return trace_source(graph)
+    except GraphoptError as err:
+        raise GraphoptError(f"--measure: {err}") from err
+
+
+def _measure(traced, results: list, devices: str, steps: int, seed: int) -> None:
+    """Run each result's plan for real and set its ``measured``."""
+    from graphopt.exec.api import apply_traced
+
+    for r in results:
+        with console.status(f"measuring {r.method}'s plan on {devices} ..."):
+            with apply_traced(traced, r.plan, devices, seed=seed) as placed:
+                timing = placed.measure(steps=steps, warmup=1)
+        r.measured = {k: timing[k] for k in ("median", "min", "max", "steps")} | {
+            "devices": devices}
+    single = next((r.measured["median"] for r in results if r.method == "single"), None)
+    for r in results:
+        r.measured["speedup_vs_single"] = single / r.measured["median"] if single else None
+
+
+def _measured_cells(measured: dict | None) -> tuple[str, str]:
+    if measured is None:
+        return "-", "-"
+    speedup = measured["speedup_vs_single"]
+    return f"{measured['median'] * 1e3:.2f}", f"{speedup:.2f}x" if speedup else "-"
 
 
 def _default_cluster(graph: str) -> str:

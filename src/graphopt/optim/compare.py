@@ -28,6 +28,9 @@ class MethodResult:
     plan: Plan
     result: SimResult
     stats: dict = field(default_factory=dict)
+    #: the plan run for real (``graphopt optimize --measure``): median, min and max
+    #: seconds, steps, devices, and the measured speed-up over ``single``
+    measured: dict | None = None
 
     @property
     def step_time(self) -> float:
@@ -43,6 +46,8 @@ class MethodResult:
                "evals": self.stats.get("evals", 0)}
         for name, t in ref.items():
             out[f"speedup_vs_{name}"] = t / r.step_time if r.valid and r.step_time > 0 else None
+        if self.measured is not None:
+            out["measured"] = self.measured
         return out
 
 
