@@ -213,3 +213,37 @@ def test_cli_run_measures_a_zoo_plan(tmp_path):
     assert "measured median" in r.output and trace.exists() and trace.with_suffix(".sim.json").exists()
     bad = CliRunner().invoke(app, ["run", "example:mlp", "--devices", "cpu:1"])
     assert bad.exit_code == 2 and "PyTorch programs" in bad.output
+
+
+def test_calibration_writes_a_cluster_file_the_simulator_loads(tmp_path):
+    from graphopt.exec.calibrate import DEVICE_KIND, calibrate, profile_program
+    from graphopt.hardware import load_cluster
+    from graphopt.sim import Problem, simulate
+
+    cal = calibrate(2, chain_ops=20, steps=2)
+    assert cal.latency > 0 and cal.bandwidth > 0 and cal.dispatch >= 0 and cal.matmul_flops > 0
+    cluster = load_cluster(str(cal.save(tmp_path / "cluster.toml")))
+    assert cluster.num_devices == 2 and cluster.devices[0].kind == DEVICE_KIND
+    assert cluster.devices[0].dispatch_overhead == pytest.approx(cal.dispatch, rel=1e-4)
+    assert cluster.latency[0, 1] == pytest.approx(cal.latency, rel=1e-4)
+    traced = trace_program(torch.nn.Linear(4, 2), (torch.randn(3, 4),), training=True)
+    profile = profile_program(traced, devices=1, steps=2)
+    prob = Problem(traced.graph, cluster, profile=profile)
+    ops = [i for i in range(prob.num_nodes) if str(traced.graph.op[i]) not in
+           ("parameter", "input") and not str(traced.graph.op[i]).endswith("view")]
+    assert prob.costs.measured[ops, 0].any()
+    # every issued op pays the dispatch; state and inputs cost nothing
+    single = simulate(prob, Plan(placement=np.zeros(prob.num_nodes, int),
+                                 fusion=np.zeros(prob.num_nodes))).step_time
+    assert single >= cal.dispatch * len(ops)
+
+
+def test_cli_calibrate(tmp_path):
+    from typer.testing import CliRunner
+
+    from graphopt.cli import app
+
+    bad = CliRunner().invoke(app, ["calibrate", "--devices", "cuda:1", "-o", str(tmp_path / "c.toml")])
+    assert bad.exit_code == 2
+    bad = CliRunner().invoke(app, ["calibrate", "-o", str(tmp_path / "nowhere" / "c.toml")])
+    assert bad.exit_code == 2 and "--out" in bad.output

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import typer
 from rich.table import Table
 
@@ -29,9 +30,11 @@ def run(
     steps: int = typer.Option(5, "--steps", min=1, max=10_000,
                               help="Timed steps after one warm-up step. Example: 10"),
     cluster: str | None = typer.Option(None, "--cluster", "-c",
-                                       help="Cluster the simulated step time is taken on; default: "
-                                            "the 'cpu' preset with the same device count. "
-                                            "Example: cluster.toml"),
+                                       help="Cluster the simulated step time is taken on: a file "
+                                            "from 'graphopt calibrate' (then every op of the "
+                                            "program is first timed on one worker, as a profile) "
+                                            "or a preset; default: the 'cpu' preset with the same "
+                                            "device count. Example: cluster.toml"),
     trace: Path | None = typer.Option(None, "--trace",
                                       help="Write a Chrome trace of the last real step, and the "
                                            "simulated one beside it as *.sim.json. "
@@ -43,6 +46,7 @@ def run(
     Example: graphopt run zoo:rnnlm-2-quick --plan runs/r/sa/plan.json --devices cpu:2
     """
     from graphopt.exec.api import apply_traced, parse_devices, save_trace, trace_source
+    from graphopt.exec.calibrate import DEVICE_KIND, profile_program
     from graphopt.hardware import load_cluster
     from graphopt.sim import Plan, Problem, simulate
 
@@ -56,8 +60,13 @@ def run(
         if c.num_devices != count:
             raise GraphoptError(f"--cluster {c.name} has {c.num_devices} devices; --devices "
                                 f"{devices} has {count}")
-        prob = Problem(traced.graph, c)
-        sim = simulate(prob, p, timeline=trace is not None)
+        profile = None
+        if c.devices[0].kind == DEVICE_KIND:
+            with console.status("timing every op on one worker (the calibrated profile)"):
+                profile = profile_program(traced, count)
+        prob = Problem(traced.graph, c, profile=profile)
+        # the engine runs op by op: no fusion in the prediction
+        sim = simulate(prob, p.replace(fusion=np.zeros(prob.num_nodes)), timeline=trace is not None)
         with console.status(f"starting {count} {kind} device(s)"):
             placed = apply_traced(traced, p, devices, seed=seed)
         with placed:
@@ -82,3 +91,44 @@ def run(
         sim_path = trace.with_suffix(".sim.json")
         save_chrome_trace(prob, sim, sim_path)
         console.print(f"real trace: {trace}\nsimulated trace: {sim_path}")
+
+
+@app.command()
+def calibrate(
+    devices: str = typer.Option("cpu:2", "--devices", "-d",
+                                help="CPU devices to measure, as graphopt run uses them: cpu:N "
+                                     "worker processes. Example: cpu:2"),
+    out: Path = typer.Option(..., "--out", "-o", help="Cluster file to write (TOML). "
+                                                      "Example: cluster.toml"),
+) -> None:
+    """Measure this machine's devices and links into a cluster file the simulator loads.
+
+    Link latency and bandwidth come from ping-pong between two workers over message
+    sizes, the per-op dispatch from a chain of tiny ops; per-op compute is measured
+    per program when 'graphopt run --cluster FILE' uses the file.
+
+    Example: graphopt calibrate --devices cpu:2 -o cluster.toml
+    """
+    from graphopt.exec.api import parse_devices
+    from graphopt.exec.calibrate import calibrate as measure
+
+    try:
+        if out.is_dir() or not out.parent.is_dir():
+            raise GraphoptError(f"--out {out}: not a file in an existing folder")
+        kind, count = parse_devices(devices)
+        if kind != "cpu":
+            raise GraphoptError(f"--devices {devices}: calibration measures CPU workers (cpu:N)")
+        with console.status(f"measuring {count} CPU worker(s)"):
+            cal = measure(count)
+        cal.save(out)
+    except GraphoptError as err:
+        fail(err)
+    t = Table(title=f"{count} CPU worker(s), {cal.cores_per_device} core(s) each")
+    for col in ("link latency", "link bandwidth", "dispatch per op", "matmul", "copy"):
+        t.add_column(col, justify="right")
+    t.add_row(f"{cal.latency * 1e6:.0f} us" if count > 1 else "-",
+              f"{cal.bandwidth / 1e9:.2f} GB/s" if count > 1 else "-",
+              f"{cal.dispatch * 1e6:.1f} us", f"{cal.matmul_flops / 1e9:.0f} GFLOP/s",
+              f"{cal.copy_bandwidth / 1e9:.1f} GB/s")
+    console.print(t)
+    console.print(f"cluster file: {out}")

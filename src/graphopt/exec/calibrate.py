@@ -5,8 +5,8 @@ The simulator predicts a plan from a cluster file and per-op costs. Here both ar
 measured on the devices :mod:`graphopt.exec` runs on (worker processes pinned to
 their cores), never fitted to the plans a benchmark reports:
 
-- links: ping-pong between two workers over message sizes; a least-squares line
-  gives latency (intercept) and bandwidth (1 / slope);
+- links: ping-pong between two workers over message sizes: latency from the smallest
+  message, bandwidth from the largest;
 - dispatch: the engine's own cost per op outside the op (its ready queue, its
   bookkeeping), from a chain of tiny ops on one worker: (step - sum of op times) / ops;
 - compute: each op of a program timed on one worker as the engine runs it, kept as a
@@ -22,7 +22,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from graphopt.cost.profile import Profile, _signatures
@@ -104,11 +103,12 @@ class _Chain(torch.nn.Module):
 
 
 def _fit_link(pingpong: dict[int, float]) -> tuple[float, float]:
-    """Latency and bandwidth of the least-squares line through (bytes, seconds)."""
-    sizes = np.array(sorted(pingpong), dtype=float)
-    times = np.array([pingpong[int(s)] for s in sizes])
-    slope, intercept = np.polyfit(sizes, times, 1)
-    return max(float(intercept), 0.0), 1.0 / max(float(slope), 1e-15)
+    """Latency (the smallest message's one-way time) and bandwidth (the extra bytes of
+    the largest message over its extra time). A least-squares intercept swings by 100x
+    with one noisy size on a shared machine; the end points do not."""
+    small, large = min(pingpong), max(pingpong)
+    extra = max(pingpong[large] - pingpong[small], 1e-9)
+    return pingpong[small], (large - small) / extra
 
 
 def _rates(threads: int) -> tuple[float, float]:
