@@ -247,3 +247,19 @@ def test_cli_calibrate(tmp_path):
     assert bad.exit_code == 2
     bad = CliRunner().invoke(app, ["calibrate", "-o", str(tmp_path / "nowhere" / "c.toml")])
     assert bad.exit_code == 2 and "--out" in bad.output
+
+
+def test_cli_run_a_torch_export_file_and_refuse_a_plan_of_another_graph(tmp_path):
+    from typer.testing import CliRunner
+
+    from graphopt.cli import app
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    path = tmp_path / "mlp.pt2"
+    torch.export.save(torch.export.export(model, (torch.randn(3, 4),)), path)
+    r = CliRunner().invoke(app, ["run", str(path), "--devices", "cpu:1", "--steps", "1"])
+    assert r.exit_code == 0, r.output
+    Plan(placement=np.zeros(3, int)).save(tmp_path / "other.json")
+    r = CliRunner().invoke(app, ["run", str(path), "--devices", "cpu:1", "--plan",
+                                 str(tmp_path / "other.json")])
+    assert r.exit_code == 2 and "plan placement has 3 entries" in r.output
