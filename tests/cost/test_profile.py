@@ -98,7 +98,7 @@ def test_every_op_class_has_a_proxy_kernel():
 
 
 @pytest.mark.parametrize("breakage, message", [
-    (lambda text, doc: text[: len(text) // 2], "not a JSON file"),
+    (lambda text, doc: text[: len(text) // 2], "not valid JSON"),
     (lambda text, doc: json.dumps({**doc, "format": "graphopt.plan"}), "format"),
     (lambda text, doc: json.dumps({**doc, "entries": [{**doc["entries"][0], "seconds": -1.0}]}),
      "entry 0: seconds is -1.0"),

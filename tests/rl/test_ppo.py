@@ -65,3 +65,34 @@ def test_training_checkpoint_resumes_exactly(prob, tmp_path):
     assert resumed["log"][-1]["charts/best_ratio"] == straight["log"][-1]["charts/best_ratio"]
     assert resumed["log"][-1]["losses/loss"] == straight["log"][-1]["losses/loss"]
     assert (tmp_path / "other" / "log.csv").is_file() and (tmp_path / "other" / "curve.png").is_file()
+
+
+def test_ctrl_c_checkpoints_between_whole_updates_and_resumes_exactly(prob, tmp_path):
+    # Ctrl-C lands inside update 2 (issue 13: the checkpoint held a half-applied update)
+    import os
+    import signal
+
+    def interrupt_during(env, update):
+        calls, plans = [], env.plans
+
+        def wrapped(actions):
+            calls.append(1)
+            if len(calls) == update:
+                os.kill(os.getpid(), signal.SIGINT)
+            return plans(actions)
+        env.plans = wrapped
+        return env
+
+    cfg = PPOConfig(num_samples=4, anneal_lr=False)
+    env = interrupt_during(GOEnv(prob, frozenset({"placement"})), 2)
+    cut = train(new_policy(0, dim=16), [env], cfg, seed=0, updates=4,
+                checkpoint_dir=str(tmp_path), progress=False)
+    assert cut["interrupted"] and cut["updates"] < 4
+    env = GOEnv(prob, frozenset({"placement"}))
+    resumed_policy, straight_policy = new_policy(0, dim=16), new_policy(0, dim=16)
+    resumed = train(resumed_policy, [env], cfg, seed=0, updates=4, checkpoint_dir=str(tmp_path),
+                    progress=False)
+    train(straight_policy, [env], cfg, seed=0, updates=4, progress=False)
+    assert resumed["resumed_from_update"] == cut["updates"] and not resumed["interrupted"]
+    for a, b in zip(resumed_policy.parameters(), straight_policy.parameters()):
+        assert torch.equal(a, b)

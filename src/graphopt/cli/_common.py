@@ -10,18 +10,21 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import os
 import types
 import typing
 from collections.abc import Callable
+from pathlib import Path
 from typing import NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from graphopt.errors import GraphoptError
 
-__all__ = ["GRAPH_HELP", "PARAM_HELP", "compile_simulator", "console", "fail", "field_help",
-           "method_params", "mib", "options_from_fields", "parse_field"]
+__all__ = ["GRAPH_HELP", "PARAM_HELP", "check_output", "compile_simulator", "console", "fail",
+           "field_help", "method_params", "mib", "options_from_fields", "parse_field"]
 
 # Tables are wide; when output goes to a file or a pipe, do not squeeze them to 80 columns.
 console = Console(width=None if Console().is_terminal else 140)
@@ -39,8 +42,55 @@ PARAM_HELP = ("Set a method's hyperparameter, METHOD.KEY=VALUE (repeatable; 'gra
 
 def fail(err: Exception) -> NoReturn:
     """Print ``err`` as one line and exit 2 (a user's mistake: no traceback)."""
-    console.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
+    console.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
+
+
+def check_output(path: Path | None, option: str, *, folder: bool = False) -> None:
+    """Check, before any work starts, that ``path`` (given to ``option``) can be written,
+    so that a long run never fails at its end for want of a place to put its result.
+
+    A file must not be a folder and a folder not a file; every part of the name must
+    fit the file system's limits; the nearest existing folder above must be a folder
+    (not a file) that this user may write in. Missing folders are fine: writing makes
+    them. None (the option not given) passes. Does not check free space.
+
+    Raises
+    ------
+    GraphoptError
+        One line naming the option, the path and what is wrong.
+
+    Examples
+    --------
+    >>> check_output(Path("/"), "--out")
+    Traceback (most recent call last):
+    graphopt.errors.GraphoptError: --out /: is a folder, expected a file
+    """
+    if path is None:
+        return
+    path = Path(path)
+    where = f"{option} {path}"
+    existing = path.absolute()
+    while not os.path.lexists(existing) and existing != existing.parent:
+        existing = existing.parent
+    name_max = os.pathconf(existing if existing.is_dir() else existing.parent, "PC_NAME_MAX")
+    long = [p for p in path.parts if len(os.fsencode(p)) > name_max]
+    if long:
+        raise GraphoptError(f"{where}: a name of {len(os.fsencode(long[0]))} bytes exceeds the "
+                            f"file system's limit of {name_max}")
+    if len(os.fsencode(str(path.absolute()))) >= os.pathconf("/", "PC_PATH_MAX"):
+        raise GraphoptError(f"{where}: the path exceeds the file system's limit of "
+                            f"{os.pathconf('/', 'PC_PATH_MAX')} bytes")
+    if existing == path.absolute():
+        if folder and not path.is_dir():
+            raise GraphoptError(f"{where}: is a file, expected a folder")
+        if not folder and path.is_dir():
+            raise GraphoptError(f"{where}: is a folder, expected a file")
+        existing = path.absolute() if folder else path.absolute().parent
+    if not existing.is_dir():
+        raise GraphoptError(f"{where}: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise GraphoptError(f"{where}: cannot write in {existing} (permission denied)")
 
 
 def compile_simulator() -> None:
@@ -101,7 +151,8 @@ def method_params(specs: list[str], methods: list[str]) -> dict[str, dict]:
     ------
     GraphoptError
         A malformed option, a method not among ``methods`` or not known, a field the
-        method does not have, or a value that does not parse as the field's type.
+        method does not have, a value that does not parse as the field's type, or one
+        the method rejects (out of its range, see ``graphopt.optim.base.check_params``).
 
     Examples
     --------
@@ -131,6 +182,8 @@ def method_params(specs: list[str], methods: list[str]) -> dict[str, dict]:
         except ValueError as err:
             raise GraphoptError(f"--param {spec!r}: {method}.{key} {err}") from None
         out.setdefault(method, {})[key] = value
+    for method, kwargs in out.items():  # a value out of range fails now, not after loading
+        get_optimizer(method, **kwargs)
     return out
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from graphopt.cli._common import GRAPH_HELP, console, fail, mib
+from graphopt.cli._common import GRAPH_HELP, check_output, console, fail, mib
 from graphopt.errors import GraphoptError
 from graphopt.frontends import load_source
 
@@ -52,6 +52,7 @@ def import_model(
     from graphopt.ir import save_graph
 
     try:
+        check_output(output, "--output")
         g = import_graph(model)
         path = save_graph(g, output)
     except GraphoptError as err:
@@ -105,6 +106,7 @@ def zoo_build(
     from graphopt.zoo import build, cache_path, get_entry
 
     try:
+        check_output(out, "--out")
         entry = get_entry(name)
         start = time.perf_counter()
         with console.status(f"building {name} (up to a minute) ..."):

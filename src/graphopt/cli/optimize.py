@@ -7,8 +7,8 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from graphopt.cli._common import (GRAPH_HELP, PARAM_HELP, compile_simulator, console, fail,
-                                  field_help, method_params)
+from graphopt.cli._common import (GRAPH_HELP, PARAM_HELP, check_output, compile_simulator,
+                                  console, fail, field_help, method_params)
 from graphopt.errors import GraphoptError
 from graphopt.frontends import load_source
 
@@ -37,7 +37,7 @@ def optimize(
     init: str | None = typer.Option(None, "--init",
                                        help="Start every method from this method's plan. "
                                             "Example: metis"),
-    seed: int = typer.Option(0, "--seed", help="Seed of every random choice."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Seed of every random choice."),
     out: Path | None = typer.Option(None, "--out", "-o",
                                        help="Folder for plan.json, trace.json and gantt.png per "
                                             "method and report.json. Example: runs/gnmt4"),
@@ -57,6 +57,9 @@ def optimize(
     """Compare optimization methods on a graph: a table of step time, speed-ups,
     memory and search cost, and a plan, Chrome trace and Gantt chart per method.
 
+    Ctrl-C stops the running method with its best plan so far and skips the rest; the
+    table and the files then hold what was done, and the exit code is 130.
+
     Example: graphopt optimize zoo:gnmt-4 --methods single,expert,metis,sa --out runs/gnmt4
     """
     from graphopt.hardware import load_cluster
@@ -66,6 +69,10 @@ def optimize(
 
     try:
         names = [m.strip() for m in methods.split(",") if m.strip()]
+        if not names:
+            raise GraphoptError(f"--methods {methods!r}: no method named; 'graphopt methods' "
+                                "lists them")
+        check_output(out, "--out", folder=True)
         params = method_params(param, names)
         g = load_source(graph)
         c = load_cluster(cluster or _default_cluster(graph))
@@ -106,10 +113,15 @@ def optimize(
                   f"{st.get('seconds', 0):.1f}", f"{st.get('evals', 0):,}",
                   *_measured_cells(r.measured) if measure else ())
     console.print(t)
-    if out:
+    interrupted = len(results) < len(names) or any(r.stats.get("interrupted") for r in results)
+    if out and results:
         path = write_outputs(prob, results, out, {"task": task, "budget": budget, "seed": seed,
-                                                  "params": params})
+                                                  "params": params, "interrupted": interrupted})
         console.print(f"plans, traces and Gantt charts in {out}/<method>/; report: {path}")
+    if interrupted:
+        console.print(f"interrupted: {len(results)} of {len(names)} methods ran, the last one "
+                      "with its best plan so far")
+        raise typer.Exit(130)
 
 
 def _measurable(graph: str, count: int, devices: str | None):

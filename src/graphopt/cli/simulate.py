@@ -9,7 +9,7 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from graphopt.cli._common import GRAPH_HELP, console, fail, mib
+from graphopt.cli._common import GRAPH_HELP, check_output, console, fail, mib
 from graphopt.errors import GraphoptError
 from graphopt.frontends import load_source
 
@@ -47,6 +47,8 @@ def simulate(
     from graphopt.sim import simulate as run
 
     try:
+        for path, option in ((trace, "--trace"), (gantt, "--gantt"), (out, "--json")):
+            check_output(path, option)
         g = load_source(graph)
         c = load_cluster(cluster)
         prof = _load_profile_arg(profile) if profile else None
@@ -127,6 +129,7 @@ def profile(
     from graphopt.cost.profile import profile_graph
 
     try:
+        check_output(output, "--output")
         g = load_source(graph)
         p = profile_graph(g, device=device, repeats=repeats, max_ops=max_ops,
                           time_limit=time_limit)
@@ -178,6 +181,7 @@ def demo(out: Path = typer.Option(Path("runs/demo"), help="Folder for the output
     from graphopt.viz import gantt as draw
 
     try:
+        check_output(out, "--out", folder=True)
         c = load_cluster(cluster)
     except GraphoptError as err:
         fail(err)

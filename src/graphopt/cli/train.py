@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from graphopt.cli._common import console, fail, options_from_fields
+from graphopt.cli._common import check_output, console, fail, options_from_fields
 from graphopt.errors import GraphoptError
 from graphopt.frontends import load_source, split_source
 from graphopt.rl.config import PPOConfig
@@ -37,7 +37,7 @@ def train(
     task: str = typer.Option("placement", "--task", "-t",
                              help="What the policy learns to decide, comma-separated. "
                                   "Example: placement,scheduling,fusion"),
-    seed: int = typer.Option(0, help="Seed of the policy's initialization and sampling."),
+    seed: int = typer.Option(0, min=0, help="Seed of the policy's initialization and sampling."),
     threads: int = typer.Option(1, min=1, help="torch CPU threads."),
     **ppo,
 ) -> None:
@@ -66,6 +66,7 @@ def train(
                         f"--task {task}", f"--seed {seed}",
                         *(_flag(k, v) for k, v in given.items())])
     try:
+        check_output(out, "--out", folder=True)
         problems = []
         for item in items:
             graph, where = split_source(item, cluster)

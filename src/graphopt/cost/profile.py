@@ -32,7 +32,7 @@ import numpy as np
 
 from graphopt.errors import ProfileError
 from graphopt.ir import Graph
-from graphopt.ir.io import atomic_write
+from graphopt.ir.io import atomic_write, read_json
 from graphopt.ir.ops import op_class
 
 if TYPE_CHECKING:
@@ -132,12 +132,7 @@ class Profile:
             key is missing, or an entry has a bad shape or a negative or non-finite time.
             The message names the file and, for an entry, its index.
         """
-        try:
-            doc = json.loads(Path(path).read_bytes())
-        except OSError as err:
-            raise ProfileError(f"profile {path}: cannot read: {err}") from err
-        except ValueError as err:
-            raise ProfileError(f"profile {path}: not a JSON file: {err}") from err
+        doc = read_json(path, ProfileError)
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
             got = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
             raise ProfileError(f"profile {path}: format is {got!r}; expected {FORMAT!r}")
@@ -221,6 +216,11 @@ def profile_graph(graph: Graph, device: str | torch.device = "cpu", repeats: int
         ``meta["measured"]`` and ``meta["signatures"]`` tell how many of the graph's
         signatures were measured.
 
+    Raises
+    ------
+    ProfileError
+        ``device`` is not a device PyTorch can use here (unknown, or CUDA without it).
+
     Examples
     --------
     >>> from graphopt.ir.generate import mlp_training_graph
@@ -234,7 +234,12 @@ def profile_graph(graph: Graph, device: str | torch.device = "cpu", repeats: int
 
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
-    dev = torch.device(device)
+    try:
+        dev = torch.device(device)
+        torch.empty(1, device=dev)  # an unknown or absent device fails here, not mid-profile
+    except (RuntimeError, AssertionError) as err:
+        raise ProfileError(f"device {device!r}: not a usable PyTorch device here "
+                           f"({str(err).splitlines()[0][:120]})") from None
     sync: Callable[[], None] = ((lambda: torch.accelerator.synchronize(dev))
                                 if dev.type != "cpu" else (lambda: None))
     todo: dict[Signature, float] = {}  # signature -> FLOPs of its first node

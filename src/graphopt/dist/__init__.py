@@ -5,6 +5,6 @@
 evaluation budgets are counted in one place and the best plan seen is never lost.
 """
 
-from graphopt.dist.local import BudgetExhausted, LocalEvaluator
+from graphopt.dist.local import BudgetExhausted, LocalEvaluator, stop_on_interrupt, stop_requested
 
-__all__ = ["LocalEvaluator", "BudgetExhausted"]
+__all__ = ["LocalEvaluator", "BudgetExhausted", "stop_on_interrupt", "stop_requested"]

@@ -1,8 +1,14 @@
-"""In-process evaluation with budget accounting and best-so-far tracking."""
+"""In-process evaluation with budget accounting and best-so-far tracking, and Ctrl-C as a
+request to stop long work at its next safe point."""
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import sys
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -11,7 +17,55 @@ import numpy as np
 from graphopt.errors import GraphoptError
 from graphopt.sim import BatchResult, Plan, Problem, SimResult, simulate, simulate_batch
 
-__all__ = ["LocalEvaluator", "BudgetExhausted"]
+__all__ = ["LocalEvaluator", "BudgetExhausted", "stop_on_interrupt", "stop_requested"]
+
+_stop = threading.Event()
+_active = threading.Lock()
+
+
+def stop_requested() -> bool:
+    """Whether Ctrl-C asked the work under :func:`stop_on_interrupt` to stop."""
+    return _stop.is_set()
+
+
+@contextlib.contextmanager
+def stop_on_interrupt(notice: str = "stopping at the next safe point with the best so far "
+                                    "(Ctrl-C again to abort) ...") -> Iterator[None]:
+    """Within this block the first Ctrl-C (SIGINT) only asks the work to stop: every
+    :class:`LocalEvaluator` then refuses further batches as if its budget were spent, so a
+    search ends with its best plan so far (an evaluator still admits its first batch), and
+    a trainer polls :func:`stop_requested` between whole updates. A second Ctrl-C raises ``KeyboardInterrupt`` as usual.
+
+    A raised ``KeyboardInterrupt`` would land wherever the main thread happens to be:
+    inside numba's batch simulator (where it surfaces as a ``SystemError``) or halfway
+    through an optimizer step. Nested blocks share the outer one; outside the main
+    thread (where signals cannot be handled) the block changes nothing. The request is
+    cleared when the outermost block ends.
+
+    Examples
+    --------
+    >>> with stop_on_interrupt():
+    ...     stop_requested()
+    False
+    """
+    if threading.current_thread() is not threading.main_thread() or \
+            not _active.acquire(blocking=False):
+        yield
+        return
+
+    def request(signum, frame) -> None:
+        if _stop.is_set():
+            raise KeyboardInterrupt
+        _stop.set()
+        print(f"\n{notice}", file=sys.stderr, flush=True)
+
+    previous = signal.signal(signal.SIGINT, request)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        _stop.clear()
+        _active.release()
 
 
 class _Bounds(Protocol):
@@ -92,8 +146,10 @@ class LocalEvaluator:
         return None if self.max_evals is None else max(self.max_evals - self.evals, 0)
 
     def exhausted(self) -> bool:
-        """Whether the evaluations or the seconds are spent."""
-        return (self.remaining == 0 or
+        """Whether the evaluations or the seconds are spent, or a stop was requested
+        (:func:`stop_on_interrupt`) after the first batch (so that a method always has a
+        plan to end with)."""
+        return (self.remaining == 0 or (_stop.is_set() and self.evals > 0) or
                 (self.max_seconds is not None and self.elapsed >= self.max_seconds))
 
     def fraction_spent(self) -> float:
@@ -117,6 +173,8 @@ class LocalEvaluator:
 
     def _admit(self, rows: int) -> int:
         """How many of ``rows`` plans the budget lets through; raises when none."""
+        if _stop.is_set() and self.evals:
+            raise BudgetExhausted(f"interrupted after {self.evals} evaluations")
         if self.exhausted():
             raise BudgetExhausted(f"budget spent: {self.evals} of {self.max_evals} evaluations, "
                                   f"{self.elapsed:.1f} of {self.max_seconds} s")
@@ -142,7 +200,13 @@ class LocalEvaluator:
         placements = placements[:b]
         priorities = None if priorities is None else np.atleast_2d(priorities)[:b]
         fusion = None if fusion is None else np.atleast_2d(fusion)[:b]
-        res = simulate_batch(problem or self.problem, placements, priorities, fusion)
+        try:
+            res = simulate_batch(problem or self.problem, placements, priorities, fusion)
+        except SystemError as err:
+            # Ctrl-C outside stop_on_interrupt reaches numba's dispatcher as a SystemError
+            if isinstance(err.__cause__, KeyboardInterrupt):
+                raise KeyboardInterrupt from None
+            raise
         self.evals += b
         ok = np.flatnonzero(res.valid)
         if len(ok) and (problem is None or problem is self.problem):

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import importlib
 
-from graphopt.errors import GraphoptError
+from graphopt.errors import GraphError, GraphoptError
 from graphopt.ir.generate import layered_graph, mlp_training_graph
 from graphopt.ir.graph import Graph
 
-__all__ = ["SCHEMES", "load_source", "split_source"]
+__all__ = ["MAX_EXAMPLE_OPS", "SCHEMES", "load_source", "split_source"]
+
+#: The largest ``example:layered-N``: a bound on what a typo can make us build.
+MAX_EXAMPLE_OPS = 1_000_000
 
 #: Source prefix → ``"module:function"`` building the graph from the rest of the string.
 #: The zoo is named rather than imported because it builds its graphs with the torch
@@ -54,8 +57,9 @@ def load_source(spec: str) -> Graph:
     Raises
     ------
     GraphoptError
-        An unknown example or zoo model, a malformed ``example:layered-N``, or a file
-        that does not exist or cannot be read.
+        An unknown example or zoo model, a malformed ``example:layered-N`` or N outside
+        1..:data:`MAX_EXAMPLE_OPS`, a file that does not exist or cannot be read, or a
+        file whose graph has no ops.
 
     Examples
     --------
@@ -72,6 +76,9 @@ def load_source(spec: str) -> Graph:
         except ValueError:
             raise GraphoptError(f"graph {spec!r}: expected example:layered-N with an integer N") \
                 from None
+        if not 1 <= size <= MAX_EXAMPLE_OPS:
+            raise GraphoptError(f"graph {spec!r}: N must be 1..{MAX_EXAMPLE_OPS:,} (a larger "
+                                "random graph: graphopt.ir.generate.layered_graph)")
         width = max(1, min(20, size // 10))
         return layered_graph(max(1, size // width), width, seed=0)
     if spec.startswith("example:"):
@@ -83,4 +90,7 @@ def load_source(spec: str) -> Graph:
             return getattr(importlib.import_module(module), func)(spec[len(prefix):])
     from graphopt.frontends import import_graph
 
-    return import_graph(spec)
+    graph = import_graph(spec)
+    if graph.num_nodes == 0:
+        raise GraphError(f"graph {spec}: has no ops; nothing to simulate or optimize")
+    return graph

@@ -17,9 +17,12 @@ from graphopt.errors import ClusterError
 from graphopt.hardware import topology
 from graphopt.hardware.cluster import Cluster, Device
 
-__all__ = ["cluster_from_toml", "list_presets", "load_cluster"]
+__all__ = ["MAX_DEVICES", "cluster_from_toml", "list_presets", "load_cluster"]
 
 _GB, _GIB, _T, _US = 1e9, float(2**30), 1e12, 1e-6
+
+#: The most devices a cluster file may declare: link matrices grow as its square.
+MAX_DEVICES = 1024
 
 
 def _preset_dir():
@@ -58,10 +61,14 @@ def load_cluster(spec: str) -> Cluster:
     if name.endswith(".toml"):
         if not path.is_file():
             raise ClusterError(f"cluster file {name!r} does not exist")
-        text, source = path.read_text(), str(path)
+        try:
+            text, source = path.read_text(encoding="utf-8"), str(path)
+        except (OSError, UnicodeDecodeError) as err:
+            raise ClusterError(f"cluster file {name!r}: cannot read it as UTF-8 TOML ({err})") \
+                from None
     else:
         f = _preset_dir() / f"{name}.toml"
-        if not f.is_file():
+        if not f.is_file() or name != Path(name).name or name.startswith("."):
             raise ClusterError(f"unknown cluster preset {name!r}; known presets: "
                                f"{', '.join(list_presets())} (or give a path to a .toml file)")
         text, source = f.read_text(), f"preset {name}"
@@ -69,7 +76,10 @@ def load_cluster(spec: str) -> Cluster:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise ClusterError(f"{source}: invalid TOML ({err})") from err
-    cluster = cluster_from_toml(data, source)
+    try:
+        cluster = cluster_from_toml(data, source)
+    except (TypeError, ValueError, AttributeError) as err:  # a field of the wrong type
+        raise ClusterError(f"{source}: malformed value ({err})") from None
     if count is not None:
         cluster = cluster.take(count)
     return cluster
@@ -92,6 +102,9 @@ def cluster_from_toml(data: dict, source: str = "<toml>") -> Cluster:
         raise ClusterError(f"{source}: needs at least one [[devices]] table")
     for g in groups:
         count = _get(g, "count", source, int)
+        if not 1 <= count <= MAX_DEVICES - len(devices):
+            raise ClusterError(f"{source}: [[devices]] count = {count}; expected 1..{MAX_DEVICES} "
+                               "devices in all (graphopt.hardware.presets.MAX_DEVICES)")
         prefix = g.get("prefix", "gpu")
         peaks = g.get("peak_tflops", {})
         if not isinstance(peaks, dict) or not peaks:

@@ -17,11 +17,17 @@ import numpy as np
 
 from graphopt.errors import GraphError
 
-__all__ = ["MAX_RANK", "Graph", "GraphBuilder"]
+__all__ = ["MAX_BYTES", "MAX_FLOPS", "MAX_RANK", "Graph", "GraphBuilder"]
 
 #: Output shapes are stored padded to this rank with -1; higher ranks fold their
 #: leading dimensions together (the element count is kept).
 MAX_RANK = 8
+
+#: The largest FLOPs of one op and bytes of one size field that :meth:`Graph.validate`
+#: accepts: far beyond any real kernel (a zettaFLOP, a pebibyte), so that a value this
+#: large is a corrupt or hostile file, not a model.
+MAX_FLOPS = 1e21
+MAX_BYTES = float(2**50)
 
 _NODE_FLOAT = ("flops", "bytes_read", "bytes_written", "out_bytes", "persistent_bytes", "temp_bytes")
 _NODE_STR = ("names", "op", "dtype", "module")
@@ -199,7 +205,8 @@ class Graph:
         GraphError
             On a cycle or an edge against the topological order, an edge index out of
             range, a self loop, a duplicate edge, duplicate node names, a negative or
-            non-finite size, or a shape with a zero-or-negative dimension inside its rank.
+            non-finite size, FLOPs above :data:`MAX_FLOPS` or bytes above :data:`MAX_BYTES`,
+            or a shape with a zero-or-negative dimension inside its rank.
             The message names the node (or edge) at fault.
 
         Notes
@@ -250,6 +257,15 @@ class Graph:
                          if k == "edge_bytes" else f"node {str(self.names[j])!r}")
                 raise GraphError(f"graph {g!r}: {where} has {k}={float(a[j])!r}; expected a finite "
                                  "number >= 0")
+            limit = MAX_FLOPS if k == "flops" else MAX_BYTES
+            big = np.flatnonzero(a > limit)
+            if len(big):
+                j = int(big[0])
+                where = (f"edge {str(self.names[self.src[j]])!r} -> {str(self.names[self.dst[j]])!r}"
+                         if k == "edge_bytes" else f"node {str(self.names[j])!r}")
+                raise GraphError(f"graph {g!r}: {where} has {k}={float(a[j]):.3g}, above the "
+                                 f"limit {limit:.3g} (graphopt.ir.graph.MAX_"
+                                 f"{'FLOPS' if k == 'flops' else 'BYTES'})")
         r = self.rank
         inner = self.shape[:, :] <= 0
         inner &= np.arange(MAX_RANK)[None, :] < r[:, None]

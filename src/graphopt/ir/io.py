@@ -19,8 +19,12 @@ import numpy as np
 from graphopt.errors import GraphError, GraphFormatError
 from graphopt.ir.graph import MAX_RANK, Graph
 
-__all__ = ["atomic_write", "check_header", "from_networkx", "load_graph", "save_graph",
-           "to_networkx"]
+__all__ = ["MAX_JSON_BYTES", "atomic_write", "check_header", "from_networkx", "load_graph",
+           "read_json", "save_graph", "to_networkx"]
+
+#: The largest JSON file graphopt reads (graphs, plans, profiles, policies): a bound on
+#: what an outside file can make us allocate. Raise it with $GRAPHOPT_MAX_JSON_BYTES.
+MAX_JSON_BYTES = 2**31
 
 FORMAT = "graphopt.graph"
 VERSION = 1
@@ -41,6 +45,41 @@ def atomic_write(path: str | os.PathLike, write) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def read_json(path: str | os.PathLike, error: type[Exception] = GraphFormatError) -> Any:
+    """The JSON document in ``path``, or ``error`` with one line naming the file: missing,
+    larger than :data:`MAX_JSON_BYTES` (or $GRAPHOPT_MAX_JSON_BYTES), not UTF-8, not
+    JSON, or nested too deeply for the parser.
+
+    Does not check what the document holds; its loader does.
+
+    >>> import tempfile, os
+    >>> p = os.path.join(tempfile.mkdtemp(), "deep.json")
+    >>> _ = open(p, "w").write("[" * 100000)
+    >>> read_json(p)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    graphopt.errors.GraphFormatError: ...deep.json: not valid JSON (nested too deeply)
+    """
+    path = Path(path)
+    limit = int(os.environ.get("GRAPHOPT_MAX_JSON_BYTES", MAX_JSON_BYTES))
+    try:
+        size = path.stat().st_size
+        if size > limit:
+            raise error(f"{path}: {size:,} bytes, more than the {limit:,} graphopt reads "
+                        "(raise the limit with $GRAPHOPT_MAX_JSON_BYTES)")
+        return json.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise error(f"{path}: no such file") from None
+    except OSError as err:
+        raise error(f"{path}: cannot read ({err.strerror or err})") from None
+    except UnicodeDecodeError as err:
+        raise error(f"{path}: not valid JSON (not UTF-8 text: {err.reason} at byte "
+                    f"{err.start})") from None
+    except json.JSONDecodeError as err:
+        raise error(f"{path}: not valid JSON ({err})") from None
+    except RecursionError:
+        raise error(f"{path}: not valid JSON (nested too deeply)") from None
 
 
 def _json_scalar(x: Any) -> Any:
@@ -94,11 +133,7 @@ def load_graph(path: str | os.PathLike) -> Graph:
     if not path.is_file():
         raise GraphFormatError(f"{path}: no such file")
     if path.suffix == ".json":
-        try:
-            data = json.loads(path.read_text())
-        except (UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise GraphFormatError(f"{path}: not valid JSON ({err})") from err
-        return graph_from_dict(data, source=str(path))
+        return graph_from_dict(read_json(path), source=str(path))
     try:
         with np.load(path, allow_pickle=False) as z:
             missing = [k for k in ("header", *_ARRAYS) if k not in z.files]
@@ -190,7 +225,7 @@ def graph_from_dict(data: Any, source: str = "<dict>") -> Graph:
             module=np.asarray(col("module", ""), dtype=np.str_), coloc=col("coloc", -1),
             src=e[:, 0].astype(np.int64), dst=e[:, 1].astype(np.int64), edge_bytes=e[:, 2],
         )
-    except (KeyError, TypeError, ValueError) as err:
+    except (KeyError, TypeError, ValueError, OverflowError) as err:
         raise GraphFormatError(f"{source}: malformed graph record ({type(err).__name__}: {err})") from err
     return _validated(g, source)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -10,7 +12,7 @@ from typing import Protocol
 from graphopt.errors import GraphoptError
 from graphopt.sim import Plan, Problem
 
-__all__ = ["TASKS", "Budget", "Optimizer", "compose", "register", "get_optimizer",
+__all__ = ["TASKS", "Budget", "Optimizer", "check_params", "compose", "register", "get_optimizer",
            "list_optimizers", "optimize", "parse_task"]
 
 #: What an optimizer may decide.
@@ -104,12 +106,52 @@ def get_optimizer(name: str, **kwargs) -> Optimizer:
     Raises
     ------
     GraphoptError
-        Unknown name (the message lists the known ones).
+        Unknown name (the message lists the known ones), or a hyperparameter the
+        constructor rejects or outside its field's range (see :func:`check_params`).
     """
     _load_all()
     if name not in _REGISTRY:
         raise GraphoptError(f"unknown method {name!r}; known methods: {', '.join(sorted(_REGISTRY))}")
-    return _REGISTRY[name](**kwargs)
+    try:
+        opt = _REGISTRY[name](**kwargs)
+    except (TypeError, ValueError) as err:
+        raise GraphoptError(f"method {name}: {err}") from None
+    check_params(opt)
+    return opt
+
+
+def check_params(opt: object) -> None:
+    """Reject a method's hyperparameters that are out of range: every number must be
+    finite, and a field whose metadata sets ``"min"`` (inclusive), ``"gt"`` (exclusive)
+    or ``"choices"`` must respect it.
+
+    Raises
+    ------
+    GraphoptError
+        Naming ``METHOD.FIELD``, the value and the range.
+
+    Examples
+    --------
+    >>> from graphopt.optim.search.annealing import SimulatedAnnealing
+    >>> check_params(SimulatedAnnealing(chains=0))
+    Traceback (most recent call last):
+    graphopt.errors.GraphoptError: sa.chains=0: expected >= 1
+    """
+    if not dataclasses.is_dataclass(opt):
+        return
+    for f in dataclasses.fields(opt):
+        v = getattr(opt, f.name)
+        where = f"{getattr(opt, 'name', type(opt).__name__)}.{f.name}={v!r}"
+        if "choices" in f.metadata and v not in f.metadata["choices"]:
+            raise GraphoptError(f"{where}: expected one of {', '.join(map(str, f.metadata['choices']))}")
+        if not isinstance(v, (int, float)) or isinstance(v, bool):
+            continue
+        if not math.isfinite(v):
+            raise GraphoptError(f"{where}: expected a finite number")
+        if "min" in f.metadata and v < f.metadata["min"]:
+            raise GraphoptError(f"{where}: expected >= {f.metadata['min']}")
+        if "gt" in f.metadata and v <= f.metadata["gt"]:
+            raise GraphoptError(f"{where}: expected > {f.metadata['gt']}")
 
 
 def parse_task(task: str | frozenset[str] | set[str]) -> frozenset[str]:

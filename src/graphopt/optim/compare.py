@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from graphopt.dist.local import BudgetExhausted, stop_on_interrupt, stop_requested
 from graphopt.ir.io import atomic_write
 from graphopt.optim.base import Budget, optimize, parse_task
 from graphopt.sim import Plan, Problem, SimResult, simulate
@@ -59,6 +60,9 @@ def compare(problem: Problem, methods: list[str], task: str = "placement",
     ``on_start(method)`` is called before each method (for progress display);
     ``params[method]``, when given, are that method's constructor arguments.
 
+    Ctrl-C ends the running method with its best plan so far (its stats say
+    ``interrupted``) and skips the methods after it: the results hold what was done.
+
     >>> from graphopt.hardware import load_cluster
     >>> from graphopt.ir.generate import mlp_training_graph
     >>> prob = Problem(mlp_training_graph(), load_cluster("dgx1-v100:2"))
@@ -70,12 +74,21 @@ def compare(problem: Problem, methods: list[str], task: str = "placement",
     if init:
         start, _ = optimize(problem, init, "placement", budget, seed)
     out = []
-    for m in methods:
-        if on_start:
-            on_start(m)
-        plan, stats = optimize(problem, m, tasks, budget, seed, init=start,
-                               **(params or {}).get(m, {}))
-        out.append(MethodResult(m, plan, simulate(problem, plan, timeline=True), stats))
+    with stop_on_interrupt():
+        for m in methods:
+            if on_start:
+                on_start(m)
+            try:
+                plan, stats = optimize(problem, m, tasks, budget, seed, init=start,
+                                       **(params or {}).get(m, {}))
+            except BudgetExhausted:
+                if stop_requested():  # stopped before the method had any plan
+                    break
+                raise
+            stats["interrupted"] = stats.get("interrupted", False) or stop_requested()
+            out.append(MethodResult(m, plan, simulate(problem, plan, timeline=True), stats))
+            if stop_requested():
+                break
     return out
 
 

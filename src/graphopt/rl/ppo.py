@@ -19,7 +19,10 @@ global gradient clipping and Adam.
 
 With several graphs (pre-training), each update takes the next graph in turn.
 ``train`` checkpoints (safetensors + JSON) every ``checkpoint_every`` updates and when
-it stops; called again with the same folder and config it resumes where it stopped,
+it stops, always between whole updates: Ctrl-C ends the run at the next boundary (the
+update under way finishes, or is undone when its batch was not yet simulated; a second
+Ctrl-C abandons it and keeps the last checkpoint). Called again with
+the same folder and config it resumes where it stopped,
 drawing what an uninterrupted run would have drawn, and it writes a CSV log (one row
 per update, metrics grouped as CleanRL does: ``charts/...`` step time over the lower
 bound, valid fraction, learning rate, plans simulated per second; ``losses/...`` loss,
@@ -36,7 +39,7 @@ import torch
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from torch import Tensor
 
-from graphopt.dist.local import BudgetExhausted, LocalEvaluator
+from graphopt.dist.local import BudgetExhausted, LocalEvaluator, stop_on_interrupt, stop_requested
 from graphopt.nn import GOPolicy
 from graphopt.rl.checkpoint import load_checkpoint, save_checkpoint
 from graphopt.rl.config import PPOConfig
@@ -140,14 +143,15 @@ def train(policy: GOPolicy, envs: list[GOEnv], cfg: PPOConfig, *, seed: int,
         write_log(state["log"], f"{checkpoint_dir}/log.csv")
         _plot(state, envs, f"{checkpoint_dir}/curve.png", label)
 
-    interrupted = False
+    interrupted, torn = False, False
     columns = (TextColumn(label), BarColumn(), TextColumn("{task.completed:,.0f}/{task.total:,.0f}"),
                TextColumn("{task.fields[info]}"), TimeElapsedColumn())
     total = evals if evals is not None else (updates if updates is not None else seconds)
-    with Progress(*columns, disable=not progress, transient=True) as bar:
+    with Progress(*columns, disable=not progress, transient=True) as bar, stop_on_interrupt():
         task = bar.add_task("train", total=total, info="")
         try:
             while not done():
+                torn, drawn = True, generator.get_state()  # torn until the bookkeeping
                 i = state["update"] % len(envs)
                 env, rec = envs[i], records[i]
                 k = cfg.num_samples if ev.remaining is None else min(cfg.num_samples, ev.remaining)
@@ -217,13 +221,16 @@ def train(policy: GOPolicy, envs: list[GOEnv], cfg: PPOConfig, *, seed: int,
                     state["update"] if updates is not None else ev.elapsed),
                     info=f"{env.problem.graph.name}: best {rec.best_time * 1e3:.2f} ms"
                     if rec.best else "")
+                torn = False
                 if checkpoint_dir and state["update"] % checkpoint_every == 0:
                     checkpoint()
-        except BudgetExhausted:  # the seconds ran out between the check and the batch
-            pass
+        except BudgetExhausted:  # the seconds ran out, or Ctrl-C, before the batch
+            generator.set_state(drawn)  # the update never happened: undo its sampling
+            torn = False
         except KeyboardInterrupt:
             interrupted = True
-    if checkpoint_dir is not None:
+        interrupted = interrupted or stop_requested()
+    if checkpoint_dir is not None and not torn:
         checkpoint()
     return {"best": [(Plan.from_dict(r.best), r.best_time) if r.best is not None else None
                      for r in records],

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from graphopt.errors import PlanError
-from graphopt.ir.io import atomic_write, check_header
+from graphopt.ir.io import atomic_write, check_header, read_json
 
 __all__ = ["Plan"]
 
@@ -126,11 +126,4 @@ class Plan:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Plan:
-        path = Path(path)
-        if not path.is_file():
-            raise PlanError(f"{path}: no such plan file")
-        try:
-            data = json.loads(path.read_text())
-        except (UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise PlanError(f"{path}: not valid JSON ({err})") from err
-        return cls.from_dict(data, source=str(path))
+        return cls.from_dict(read_json(path, PlanError), source=str(path))

@@ -123,7 +123,7 @@ class GO:
         "help": "Folder of a saved policy (None: the one shipped in the package)."})
     samples: int = field(default=16, metadata={
         "help": "Plans simulated: the most likely one and ``samples − 1`` drawn from the policy."})
-    units: str = field(default="groups", metadata={
+    units: str = field(default="groups", metadata={"choices": ("groups", "ops"),
         "help": "The policy's nodes: ``groups`` (colocation groups) or ``ops``."})
     threads: int = field(default=1, metadata={"help": "torch CPU threads."})
 
@@ -177,7 +177,7 @@ class GOOne:
     ent_coef: float = _ppo_field("ent_coef")
     dim: int = field(default=GOPolicyConfig.dim, metadata={
         "help": "Width of the fresh policy (go-one only; a loaded policy keeps its own)."})
-    units: str = field(default="groups", metadata={
+    units: str = field(default="groups", metadata={"choices": ("groups", "ops"),
         "help": "The policy's nodes: ``groups`` (colocation groups) or ``ops``."})
     threads: int = field(default=1, metadata={"help": "torch CPU threads."})
     checkpoint_dir: str | None = field(default=None, metadata={

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from graphopt.dist.local import LocalEvaluator
+from graphopt.dist.local import LocalEvaluator, stop_requested
 from graphopt.optim.base import compose
 from graphopt.optim.heuristics._common import units
 from graphopt.optim.heuristics.schedulers import critical_path
@@ -377,6 +377,7 @@ class SearchSpace:
 
         stats = {"evals": ev.evals, "seconds": ev.elapsed, "step_time": finite(ev.best_time),
                  "initial_step_time": self.initial_step_time, "initial_valid": self.initial_valid,
-                 "valid": ev.best_plan is not None, "interrupted": interrupted,
+                 "valid": ev.best_plan is not None,
+                 "interrupted": interrupted or stop_requested(),
                  "history": [[e, s, finite(t)] for e, s, t in ev.history], **extra}
         return plan, stats

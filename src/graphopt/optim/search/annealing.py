@@ -56,15 +56,15 @@ class SimulatedAnnealing:
     Science 220, 1983.
     """
 
-    chains: int = field(default=16, metadata={
+    chains: int = field(default=16, metadata={"min": 1,
         "help": "Markov chains run side by side; one proposal each per simulated batch."})
-    alpha: float = field(default=1.2, metadata={
+    alpha: float = field(default=1.2, metadata={"gt": 0,
         "help": "FlexFlow's α: a proposal Δ slower (relative) is accepted with probability exp(−α·Δ/T)."})
-    initial_temperature: float = field(default=0.02, metadata={
+    initial_temperature: float = field(default=0.02, metadata={"gt": 0,
         "help": "Temperature T at the start (relative Δ: a 1% slower proposal passes w.p. exp(−0.6))."})
-    final_temperature: float = field(default=0.001, metadata={
+    final_temperature: float = field(default=0.001, metadata={"gt": 0,
         "help": "Temperature at the end of the budget; equal to the initial one: FlexFlow's fixed T."})
-    reset_every: int = field(default=50, metadata={
+    reset_every: int = field(default=50, metadata={"min": 1,
         "help": "Rounds between restarts of every chain from the best plan seen."})
 
     def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,

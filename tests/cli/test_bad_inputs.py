@@ -1,0 +1,109 @@
+"""Issue 13: every bad input prints one line naming what is wrong and exits 2; no
+traceback, no silent acceptance, no work before an unusable output path is refused.
+
+One table: the next case is one line. ``{d}`` is a folder of bad files made once.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from graphopt.cli import app
+from graphopt.ir.generate import mlp_training_graph
+from graphopt.ir.io import graph_to_dict
+
+runner = CliRunner()
+PRESET = Path(__file__).parents[2] / "src/graphopt/hardware/presets/dgx1-v100.toml"
+
+
+@pytest.fixture(scope="module")
+def d(tmp_path_factory):
+    d = tmp_path_factory.mktemp("bad")
+    (d / "file").write_text("x")
+    deep = "[" * 100_000 + "]" * 100_000
+    (d / "deep.json").write_text('{"format": "graphopt.graph", "version": 1, "nodes": '
+                                 f'{deep}, "edges": []}}')
+    (d / "deep_plan.json").write_text(deep)
+    (d / "deep_profile.json").write_text(deep)
+    g = graph_to_dict(mlp_training_graph(layers=1, hidden=8, batch=2))
+
+    def graph(name, **node):
+        h = json.loads(json.dumps(g))
+        h["nodes"][0].update(node)
+        (d / name).write_text(json.dumps(h))
+    graph("shape_1e30.json", shape=[10**30])
+    graph("flops_1e308.json", flops=1e308)
+    graph("bytes_1e20.json", out_bytes=1e20)
+    (d / "empty.json").write_text(json.dumps({**g, "nodes": [], "edges": []}))
+    base = PRESET.read_text()
+    for name, old, new in [("count_50000", "count = 8", "count = 50000"),
+                           ("count_0", "count = 8", "count = 0"),
+                           ("count_str", "count = 8", 'count = "many"'),
+                           ("peak_str", "peak_tflops = {", 'peak_tflops = {x = "a", '),
+                           ("latency_list", "latency_us =", "latency_us = [1] #")]:
+        assert old in base
+        (d / f"{name}.toml").write_text(base.replace(old, new, 1))
+    (d / "latin1.toml").write_bytes(b"\xff\xfe" + base.encode())
+    return d
+
+
+CASES = [
+    # files from outside: nesting, sizes, encodings, types
+    ("info {d}/deep.json", "nested too deeply"),
+    ("simulate example:mlp --plan {d}/deep_plan.json", "nested too deeply"),
+    ("simulate example:mlp -c cpu:1 --profile {d}/deep_profile.json", "nested too deeply"),
+    ("info {d}/shape_1e30.json", "malformed graph record"),
+    ("simulate {d}/flops_1e308.json", "MAX_FLOPS"),
+    ("simulate {d}/bytes_1e20.json", "MAX_BYTES"),
+    ("simulate {d}/empty.json", "has no ops"),
+    ("simulate example:mlp -c {d}/count_50000.toml", "MAX_DEVICES"),
+    ("simulate example:mlp -c {d}/count_0.toml", "count = 0"),
+    ("simulate example:mlp -c {d}/count_str.toml", "'count'"),
+    ("simulate example:mlp -c {d}/peak_str.toml", "malformed value"),
+    ("simulate example:mlp -c {d}/latency_list.toml", "'latency_us'"),
+    ("simulate example:mlp -c {d}/latin1.toml", "UTF-8"),
+    ("simulate example:mlp -c ../../x:2", "unknown cluster preset"),
+    # built-in graphs with bounds
+    ("info example:layered-0", "1..1,000,000"),
+    ("info example:layered--5", "1..1,000,000"),
+    ("info example:layered-100000000000", "1..1,000,000"),
+    # options
+    ("optimize example:mlp --methods , --budget 10", "no method named"),
+    ("optimize example:mlp --methods sa --budget 10 --seed -1", "--seed"),
+    ("optimize example:mlp --methods go -p go.units=foo", "go.units='foo'"),
+    ("optimize example:mlp --methods sa -p sa.chains=0", "sa.chains=0"),
+    ("optimize example:mlp --methods sa -p sa.chains=-4", "sa.chains=-4"),
+    ("optimize example:mlp --methods sa -p sa.reset_every=0", "sa.reset_every=0"),
+    ("optimize example:mlp --methods sa -p sa.alpha=nan", "finite"),
+    ("optimize example:mlp --methods sa -p sa.initial_temperature=-1", "expected > 0"),
+    ("profile example:mlp -o {d}/p.json --device bogus", "device 'bogus'"),
+    ("train --seed -1 --updates 1 --out {d}/t", "--seed"),
+    # output paths, refused before any work
+    ("import {d}/file -o {d}", "--output"),
+    ("simulate example:mlp --json {d}", "--json"),
+    ("simulate example:mlp --trace {d}/file/x.json", "is a file, not a folder"),
+    ("simulate example:mlp --gantt {d}/" + "x" * 300 + ".png", "exceeds"),
+    ("optimize example:mlp --methods single --out {d}/file", "--out"),
+    ("demo --out {d}/file", "--out"),
+    ("train --out {d}/file --updates 1", "--out"),
+    ("profile example:mlp -o {d}", "--output"),
+    ("zoo build rnnlm-2 -o {d}", "--out"),
+]
+
+
+@pytest.mark.parametrize("args, needle", CASES, ids=[c[0][:60] for c in CASES])
+def test_bad_input_is_one_line_and_exit_2(d, args, needle):
+    r = runner.invoke(app, args.format(d=d).split())
+    assert r.exit_code == 2, r.output + repr(r.exception)
+    assert needle in r.output and "Traceback" not in r.output
+
+
+def test_profile_on_cuda_without_it_is_one_line():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is here")
+    r = runner.invoke(app, ["profile", "example:mlp", "-o", "p.json", "--device", "cuda"])
+    assert r.exit_code == 2 and "device 'cuda'" in r.output
