@@ -9,7 +9,7 @@ from safetensors.torch import load_file
 
 from graphopt.costmodel.data import CostModelError
 from graphopt.costmodel.metrics import kendall_tau
-from graphopt.costmodel.train import TrainConfig, _model_from, evaluate, load_run, rank, score_graph, train
+from graphopt.costmodel.trainer import TrainConfig, _model_from, evaluate, load_run, rank, score_graph, train
 from graphopt.rl.checkpoint import CheckpointError
 from tests.conftest import real_tpugraphs
 from tests.costmodel.conftest import write_layout, write_tile
@@ -35,7 +35,7 @@ def _cfg(data, out, **kw):
 def test_training_learns_a_rule(tile_dir, tmp_path):
     run = train(_cfg(tile_dir, tmp_path / "runs", epochs=25))
     meta, model, norm, _ = load_run(run)
-    from graphopt.costmodel.train import _prepare
+    from graphopt.costmodel.trainer import _prepare
 
     test = _prepare(meta, norm, None)
     torch.manual_seed(0)

@@ -24,7 +24,7 @@ def costmodel_train(**options) -> None:
 
     Example: graphopt costmodel train --data npz/tile/xla --epochs 20
     """
-    from graphopt.costmodel.train import evaluate, train
+    from graphopt.costmodel.trainer import evaluate, train
 
     try:
         run = train(TrainConfig(**options))
@@ -59,7 +59,7 @@ def costmodel_eval(
 
     Example: graphopt costmodel eval runs/costmodel/tile__tile_sage__0__1700000000
     """
-    from graphopt.costmodel.train import evaluate
+    from graphopt.costmodel.trainer import evaluate
     from graphopt.ir.io import atomic_write
 
     try:
@@ -83,7 +83,7 @@ def costmodel_rank(
 
     Example: graphopt costmodel rank runs/costmodel/RUN npz/tile/xla/test/x.npz --top 5
     """
-    from graphopt.costmodel.train import rank
+    from graphopt.costmodel.trainer import rank
 
     try:
         res = rank(run, graph, top)

@@ -55,5 +55,5 @@ __getattr__ = lazy_exports(__name__, {
     "graphopt.costmodel.models": ("MODELS", "ConfigAttention", "CostModel", "LayoutGCN", "TileSAGE",
                                   "build_model"),
     "graphopt.costmodel.config": ("TrainConfig",),
-    "graphopt.costmodel.train": ("evaluate", "load_run", "rank", "train"),
+    "graphopt.costmodel.trainer": ("evaluate", "load_run", "rank", "train"),
 })
