@@ -222,7 +222,9 @@ def test_calibration_writes_a_cluster_file_the_simulator_loads(tmp_path):
 
     cal = calibrate(2, chain_ops=20, steps=2)
     assert cal.latency > 0 and cal.bandwidth > 0 and cal.dispatch >= 0 and cal.matmul_flops > 0
+    assert cal.shared_slowdown >= 1
     cluster = load_cluster(str(cal.save(tmp_path / "cluster.toml")))
+    assert cluster.devices[1].shared_slowdown == pytest.approx(cal.shared_slowdown, rel=1e-4)
     assert cluster.num_devices == 2 and cluster.devices[0].kind == DEVICE_KIND
     assert cluster.devices[0].dispatch_overhead == pytest.approx(cal.dispatch, rel=1e-4)
     assert cluster.latency[0, 1] == pytest.approx(cal.latency, rel=1e-4)

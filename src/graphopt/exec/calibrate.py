@@ -10,7 +10,11 @@ their cores), never fitted to the plans a benchmark reports:
 - dispatch: the engine's own cost per op outside the op (its ready queue, its
   bookkeeping), from a chain of tiny ops on one worker: (step - sum of op times) / ops;
 - compute: each op of a program timed on one worker as the engine runs it, kept as a
-  :class:`~graphopt.cost.profile.Profile` by op signature.
+  :class:`~graphopt.cost.profile.Profile` by op signature;
+- sharing: the workers share this machine's caches, memory bandwidth and (with more
+  workers than cores) cores, so an op may run slower while the others compute too:
+  independent chains of small ops, all on one worker, then one per worker at once; the
+  cluster's ``shared_slowdown`` is the median op's time together over its time alone.
 """
 
 from __future__ import annotations
@@ -22,6 +26,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+import scipy.sparse
+import scipy.sparse.csgraph
 import torch
 
 from graphopt.cost.profile import Profile, _signatures
@@ -30,6 +37,7 @@ from graphopt.exec.program import compile_program
 from graphopt.exec.workers import CPUWorkers, _cores
 from graphopt.frontends.torch import TracedProgram, trace_program
 from graphopt.ir.io import atomic_write
+from graphopt.sim.plan import Plan
 
 __all__ = ["DEVICE_KIND", "Calibration", "calibrate", "profile_program"]
 
@@ -50,6 +58,7 @@ class Calibration:
     matmul_flops: float
     copy_bandwidth: float
     pingpong: dict[int, float]
+    shared_slowdown: float = 1.0
 
     def to_toml(self) -> str:
         """A cluster file :func:`graphopt.hardware.load_cluster` reads."""
@@ -62,7 +71,8 @@ class Calibration:
             "sources = [",
             f'  "graphopt calibrate, {datetime.date.today().isoformat()}: ping-pong between two '
             f'workers ({sizes}); dispatch from a chain of tiny ops on one worker; a float32 '
-            'matmul and a copy for ops without a measured profile",',
+            'matmul and a copy for ops without a measured profile; shared_slowdown from '
+            'chains of small ops, on one worker, then one per worker at once",',
             "]",
             "",
             "[[devices]]",
@@ -75,6 +85,7 @@ class Calibration:
             f"memory_gib = {mem:.6g}",
             "launch_overhead_us = 0",
             f"dispatch_overhead_us = {self.dispatch * 1e6:.6g}",
+            f"shared_slowdown = {self.shared_slowdown:.6g}",
             "",
             "[topology]",
             'type = "all_to_all"',
@@ -100,6 +111,57 @@ class _Chain(torch.nn.Module):
         for _ in range(self.ops):
             x = x + 1
         return x
+
+
+class _Chains(torch.nn.Module):
+    """Independent chains of about ``ops`` ops each, in stages ``sigmoid(x @ w + b) * x``:
+    the kinds and sizes of a small recurrent model's ops (a matrix product and three
+    elementwise ops on a 64 x 256 batch)."""
+
+    def __init__(self, chains: int, ops: int, width: int = 256):
+        super().__init__()
+        self.stages = max(1, ops // 4)
+        self.w = torch.nn.ParameterList(torch.randn(width, width) / width**0.5
+                                        for _ in range(chains))
+        self.b = torch.nn.ParameterList(torch.randn(width) for _ in range(chains))
+
+    def forward(self, *xs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        out = []
+        for w, b, x in zip(self.w, self.b, xs):
+            for _ in range(self.stages):
+                x = torch.sigmoid(x @ w + b) * x
+            out.append(x)
+        return tuple(out)
+
+
+def _shared_slowdown(pool: CPUWorkers, ops: int, rounds: int) -> float:
+    """How much slower an op runs while every worker of ``pool`` computes than while
+    one computes alone: one chain per worker, run all on worker 0, then each on its own
+    worker at once; per round, the median over ops of its time together over alone;
+    the median over rounds. Alone and together alternate, so that a load from outside
+    that comes and goes weighs on both. A figure below 1 is noise (the workers never
+    help each other): 1."""
+    devices = pool.devices
+    traced = trace_program(_Chains(devices, ops).eval(),
+                           tuple(torch.randn(64, 256) for _ in range(devices)), training=False)
+    graph = traced.graph
+    n = graph.num_nodes
+    edges = scipy.sparse.coo_matrix((np.ones(graph.num_edges), (graph.src, graph.dst)), (n, n))
+    _, chain = scipy.sparse.csgraph.connected_components(edges, directed=False)
+    programs = [compile_program(traced, Plan(placement=p), devices)
+                for p in (np.zeros(n, int), chain)]
+    ratios = []
+    for _ in range(rounds):
+        times = []
+        for prog in programs:
+            pool.load(prog)
+            pool.step(0)  # warms the allocator and the op cache
+            _, events = pool.step(1)
+            times.append({name: end - start for dev in events
+                          for kind, name, start, end, _ in dev if kind == "op"})
+        alone, together = times
+        ratios.append(statistics.median(together[k] / alone[k] for k in alone if alone[k] > 0))
+    return max(1.0, statistics.median(ratios))
 
 
 def _fit_link(pingpong: dict[int, float]) -> tuple[float, float]:
@@ -133,7 +195,9 @@ def _rates(threads: int) -> tuple[float, float]:
 
 def calibrate(devices: int = 2, timeout: float = 120.0, chain_ops: int = 300,
               steps: int = 7) -> Calibration:
-    """Measure ``devices`` CPU workers of this machine.
+    """Measure ``devices`` CPU workers of this machine: links, the engine's dispatch,
+    compute rates, and how much the workers slow each other down (the module's
+    docstring says how). ``chain_ops`` is the length of each measured chain of ops.
 
     Examples
     --------
@@ -153,11 +217,12 @@ def calibrate(devices: int = 2, timeout: float = 120.0, chain_ops: int = 300,
             span = [e for e in events[0] if e[0] == "step"][0]
             if step:  # the first step warms the allocator and the op cache
                 per_op.append((span[3] - span[2] - sum(e[3] - e[2] for e in ops)) / len(ops))
+        slowdown = _shared_slowdown(pool, chain_ops, steps) if devices > 1 else 1.0
     latency, bandwidth = _fit_link(pingpong) if pingpong else (0.0, float("inf"))
     threads = len(_cores(devices)[0])
     flops, copy = _rates(threads)
     return Calibration(devices, threads, latency, bandwidth, statistics.median(per_op), flops, copy,
-                       pingpong)
+                       pingpong, slowdown)
 
 
 def profile_program(traced: TracedProgram, devices: int = 2, steps: int = 5,

@@ -41,6 +41,15 @@ class Device:
     dispatch_overhead : float
         Seconds the host pays to issue any op, a view included, before its kernel: the
         Python and dispatcher cost of an eager framework (0 for a compiled program).
+    host : str
+        Devices with the same non-empty ``host`` share one machine's cores and memory
+        bandwidth, and slow each other down while they compute (``shared_slowdown``);
+        ``""``: the device shares nothing.
+    shared_slowdown : float
+        How much slower each kernel runs while every device of its host computes at
+        once than while it computes alone (>= 1; 1: no slowdown). With k of a host's
+        c devices busy, each runs at speed ``1 / (1 + (shared_slowdown - 1) * (k - 1)
+        / (c - 1))``.
     """
 
     name: str
@@ -51,6 +60,8 @@ class Device:
     memory: float
     launch_overhead: float = 5e-6
     dispatch_overhead: float = 0.0
+    host: str = ""
+    shared_slowdown: float = 1.0
 
     def matrix_flops(self, dtype: str) -> float:
         """Peak matrix FLOP/s for ``dtype``; falls back to float32, then to the vector peak."""
@@ -123,6 +134,16 @@ class Cluster:
             if not x.launch_overhead >= 0:
                 raise ClusterError(f"cluster {self.name!r}: device {x.name!r} has "
                                    f"launch_overhead={x.launch_overhead!r}; expected >= 0")
+            if not 1.0 <= x.shared_slowdown < np.inf:
+                raise ClusterError(f"cluster {self.name!r}: device {x.name!r} has "
+                                   f"shared_slowdown={x.shared_slowdown!r}; expected a finite "
+                                   "number >= 1")
+        slowdowns: dict[str, float] = {}
+        for x in self.devices:
+            if x.host and slowdowns.setdefault(x.host, x.shared_slowdown) != x.shared_slowdown:
+                raise ClusterError(f"cluster {self.name!r}: devices of host {x.host!r} have "
+                                   f"shared_slowdown {slowdowns[x.host]!r} and "
+                                   f"{x.shared_slowdown!r}; expected one value per host")
 
     @property
     def num_devices(self) -> int:
@@ -163,7 +184,8 @@ class Cluster:
             "devices": [{"name": d.name, "kind": d.kind, "peak_flops": d.peak_flops,
                          "vector_flops": d.vector_flops, "mem_bw": d.mem_bw, "memory": d.memory,
                          "launch_overhead": d.launch_overhead,
-                         "dispatch_overhead": d.dispatch_overhead} for d in self.devices],
+                         "dispatch_overhead": d.dispatch_overhead, "host": d.host,
+                         "shared_slowdown": d.shared_slowdown} for d in self.devices],
             "bandwidth": np.where(np.isinf(self.bandwidth), 0, self.bandwidth).tolist(),
             "latency": self.latency.tolist(),
         }

@@ -100,11 +100,15 @@ def cluster_from_toml(data: dict, source: str = "<toml>") -> Cluster:
     groups = data.get("devices")
     if not isinstance(groups, list) or not groups:
         raise ClusterError(f"{source}: needs at least one [[devices]] table")
-    for g in groups:
+    for table, g in enumerate(groups):
         count = _get(g, "count", source, int)
         if not 1 <= count <= MAX_DEVICES - len(devices):
             raise ClusterError(f"{source}: [[devices]] count = {count}; expected 1..{MAX_DEVICES} "
                                "devices in all (graphopt.hardware.presets.MAX_DEVICES)")
+        slowdown = _get(g, "shared_slowdown", source) if "shared_slowdown" in g else 1.0
+        if not 1.0 <= slowdown < np.inf:
+            raise ClusterError(f"{source}: [[devices]] {g.get('kind')!r}: key 'shared_slowdown' "
+                               f"= {slowdown!r}; expected a finite number >= 1")
         prefix = g.get("prefix", "gpu")
         peaks = g.get("peak_tflops", {})
         if not isinstance(peaks, dict) or not peaks:
@@ -118,7 +122,9 @@ def cluster_from_toml(data: dict, source: str = "<toml>") -> Cluster:
                 mem_bw=_get(g, "mem_gbps", source) * _GB,
                 memory=_get(g, "memory_gib", source) * _GIB,
                 launch_overhead=float(g.get("launch_overhead_us", 5.0)) * _US,
-                dispatch_overhead=float(g.get("dispatch_overhead_us", 0.0)) * _US))
+                dispatch_overhead=float(g.get("dispatch_overhead_us", 0.0)) * _US,
+                # one table, one host: its shared_slowdown applies among its devices
+                host=f"devices[{table}]", shared_slowdown=slowdown))
     n = len(devices)
     t = data.get("topology", {})
     kind = t.get("type")

@@ -230,8 +230,52 @@ def kernel_costs(group, dev, prio, fused, time, flop_t, mem_t, launch, spb, cls,
 
 
 @_jit()
+def _share_host(t, host, slope, dev_busy, cur, rem, ref, fac, fresh, newpos, nbusy, end, new_t,
+                new_id, nnew, run_t, run_id, nrun):
+    """Processor sharing among devices of one host, at time ``t`` once every kernel that
+    starts at ``t`` has started: each busy device runs its kernel ``fac = 1 + slope *
+    (busy devices of its host - 1)`` times slower than alone. A kernel that started now
+    gets its end time; one whose factor changed has its remaining work (``rem``,
+    full-speed seconds as of ``ref``) advanced at the old factor, and its event moved
+    from the list of what runs to the list of what starts. Returns ``(nnew, nrun)``."""
+    D = host.shape[0]
+    for h in range(D):
+        nbusy[h] = 0
+    for d in range(D):
+        if dev_busy[d]:
+            nbusy[host[d]] += 1
+    for d in range(D):
+        if not dev_busy[d]:
+            continue
+        f = 1.0 + slope[d] * (nbusy[host[d]] - 1)
+        k = cur[d]
+        if fresh[d]:
+            fresh[d] = False
+            fac[d] = f
+            end[k] = t + rem[d] * f
+            new_t[newpos[d]] = end[k]
+        elif f != fac[d]:
+            rem[d] = max(rem[d] - (t - ref[d]) / fac[d], 0.0)
+            ref[d] = t
+            fac[d] = f
+            end[k] = t + rem[d] * f
+            found = 0
+            while run_id[found] != k:
+                found += 1
+            for q in range(found, nrun - 1):
+                run_t[q] = run_t[q + 1]
+                run_id[q] = run_id[q + 1]
+            nrun -= 1
+            new_t[nnew] = end[k]
+            new_id[nnew] = k
+            nnew += 1
+    return nnew, nrun
+
+
+@_jit()
 def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
-        pred_ptr, pred_idx, succ_ptr, succ_idx, succ_bytes, bw, lat, ndev, ws):
+        pred_ptr, pred_idx, succ_ptr, succ_idx, succ_bytes, bw, lat, ndev, shared, host, slope,
+        ws):
     """Simulate one plan. Kernels are the nodes with ``group[i] == i``.
 
     Parameters (N nodes, E edges, D devices)
@@ -247,6 +291,11 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
     pred_ptr, pred_idx : CSR     node predecessors
     succ_ptr, succ_idx, succ_bytes : CSR   node successors and the bytes each edge carries
     bw, lat : float64 (D, D)     link bandwidth (bytes/s) and latency (s)
+    shared : bool                some devices share a host and slow each other down
+                                 (:func:`_share_host`); False skips all of that
+    host : int64 (D,)            each device's host
+    slope : float64 (D,)         how much longer a kernel takes per other busy device of
+                                 its host: ``(shared_slowdown - 1) / (host's devices - 1)``
     ws : :func:`workspace`
 
     Returns
@@ -324,6 +373,15 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
     ndl = 0
     nll = 0
     nnew = 0
+    # per device, for hosts shared: its kernel, full-speed seconds of work left as of a
+    # time, the factor it runs slower by, whether it started at this instant, and where
+    cur = np.empty(D, np.int64)
+    rem = np.empty(D)
+    ref = np.empty(D)
+    fac = np.ones(D)
+    fresh = np.zeros(D, np.bool_)
+    newpos = np.empty(D, np.int64)
+    nbusy = np.empty(D, np.int64)
 
     for k in range(n):
         if group[k] == k and pending[k] == 0:
@@ -357,6 +415,12 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
                 dev_busy[d] = True
                 new_t[nnew] = end[k]
                 new_id[nnew] = k
+                if shared:
+                    cur[d] = k
+                    rem[d] = kdur[k]
+                    ref[d] = t
+                    fresh[d] = True
+                    newpos[d] = nnew
                 nnew += 1
                 mem[d] += kout[k] + ktemp[k]
                 if mem[d] > peak[d]:
@@ -384,6 +448,9 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
                     peak[b] = mem[b]
                 moved += tr_bytes[tr]
         nll = 0
+        if shared:
+            nnew, nrun = _share_host(t, host, slope, dev_busy, cur, rem, ref, fac, fresh, newpos,
+                                     nbusy, end, new_t, new_id, nnew, run_t, run_id, nrun)
         # insert what started (it ends after most of what runs: a short walk and no
         # search for the next event, which is last)
         for e in range(nnew):
@@ -416,7 +483,7 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
                 k = x
                 d = dev[k]
                 dev_busy[d] = False
-                busy[d] += kdur[k]
+                busy[d] += end[k] - start[k] if shared else kdur[k]
                 mem[d] -= ktemp[k]
                 if not dirty_dev[d]:
                     dirty_dev[d] = True
@@ -546,7 +613,8 @@ _scratch = threading.local()
 
 def evaluate(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ_ptr, succ_idx,
              succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes, temp_bytes,
-             persistent, coloc, capacity, bw, lat, cand, single_eb, max_fuse):
+             persistent, coloc, capacity, bw, lat, cand, single_eb, max_fuse, shared, host,
+             slope):
     """:func:`evaluate_in` in this thread's work arrays.
 
     Its result depends on its arguments alone (the engine writes every work array before
@@ -560,13 +628,14 @@ def evaluate(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ
     return evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ_ptr,
                        succ_idx, succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes,
                        temp_bytes, persistent, coloc, capacity, bw, lat, cand, single_eb,
-                       max_fuse, _scratch.ws)
+                       max_fuse, shared, host, slope, _scratch.ws)
 
 
 @_jit()
 def evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ_ptr,
                 succ_idx, succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes,
-                temp_bytes, persistent, coloc, capacity, bw, lat, cand, single_eb, max_fuse, ws):
+                temp_bytes, persistent, coloc, capacity, bw, lat, cand, single_eb, max_fuse, shared,
+                host, slope, ws):
     """Fuse, cost the kernels, run, check validity, in the work arrays ``ws``.
     ``fusion_mode``: 0 none, 1 the compiler's default, 2 by ``fprio``. Returns ``(run's
     result, group, number of kernels, validity code, device or colocation group at
@@ -584,7 +653,7 @@ def evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, s
                                                     mem_t, launch, spb, cls, temp_bytes,
                                                     single_eb, cand, ws)
     res = run(group, place, kdur, out_bytes, ktemp, kprio, use_fifo, mhead, mnext, pred_ptr,
-              pred_idx, succ_ptr, succ_idx, succ_bytes, bw, lat, ndev, ws)
+              pred_idx, succ_ptr, succ_idx, succ_bytes, bw, lat, ndev, shared, host, slope, ws)
     nk = 0
     ngroups = 0
     peak = res[1]
@@ -615,7 +684,8 @@ def evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, s
 @_jit(parallel=True)
 def evaluate_batch(places, prios, fifo, fprios, mode, pred_ptr, pred_idx, succ_ptr, succ_idx,
                    succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes, temp_bytes,
-                   persistent, coloc, capacity, bw, lat, cand, single_eb, max_fuse, nthreads):
+                   persistent, coloc, capacity, bw, lat, cand, single_eb, max_fuse, shared, host,
+                   slope, nthreads):
     """:func:`evaluate_in` for B plans in chunks of plans, one workspace per chunk.
 
     There are a few chunks per thread, handed out one at a time (the caller sets numba's
@@ -636,7 +706,7 @@ def evaluate_batch(places, prios, fifo, fprios, mode, pred_ptr, pred_idx, succ_p
                                            pred_idx, succ_ptr, succ_idx, succ_bytes, time,
                                            flop_t, mem_t, launch, spb, cls, out_bytes,
                                            temp_bytes, persistent, coloc, capacity, bw, lat,
-                                           cand, single_eb, max_fuse, ws)
+                                           cand, single_eb, max_fuse, shared, host, slope, ws)
             step[i] = res[0]
             peak[i, :] = res[1]
             code[i] = cd

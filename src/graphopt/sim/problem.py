@@ -61,6 +61,15 @@ class Problem:
         with np.errstate(divide="ignore"):
             self.sec_per_byte = 1.0 / self.bandwidth  # the diagonal's bandwidth is inf: 0
         self.capacity = cluster.memory
+        # Devices of one host slow each other: the kernel time a device's running kernel
+        # takes grows by slope * (busy devices of its host - 1). All slopes 0 (every preset)
+        # skip that code in the engine, which then gives bit for bit what it gave before.
+        hosts = [d.host or f"\0{j}" for j, d in enumerate(cluster.devices)]
+        self.host = np.unique(hosts, return_inverse=True)[1].astype(np.int64)
+        size = np.bincount(self.host)[self.host]
+        slowdown = np.array([d.shared_slowdown for d in cluster.devices])
+        self.slope = np.where(size > 1, (slowdown - 1.0) / np.maximum(size - 1, 1), 0.0)
+        self.shared = bool((self.slope > 0).any())
         self.persistent = np.array(g.persistent_bytes)
         self.coloc = np.array(g.coloc)
         self.out_bytes = np.array(g.out_bytes)
@@ -137,7 +146,7 @@ class Problem:
                 c.time, c.flop_time, c.mem_time, c.launch, c.sec_per_byte, c.class_id,
                 self.out_bytes, self.temp_bytes, self.persistent, self.coloc, self.capacity,
                 self.bandwidth, self.latency, self.cand_consumer, self.single_edge_bytes,
-                self.max_fusion_size)
+                self.max_fusion_size, self.shared, self.host, self.slope)
 
 
 @dataclass
