@@ -5,8 +5,9 @@ For each model (the zoo's ``-quick`` sizes, one training step a few tens of ms o
 core) and each method's plan on 2 devices:
 - measured step time: median over ``--steps`` steps after one warm-up, on 2 worker
   processes pinned to their cores (one pool for the whole run);
-- simulated step time: the calibrated cluster (``graphopt calibrate``: links by
-  ping-pong, the engine's per-op dispatch) with every op's time measured on one worker
+- simulated step time: the calibrated cluster (``graphopt calibrate``: latency of a
+  device change through the engine, bandwidth by ping-pong, the engine's per-op
+  dispatch, devices sharing a host) with every op's time measured on one worker
   as the engine runs it (a profile, by op signature). Fusion is off in the prediction,
   as the engine runs op by op. Nothing is fitted to the plans reported here.
 Per model: Kendall tau between the simulated and the measured order of the plans,

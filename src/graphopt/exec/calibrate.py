@@ -5,8 +5,9 @@ The simulator predicts a plan from a cluster file and per-op costs. Here both ar
 measured on the devices :mod:`graphopt.exec` runs on (worker processes pinned to
 their cores), never fitted to the plans a benchmark reports:
 
-- links: ping-pong between two workers over message sizes: latency from the smallest
-  message, bandwidth from the largest;
+- links: latency through the engine (a chain of tiny ops that changes device every
+  few ops: step time less the ops, per change), bandwidth from ping-pong between two
+  workers (the extra time of a 4 MiB message over a 4-byte one);
 - dispatch: the engine's own cost per op outside the op (its ready queue, its
   bookkeeping), from a chain of tiny ops on one worker: (step - sum of op times) / ops;
 - compute: each op of a program timed on one worker as the engine runs it, kept as a
@@ -69,8 +70,10 @@ class Calibration:
             f'description = "This machine as graphopt.exec runs it: {self.devices} worker '
             f'process(es), {self.cores_per_device} core(s) each"',
             "sources = [",
-            f'  "graphopt calibrate, {datetime.date.today().isoformat()}: ping-pong between two '
-            f'workers ({sizes}); dispatch from a chain of tiny ops on one worker; a float32 '
+            f'  "graphopt calibrate, {datetime.date.today().isoformat()}: latency through the '
+            f'engine from a chain of tiny ops changing device every {_HOP_EVERY} ops; bandwidth '
+            f'from ping-pong between two workers ({sizes}); dispatch from a chain of tiny ops '
+            f'on one worker; a float32 '
             'matmul and a copy for ops without a measured profile; shared_slowdown from '
             'chains of small ops, on one worker, then one per worker at once",',
             "]",
@@ -164,13 +167,11 @@ def _shared_slowdown(pool: CPUWorkers, ops: int, rounds: int) -> float:
     return max(1.0, statistics.median(ratios))
 
 
-def _fit_link(pingpong: dict[int, float]) -> tuple[float, float]:
-    """Latency (the smallest message's one-way time) and bandwidth (the extra bytes of
-    the largest message over its extra time). A least-squares intercept swings by 100x
-    with one noisy size on a shared machine; the end points do not."""
+def _bandwidth(pingpong: dict[int, float]) -> float:
+    """The extra bytes of the largest message over its extra time. A least-squares
+    slope swings with one noisy size on a shared machine; the end points do not."""
     small, large = min(pingpong), max(pingpong)
-    extra = max(pingpong[large] - pingpong[small], 1e-9)
-    return pingpong[small], (large - small) / extra
+    return (large - small) / max(pingpong[large] - pingpong[small], 1e-9)
 
 
 def _rates(threads: int) -> tuple[float, float]:
@@ -191,6 +192,34 @@ def _rates(threads: int) -> tuple[float, float]:
         return 2 * 512**3 / statistics.median(mm), 2 * x.numel() * 4 / statistics.median(cp)
     finally:
         torch.set_num_threads(before)
+
+
+#: Ops between two device changes of the chain that measures latency through the engine.
+_HOP_EVERY = 8
+
+
+def _hop_latency(pool: CPUWorkers, chain: TracedProgram, steps: int) -> float:
+    """Seconds a value takes from one device to the next through the engine: the same
+    chain of tiny ops moving between devices 0 and 1 every :data:`_HOP_EVERY` ops,
+    step time less the ops' own time, per hop.
+
+    It holds what a ping-pong of bare messages leaves out and a plan pays at every
+    device change: the receiving thread, the hand-over to the worker's loop, and waking
+    a core that idled while it waited (on a virtual machine, tens to hundreds of us).
+    """
+    n = chain.graph.num_nodes
+    place = np.array([(i // _HOP_EVERY) % 2 for i in range(n)])
+    prog = compile_program(chain, Plan(placement=place), pool.devices)
+    pool.load(prog)
+    per_hop = []
+    for step in range(steps + 1):
+        _, events = pool.step(step)
+        spans = [e for ev in events for e in ev if e[0] == "step"]
+        busy = sum(e[3] - e[2] for ev in events for e in ev if e[0] == "op")
+        if step:
+            span = max(e[3] for e in spans) - min(e[2] for e in spans)
+            per_hop.append((span - busy) / len(prog.transfers))
+    return statistics.median(per_hop)
 
 
 def calibrate(devices: int = 2, timeout: float = 120.0, chain_ops: int = 300,
@@ -218,7 +247,8 @@ def calibrate(devices: int = 2, timeout: float = 120.0, chain_ops: int = 300,
             if step:  # the first step warms the allocator and the op cache
                 per_op.append((span[3] - span[2] - sum(e[3] - e[2] for e in ops)) / len(ops))
         slowdown = _shared_slowdown(pool, chain_ops, steps) if devices > 1 else 1.0
-    latency, bandwidth = _fit_link(pingpong) if pingpong else (0.0, float("inf"))
+        latency = _hop_latency(pool, chain, steps) if devices > 1 else 0.0
+    bandwidth = _bandwidth(pingpong) if pingpong else float("inf")
     threads = len(_cores(devices)[0])
     flops, copy = _rates(threads)
     return Calibration(devices, threads, latency, bandwidth, statistics.median(per_op), flops, copy,
