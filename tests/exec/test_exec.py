@@ -15,7 +15,7 @@ from graphopt.errors import ExecutionError, GraphoptError, PlanError
 from graphopt.exec.api import PlacedProgram, apply, apply_traced, parse_devices, save_trace
 from graphopt.exec.program import compile_program
 from graphopt.exec.runner import run_inprocess
-from graphopt.exec.workers import CPUWorkers, _cores
+from graphopt.exec.workers import CPUWorkers, device_cores
 from graphopt.frontends.torch import trace_program
 from graphopt.sim import Plan
 from graphopt.zoo.models import FAMILIES
@@ -39,7 +39,7 @@ def _reference(traced, seed=0, threads=None):
     two magnifies that)."""
     prog = compile_program(traced, None, 1)
     before = torch.get_num_threads()
-    torch.set_num_threads(threads or len(_cores(2)[0]))
+    torch.set_num_threads(threads or len(device_cores(2)[0]))
     try:
         out, values = run_inprocess(prog, seed, _fresh(prog))
     finally:
@@ -140,7 +140,7 @@ def test_no_deadlock_for_random_graphs_placements_and_priorities(pool3, dag):
     inputs, seed = dag
     torch.manual_seed(seed % 1000)
     traced = trace_program(_RandomDag(inputs), (torch.randn(3, 4),), training=True)
-    ref_out, ref_state = _reference(traced, threads=len(_cores(3)[0]))
+    ref_out, ref_state = _reference(traced, threads=len(device_cores(3)[0]))
     prog = compile_program(traced, _random_plan(traced.graph, 3, seed), 3)
     pool3.load(prog)
     values, _ = pool3.step(0)  # a deadlock would raise ExecutionError after the timeout

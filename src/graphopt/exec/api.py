@@ -75,7 +75,7 @@ class StepResult:
         Wall time of the step, first op started to last op or transfer ended.
     events : list of tuple
         ``(kind, device, name, start, end)`` on the monotonic clock; kind is ``op``,
-        ``recv`` (a transfer, from its post to its arrival) or ``step``.
+        ``recv`` (the arrival of a value on ``device``: start = end) or ``step``.
     """
 
     outputs: Any
@@ -202,10 +202,13 @@ def save_trace(result: StepResult, path: str | os.PathLike, devices: int) -> Pat
     """A Chrome trace (Perfetto, chrome://tracing) of one real step: one row per device
     with its ops, one row per device for the transfers it received."""
     t0 = min((e[3] for e in result.events), default=0.0)
+    produced = {name: end for kind, _, name, _, end in result.events if kind == "op"}
     out = []
     for kind, d, name, start, end in result.events:
         if kind == "step":
             continue
+        if kind == "recv":  # from the end of the op that made the value to its arrival
+            start = min(produced.get(name, end), end)
         tid = 0 if kind == "op" else 1
         out.append({"name": name if kind == "op" else f"recv {name}", "ph": "X", "pid": d,
                     "tid": tid, "ts": (start - t0) * 1e6, "dur": max(end - start, 0.0) * 1e6,

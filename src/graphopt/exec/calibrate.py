@@ -35,7 +35,7 @@ import torch
 from graphopt.cost.profile import Profile, _signatures
 from graphopt.errors import GraphoptError
 from graphopt.exec.program import compile_program
-from graphopt.exec.workers import CPUWorkers, _cores
+from graphopt.exec.workers import CPUWorkers, device_cores
 from graphopt.frontends.torch import TracedProgram, trace_program
 from graphopt.ir.io import atomic_write
 from graphopt.sim.plan import Plan
@@ -249,7 +249,7 @@ def calibrate(devices: int = 2, timeout: float = 120.0, chain_ops: int = 300,
         slowdown = _shared_slowdown(pool, chain_ops, steps) if devices > 1 else 1.0
         latency = _hop_latency(pool, chain, steps) if devices > 1 else 0.0
     bandwidth = _bandwidth(pingpong) if pingpong else float("inf")
-    threads = len(_cores(devices)[0])
+    threads = len(device_cores(devices)[0])
     flops, copy = _rates(threads)
     return Calibration(devices, threads, latency, bandwidth, statistics.median(per_op), flops, copy,
                        pingpong, slowdown)

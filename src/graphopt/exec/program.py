@@ -76,6 +76,7 @@ class Transfer:
     src: int
     dst: int
     after: list[int] = field(default_factory=list)
+    name: str = ""  # the FX node's, for traces
 
 
 @dataclass
@@ -286,7 +287,7 @@ def compile_program(traced: TracedProgram, plan: Plan | None, devices: int) -> P
     def transfer(node: int, dst: int) -> Transfer:
         key = (node, dst)
         if key not in transfers:
-            transfers[key] = Transfer(len(transfers), node, device[node], dst)
+            transfers[key] = Transfer(len(transfers), node, device[node], dst, name=nodes[node].name)
         return transfers[key]
 
     reads: dict[int, list[int]] = defaultdict(list)  # root -> instrs reading it, FX order

@@ -34,10 +34,10 @@ from graphopt.errors import ExecutionError
 from graphopt.exec.program import Program, Transfer, refs
 from graphopt.exec.runner import empty_like_spec, pack, run_op, unpack
 
-__all__ = ["CPUWorkers"]
+__all__ = ["CPUWorkers", "device_cores"]
 
 
-def _cores(devices: int) -> list[set[int]]:
+def device_cores(devices: int) -> list[set[int]]:
     """The cores of each device: this process's cores split evenly (shared when there
     are more devices than cores)."""
     try:
@@ -76,7 +76,7 @@ class CPUWorkers:
         self._dir = tempfile.TemporaryDirectory(prefix="graphopt-exec-")
         ctx = mp.get_context("spawn")
         self._conns, self._procs = [], []
-        cores = _cores(devices)
+        cores = device_cores(devices)
         for rank in range(devices):
             parent, child = ctx.Pipe()
             p = ctx.Process(target=_worker, args=(rank, devices, os.path.join(self._dir.name, "store"),
@@ -309,7 +309,7 @@ class _Device:
                 raise when
             t = self.incoming[tag]
             self.values[t.node] = unpack(self.share["specs"][t.node], self.buffers[tag])
-            events.append(("recv", str(t.node), start, when, (tag, t.src)))
+            events.append(("recv", t.name, when, when, (tag, t.src)))
             for u in self.recv_users.get(tag, ()):
                 waiting[u] -= 1
                 if not waiting[u]:
