@@ -118,6 +118,19 @@ def test_bad_inputs(tmp_path):
         from_onnx(42)
 
 
+@pytest.mark.parametrize("where", ["input", "initializer"])
+def test_huge_dims_are_refused_naming_file_and_tensor(tmp_path, where):
+    big = [2**62, 4]
+    x = helper.make_tensor_value_info("x", F, big if where == "input" else [2, 4])
+    w = TensorProto(name="w", data_type=F, dims=big if where == "initializer" else [2, 4])
+    p = tmp_path / "huge.onnx"  # dims only: the check comes before any value is read
+    onnx.save(_model([helper.make_node("Add", ["x", "w"], ["y"], name="add")], [x],
+                     [helper.make_tensor_value_info("y", F, None)], [w]), str(p))
+    tensor = {"input": "x", "initializer": "w"}[where]
+    with pytest.raises(GraphFormatError, match=f"huge.onnx: tensor '{tensor}' .*above the limit"):
+        from_onnx(p)
+
+
 def test_file_and_bytes_round_trip(tmp_path):
     p = tmp_path / "mlp.onnx"
     onnx.save(_mlp(), str(p))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import tempfile
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 
-from graphopt.errors import GraphError, GraphFormatError
+from graphopt.errors import GraphError, GraphFormatError, GraphoptError
 from graphopt.ir import Graph, GraphBuilder, from_networkx, load_graph, save_graph, to_networkx
 from graphopt.ir.generate import layered_graph, mlp_training_graph
 from graphopt.ir.io import atomic_write
@@ -239,6 +240,52 @@ def test_npz_with_an_out_of_range_edge(tmp_path, graph):
 def test_npz_with_arrays_of_the_wrong_length(tmp_path, graph):
     with pytest.raises(GraphError, match="short.npz.*flops"):
         load_graph(write_npz(tmp_path / "short.npz", graph, flops=np.ones(2)))
+
+
+def with_member(path: Path, key: str, shape: tuple[int, ...], dtype: str) -> Path:
+    """``path`` with array ``key`` replaced by an npy header declaring ``shape`` and no data."""
+    head = io.BytesIO()
+    np.lib.format.write_array_header_1_0(head, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
+                                                "fortran_order": False, "shape": shape})
+    with zipfile.ZipFile(path) as z:
+        members = {i.filename: z.read(i) for i in z.infolist()}
+    members[f"{key}.npy"] = head.getvalue()
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+    return path
+
+
+@pytest.mark.parametrize("key, shape, dtype, match", [
+    ("names", (2**31,), "<U8", "take 68,719,4.* bytes once decompressed, more than"),
+    ("flops", (10**8,), "<f8", "array 'flops' has shape .100000000,., expected"),
+    ("module", (22,), "<U100000", "strings of 100,000 characters"),
+    ("src", (10**6,), "<i8", "array 'dst' has shape"),
+])
+def test_zip_bomb_is_refused_before_decompressing(monkeypatch, saved, key, shape, dtype, match):
+    with_member(saved, key, shape, dtype)
+    monkeypatch.setattr(np, "load", lambda *a, **k: pytest.fail("decompressed"))
+    with pytest.raises(GraphoptError, match=f"g.npz: .*{match}"):
+        load_graph(saved)
+
+
+def test_npz_size_limit_is_raised_by_environment(monkeypatch, saved):
+    monkeypatch.setenv("GRAPHOPT_MAX_NPZ_BYTES", "1000")
+    with pytest.raises(GraphFormatError, match="g.npz: .*GRAPHOPT_MAX_NPZ_BYTES"):
+        load_graph(saved)
+    monkeypatch.setenv("GRAPHOPT_MAX_NPZ_BYTES", str(10**6))
+    assert load_graph(saved).num_nodes > 0
+
+
+@pytest.mark.parametrize("data, match", [
+    (bytes(range(256)) * 4, "g.npz: not an npz archive"),
+    (b"version https://git-lfs.github.com/spec/v1\noid sha256:00\nsize 9\n", "Git LFS pointer"),
+])
+def test_random_bytes_are_not_called_pickled(saved, data, match):
+    saved.write_bytes(data)
+    with pytest.raises(GraphFormatError, match=match) as err:
+        load_graph(saved)
+    assert "pickle" not in str(err.value)
 
 
 def test_invalid_json_syntax(tmp_path):

@@ -29,7 +29,7 @@ from typing import Any
 
 from graphopt.ir.formulas import UnknownOpWarning, op_cost
 from graphopt.errors import GraphError, GraphFormatError
-from graphopt.ir.graph import Graph, GraphBuilder
+from graphopt.ir.graph import MAX_BYTES, Graph, GraphBuilder
 from graphopt.ir.ops import op_class
 
 __all__ = ["ONNX_OPS", "from_onnx"]
@@ -182,7 +182,8 @@ def from_onnx(model: str | os.PathLike | bytes | Any, *,
         Missing or undecodable file; shape inference fails; a tensor (an input with a
         dynamic dimension, or an op output) has no static shape — the message names
         it and says how to give shapes; a node reads a tensor nothing produces;
-        ``input_shapes`` names an unknown input.
+        ``input_shapes`` names an unknown input; a tensor's shape makes it larger than
+        :data:`graphopt.ir.graph.MAX_BYTES` (checked before any FLOP count is derived).
     GraphError
         The graph has a cycle.
     ImportError
@@ -237,7 +238,12 @@ def from_onnx(model: str | os.PathLike | bytes | Any, *,
             if where:
                 unknown.append(f"{tname!r} ({where}, shape {dims})")
             return (), dt, 0.0
-        return tuple(dims), dt, math.prod(dims) * size
+        nbytes = math.prod(dims) * size
+        if nbytes > MAX_BYTES:  # before any count derived from it can overflow
+            raise GraphFormatError(f"{source}: tensor {tname!r} ({where or 'an edge'}) has shape "
+                                   f"{dims}, {nbytes:.3g} bytes, above the limit {MAX_BYTES:.3g} "
+                                   "(graphopt.ir.graph.MAX_BYTES)")
+        return tuple(dims), dt, nbytes
 
     def stored(shape: tuple[int, ...]) -> tuple[int, ...]:
         return tuple(max(d, 1) for d in shape)  # the IR's shapes are positive; bytes stay 0

@@ -7,6 +7,7 @@ so an interrupted save never leaves a half-written graph behind.
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 import zipfile
@@ -19,12 +20,21 @@ import numpy as np
 from graphopt.errors import GraphError, GraphFormatError
 from graphopt.ir.graph import MAX_RANK, Graph
 
-__all__ = ["MAX_JSON_BYTES", "atomic_write", "check_header", "from_networkx", "load_graph",
-           "read_json", "save_graph", "to_networkx"]
+__all__ = ["MAX_JSON_BYTES", "MAX_NPZ_BYTES", "atomic_write", "check_header", "from_networkx",
+           "load_graph", "npz_arrays", "read_json", "save_graph", "to_networkx"]
 
 #: The largest JSON file graphopt reads (graphs, plans, profiles, policies): a bound on
 #: what an outside file can make us allocate. Raise it with $GRAPHOPT_MAX_JSON_BYTES.
 MAX_JSON_BYTES = 2**31
+
+#: The most bytes the arrays of one ``.npz`` file may take once decompressed, read from
+#: the file's headers before anything is decompressed (a zip bomb is refused unopened).
+#: Raise it with $GRAPHOPT_MAX_NPZ_BYTES.
+MAX_NPZ_BYTES = 2**31
+
+#: The widest string (in characters) of a graph's names, op types, dtypes and module
+#: paths in an ``.npz``: so that the node count bounds what the file can make us allocate.
+MAX_NAME_CHARS = 4096
 
 FORMAT = "graphopt.graph"
 VERSION = 1
@@ -125,29 +135,29 @@ def load_graph(path: str | os.PathLike) -> Graph:
     Raises
     ------
     GraphFormatError
-        The file is missing, truncated, pickled, of another format, or lacks a key.
+        The file is missing, truncated, pickled, of another format, lacks a key, or its
+        arrays exceed the size limit (checked before anything is decompressed, see
+        :func:`npz_arrays`).
     GraphError
-        The file reads but the graph breaks an invariant (see :meth:`Graph.validate`).
+        The file reads but the graph breaks an invariant (see :meth:`Graph.validate`),
+        arrays' lengths disagree with its node count among them.
     """
     path = Path(path)
     if not path.is_file():
         raise GraphFormatError(f"{path}: no such file")
     if path.suffix == ".json":
         return graph_from_dict(read_json(path), source=str(path))
+    members = npz_arrays(path)
+    missing = [k for k in ("header", *_ARRAYS) if k not in members]
+    if missing:
+        raise GraphFormatError(f"{path}: not a graphopt graph file; missing keys {missing}")
+    _check_graph_sizes(members, path)
     try:
         with np.load(path, allow_pickle=False) as z:
-            missing = [k for k in ("header", *_ARRAYS) if k not in z.files]
-            if missing:
-                raise GraphFormatError(f"{path}: not a graphopt graph file; missing keys {missing}")
             arrays = {k: z[k] for k in _ARRAYS}
             header = json.loads(str(z["header"]))
-    except ValueError as err:  # numpy refuses object arrays without allow_pickle
-        if "pickle" in str(err):
-            raise GraphFormatError(f"{path}: contains pickled objects, which graphopt never "
-                                   "loads; re-save the graph with graphopt") from err
-        raise GraphFormatError(f"{path}: unreadable npz ({err})") from err
     except (OSError, zipfile.BadZipFile, EOFError, KeyError, json.JSONDecodeError, zlib.error,
-            NotImplementedError) as err:
+            NotImplementedError, ValueError) as err:
         raise GraphFormatError(f"{path}: truncated, corrupted or not an npz file "
                                f"({type(err).__name__}: {err})") from err
     if not isinstance(header, dict) or header.get("format") != FORMAT:
@@ -159,6 +169,85 @@ def load_graph(path: str | os.PathLike) -> Graph:
     except GraphError as err:
         raise GraphError(f"{path}: {err}") from err
     return _validated(g, path)
+
+
+def npz_arrays(path: str | os.PathLike, error: type[Exception] = GraphFormatError,
+               limit: int | None = None) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """The ``(shape, dtype)`` of each array in the ``.npz`` at ``path``, read from the zip
+    directory and each array's header, without decompressing the arrays.
+
+    Refuses, with ``error`` and one line naming the file, what is not an npz archive (a
+    Git LFS pointer says so), an array of Python objects (pickled), and a file whose
+    arrays would take more than ``limit`` bytes (default :data:`MAX_NPZ_BYTES`, or
+    $GRAPHOPT_MAX_NPZ_BYTES) once decompressed, counting for each the larger of its
+    declared size in the zip directory and its array header's size: a zip bomb is
+    refused before it is opened.
+
+    Examples
+    --------
+    >>> import tempfile, os
+    >>> p = os.path.join(tempfile.mkdtemp(), "a.npz")
+    >>> np.savez_compressed(p, x=np.zeros((1000, 3)))
+    >>> npz_arrays(p)
+    {'x': ((1000, 3), dtype('float64'))}
+    >>> npz_arrays(p, limit=1000)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    graphopt.errors.GraphFormatError: ...a.npz: its arrays take 24,128 bytes once decompressed, ...
+    """
+    path = Path(path)
+    if limit is None:
+        limit = int(os.environ.get("GRAPHOPT_MAX_NPZ_BYTES", MAX_NPZ_BYTES))
+    readers = {(1, 0): np.lib.format.read_array_header_1_0,
+               (2, 0): np.lib.format.read_array_header_2_0}
+    out: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
+    total = 0
+    try:
+        if not zipfile.is_zipfile(path):
+            with open(path, "rb") as f:
+                lfs = f.read(40).startswith(b"version https://git-lfs")
+            raise error(f"{path}: a Git LFS pointer, not the file itself (run git lfs pull)" if lfs
+                        else f"{path}: not an npz archive")
+        with zipfile.ZipFile(path) as z:
+            for info in z.infolist():
+                key = info.filename.removesuffix(".npy")
+                with z.open(info) as f:
+                    version = np.lib.format.read_magic(f)
+                    if version not in readers:
+                        raise error(f"{path}: array {key!r} has npy format version {version}, "
+                                    "which graphopt does not read")
+                    shape, _, dtype = readers[version](f)
+                if dtype.hasobject:
+                    raise error(f"{path}: contains pickled objects (array {key!r}), which "
+                                "graphopt never loads")
+                total += max(info.file_size, math.prod(shape) * dtype.itemsize)
+                out[key] = (shape, dtype)
+    except (OSError, zipfile.BadZipFile, EOFError, zlib.error, NotImplementedError,
+            ValueError) as err:
+        raise error(f"{path}: truncated, corrupted or not an npz file "
+                    f"({type(err).__name__}: {err})") from None
+    if total > limit:
+        raise error(f"{path}: its arrays take {total:,} bytes once decompressed, more than the "
+                    f"{limit:,} graphopt reads (raise the limit with $GRAPHOPT_MAX_NPZ_BYTES)")
+    return out
+
+
+def _check_graph_sizes(members: dict[str, tuple[tuple[int, ...], np.dtype]], path: Path) -> None:
+    """Refuse a graph file whose array headers disagree with its node and edge counts, so
+    that the node count bounds what it makes us decompress."""
+    n = math.prod(members["op"][0])
+    e = math.prod(members["src"][0])
+    for k in _ARRAYS:
+        shape, dtype = members[k]
+        want = (e,) if k in ("src", "dst", "edge_bytes") else (n, MAX_RANK) if k == "shape" else (n,)
+        if shape != want:
+            raise GraphError(f"{path}: array {k!r} has shape {shape}, expected {want} "
+                                   f"({n:,} nodes, {e:,} edges)")
+        if dtype.kind == "U" and dtype.itemsize > 4 * MAX_NAME_CHARS:
+            raise GraphFormatError(f"{path}: array {k!r} holds strings of {dtype.itemsize // 4:,} "
+                                   f"characters, more than the {MAX_NAME_CHARS:,} graphopt reads "
+                                   "(graphopt.ir.io.MAX_NAME_CHARS)")
+    if e > n * (n - 1) // 2:
+        raise GraphError(f"{path}: {e:,} edges, more than a DAG of {n:,} nodes can have")
 
 
 def check_header(header: dict, source: Any, version: int = VERSION,

@@ -20,6 +20,7 @@ from graphopt.errors import GraphError, GraphFormatError
 from graphopt.frontends.tpugraphs._xla import (ELEMENT_TYPES, OPAQUE, TOKEN, TUPLE, Arr,
                                                read_only, shape_cost)
 from graphopt.ir.graph import Graph, GraphBuilder
+from graphopt.ir.io import npz_arrays
 from graphopt.ir.ops import op_class
 
 __all__ = ["TPUGRAPHS_OPCODES", "TpuGraphsSample", "is_tpugraphs_npz", "load_npz_graph",
@@ -254,18 +255,12 @@ def load_tpugraphs_npz(path: str | os.PathLike) -> TpuGraphsSample:
     source = str(p)
     if not p.is_file():
         raise GraphFormatError(f"{source}: no such file")
+    npz_arrays(p)  # not an archive, pickled, or too large once decompressed: refused unopened
     try:
         with np.load(p, allow_pickle=False) as npz:
-            if not isinstance(npz, np.lib.npyio.NpzFile):
-                raise GraphFormatError(f"{source}: a single .npy array, expected an .npz archive "
-                                       "of TpuGraphs keys")
             z = {k: npz[k] for k in npz.files}
-    except ValueError as err:
-        if "pickle" in str(err):
-            raise GraphFormatError(f"{source}: contains pickled objects, which graphopt never "
-                                   "loads; TpuGraphs files hold plain numeric arrays") from err
-        raise GraphFormatError(f"{source}: unreadable npz ({err})") from err
-    except (OSError, zipfile.BadZipFile, EOFError, zlib.error, NotImplementedError) as err:
+    except (OSError, zipfile.BadZipFile, EOFError, zlib.error, NotImplementedError,
+            ValueError) as err:
         raise GraphFormatError(f"{source}: truncated, corrupted or not an npz file "
                                f"({type(err).__name__}: {err})") from err
 
