@@ -265,3 +265,14 @@ def test_cli_run_a_torch_export_file_and_refuse_a_plan_of_another_graph(tmp_path
     r = CliRunner().invoke(app, ["run", str(path), "--devices", "cpu:1", "--plan",
                                  str(tmp_path / "other.json")])
     assert r.exit_code == 2 and "plan placement has 3 entries" in r.output
+
+
+def test_a_plan_of_another_trace_is_refused_by_its_fingerprint():
+    a = trace_program(torch.nn.Linear(4, 2), (torch.randn(3, 4),), training=True)
+    b = trace_program(torch.nn.Linear(4, 2, bias=False), (torch.randn(3, 4),), training=True)
+    stamp = {"name": b.graph.name, "nodes": b.graph.num_nodes, "fingerprint": b.graph.fingerprint()}
+    plan = Plan(placement=np.zeros(a.graph.num_nodes, int), meta={"graph": stamp})
+    with pytest.raises(PlanError, match="not the same trace"):
+        compile_program(a, plan, 1)
+    ok = {**stamp, "fingerprint": a.graph.fingerprint()}
+    compile_program(a, plan.replace(meta={"graph": ok}), 1)

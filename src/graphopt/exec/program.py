@@ -186,11 +186,19 @@ def compile_program(traced: TracedProgram, plan: Plan | None, devices: int) -> P
     Raises
     ------
     PlanError
-        The plan does not fit the graph or the devices, or needs one tensor on a device
+        The plan was made for another trace (its ``meta["graph"]["fingerprint"]``, which
+        ``graphopt optimize --out`` writes), does not fit the graph or the devices, or
+        needs one tensor on a device
         both before and after it is written in place (two versions of one transfer).
     """
     graph = traced.graph
     plan = plan or Plan()
+    made_for = plan.meta.get("graph") if isinstance(plan.meta.get("graph"), dict) else {}
+    if made_for.get("fingerprint") not in (None, graph.fingerprint()):
+        raise PlanError(f"the plan was made for graph {made_for.get('name')!r} "
+                        f"({made_for.get('nodes')} nodes, fingerprint {made_for['fingerprint']}); this "
+                        f"program traces to {graph.name!r} ({graph.num_nodes} nodes, fingerprint "
+                        f"{graph.fingerprint()}): not the same trace")
     plan.check(graph.num_nodes, devices)
     place = np.zeros(graph.num_nodes, np.int64) if plan.placement is None else plan.placement
     prio = np.zeros(graph.num_nodes) if plan.priority is None else plan.priority

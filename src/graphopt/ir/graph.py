@@ -298,6 +298,20 @@ class Graph:
         return Graph(name=name or f"{self.name}[sub]", src=new[self.src[e]], dst=new[self.dst[e]],
                      edge_bytes=self.edge_bytes[e], meta=dict(self.meta), **per_node)
 
+    def fingerprint(self) -> str:
+        """A short digest of the node names in order and the edges: two traces of one
+        program agree, a plan made for another graph does not.
+
+        >>> b = GraphBuilder("g"); _ = b.add_node("x", "input"); _ = b.add_node("y", "relu", inputs=["x"])
+        >>> len(b.build().fingerprint())
+        16
+        """
+        import hashlib
+
+        h = hashlib.sha256("\n".join(self.names.tolist()).encode())
+        h.update(self.src.tobytes() + self.dst.tobytes())
+        return h.hexdigest()[:16]
+
     # -- totals --------------------------------------------------------------------------
     def summary(self) -> dict:
         """Totals for a person: nodes, edges, FLOPs, bytes, persistent bytes, op-class counts."""

@@ -101,9 +101,11 @@ def write_outputs(problem: Problem, results: list[MethodResult], out: Path,
 
     ref = {name: r.step_time for r in results for name in ("single", "expert")
            if r.method == name and r.result.valid}
+    graph = {"name": problem.graph.name, "nodes": problem.num_nodes,
+             "fingerprint": problem.graph.fingerprint()}
     for r in results:
         d = out / r.method
-        r.plan.save(d / "plan.json")
+        r.plan.replace(meta={**r.plan.meta, "graph": graph}).save(d / "plan.json")
         save_chrome_trace(problem, r.result, d / "trace.json")
         gantt(problem, r.result, d / "gantt.png",
               title=f"{problem.graph.name} on {problem.cluster.name}: {r.method}")
