@@ -4,9 +4,12 @@ traceback, no silent acceptance, no work before an unusable output path is refus
 One table: the next case is one line. ``{d}`` is a folder of bad files made once.
 """
 
+import io
 import json
+import zipfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -46,6 +49,13 @@ def d(tmp_path_factory):
         assert old in base
         (d / f"{name}.toml").write_text(base.replace(old, new, 1))
     (d / "latin1.toml").write_bytes(b"\xff\xfe" + base.encode())
+    (d / "random.npz").write_bytes(bytes(range(256)) * 8)
+    (d / "lfs.npz").write_text("version https://git-lfs.github.com/spec/v1\noid sha256:0\nsize 9\n")
+    head = io.BytesIO()  # an array header declaring 16 GiB of names, and no data
+    np.lib.format.write_array_header_1_0(head, {"descr": "<U2", "fortran_order": False,
+                                                "shape": (2**31,)})
+    with zipfile.ZipFile(d / "bomb.npz", "w") as z:
+        z.writestr("names.npy", head.getvalue())
     return d
 
 
@@ -65,6 +75,9 @@ CASES = [
     ("simulate example:mlp -c {d}/latency_list.toml", "'latency_us'"),
     ("simulate example:mlp -c {d}/latin1.toml", "UTF-8"),
     ("simulate example:mlp -c ../../x:2", "unknown cluster preset"),
+    ("info {d}/random.npz", "not an npz archive"),
+    ("info {d}/lfs.npz", "Git LFS pointer"),
+    ("info {d}/bomb.npz", "GRAPHOPT_MAX_NPZ_BYTES"),
     # built-in graphs with bounds
     ("info example:layered-0", "1..1,000,000"),
     ("info example:layered--5", "1..1,000,000"),
@@ -78,6 +91,21 @@ CASES = [
     ("optimize example:mlp --methods sa -p sa.reset_every=0", "sa.reset_every=0"),
     ("optimize example:mlp --methods sa -p sa.alpha=nan", "finite"),
     ("optimize example:mlp --methods sa -p sa.initial_temperature=-1", "expected > 0"),
+    # every method's hyperparameters have ranges (field metadata, check_params)
+    ("optimize example:mlp --methods brkga -p brkga.population=1", "expected >= 2"),
+    ("optimize example:mlp --methods brkga -p brkga.elite_fraction=1.5", "expected <= 1"),
+    ("optimize example:mlp --methods brkga -p brkga.mutant_alpha=0", "expected > 0"),
+    ("optimize example:mlp --methods local-search -p local-search.batch_size=0", "expected >= 1"),
+    ("optimize example:mlp --methods random-search -p random-search.batch_size=-3", "expected >= 1"),
+    ("optimize example:mlp --methods cpsat -p cpsat.time_limit=0", "expected > 0"),
+    ("optimize example:mlp --methods rl-lstm -p rl-lstm.hidden=100000", "expected <= 8192"),
+    ("optimize example:mlp --methods rl-lstm -p rl-lstm.baseline_decay=2", "expected <= 1"),
+    ("optimize example:mlp --methods hdp -p hdp.lr=-1", "hdp.lr=-1"),
+    ("optimize example:mlp --methods hdp -p hdp.lr_decay=0", "expected > 0"),
+    ("optimize example:mlp --methods go -p go.samples=0", "expected >= 1"),
+    ("optimize example:mlp --methods go-one -p go-one.dim=40000", "expected <= 8192"),
+    ("optimize example:mlp --methods go-one -p go-one.num_samples=0", "expected >= 1"),
+    ("optimize example:mlp --methods go-finetune -p go-finetune.clip_coef=0", "expected > 0"),
     ("profile example:mlp -o {d}/p.json --device bogus", "device 'bogus'"),
     ("train --seed -1 --updates 1 --out {d}/t", "--seed"),
     # output paths, refused before any work

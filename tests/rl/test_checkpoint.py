@@ -59,3 +59,25 @@ def test_extra_tensors_and_no_generator(tmp_path):
     assert torch.equal(tensors["data.norm.mean"], mean)
     assert load_checkpoint(tmp_path, {}, {"net": net}, opt, None) == {"epoch": 4}
     assert read_checkpoint(tmp_path / "none") is None
+
+
+def test_policy_config_larger_than_its_weights_is_refused_unbuilt(tmp_path, monkeypatch):
+    import json
+
+    from graphopt.nn import GOPolicy, GOPolicyConfig
+    from graphopt.optim.learned.go import new_policy
+    from graphopt.rl.checkpoint import load_policy, save_policy
+
+    policy = new_policy(0, dim=8)
+    save_policy(tmp_path, policy, policy.config_dict(), {})
+    meta = json.loads((tmp_path / "policy.json").read_text())
+    meta["config"]["dim"] = 40000  # 6.8 GB of weights if built
+    (tmp_path / "policy.json").write_text(json.dumps(meta))
+    built = []
+    monkeypatch.setattr(torch.nn.Module, "load_state_dict", lambda *a, **k: built.append(a))
+    with pytest.raises(CheckpointError, match="does not fit its config .* shape"):
+        load_policy(tmp_path, lambda c: GOPolicy(GOPolicyConfig(**c)))
+    assert not built
+    (tmp_path / "policy.json").write_text("[" * 100000)
+    with pytest.raises(CheckpointError, match="policy.json: not valid JSON"):
+        load_policy(tmp_path, lambda c: GOPolicy(GOPolicyConfig(**c)))

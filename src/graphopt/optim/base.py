@@ -122,8 +122,8 @@ def get_optimizer(name: str, **kwargs) -> Optimizer:
 
 def check_params(opt: object) -> None:
     """Reject a method's hyperparameters that are out of range: every number must be
-    finite, and a field whose metadata sets ``"min"`` (inclusive), ``"gt"`` (exclusive)
-    or ``"choices"`` must respect it.
+    finite, and a field whose metadata sets ``"min"`` or ``"max"`` (inclusive), ``"gt"``
+    (exclusive) or ``"choices"`` must respect it.
 
     Raises
     ------
@@ -152,6 +152,8 @@ def check_params(opt: object) -> None:
             raise GraphoptError(f"{where}: expected >= {f.metadata['min']}")
         if "gt" in f.metadata and v <= f.metadata["gt"]:
             raise GraphoptError(f"{where}: expected > {f.metadata['gt']}")
+        if "max" in f.metadata and v > f.metadata["max"]:
+            raise GraphoptError(f"{where}: expected <= {f.metadata['max']}")
 
 
 def parse_task(task: str | frozenset[str] | set[str]) -> frozenset[str]:

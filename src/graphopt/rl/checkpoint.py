@@ -27,7 +27,7 @@ from safetensors.torch import save as save_tensors
 from torch import nn
 
 from graphopt.errors import GraphoptError
-from graphopt.ir.io import atomic_write
+from graphopt.ir.io import atomic_write, read_json
 
 __all__ = ["CheckpointError", "load_checkpoint", "load_policy", "read_checkpoint", "save_checkpoint",
            "save_policy"]
@@ -95,10 +95,10 @@ def read_checkpoint(folder: str | os.PathLike) -> tuple[dict, dict[str, torch.Te
     folder = Path(folder)
     if not (folder / META).is_file():
         return None
+    meta = read_json(folder / META, error=CheckpointError)
     try:
-        meta = json.loads((folder / META).read_text())
         tensors = load_tensors((folder / WEIGHTS).read_bytes())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, SafetensorError) as err:
+    except (OSError, SafetensorError) as err:
         raise CheckpointError(f"{folder}: unreadable checkpoint ({err})") from err
     if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("version") != VERSION:
         raise CheckpointError(f"{folder}/{META}: not a graphopt checkpoint (expected format "
@@ -171,19 +171,29 @@ def load_policy(folder: str | os.PathLike, build) -> tuple[nn.Module, dict]:
     Raises
     ------
     CheckpointError
-        Missing, corrupt or mismatched files (the message names the folder).
+        Missing, corrupt or mismatched files (the message names the folder); a config
+        whose weights' names or shapes differ from the file's is refused before the
+        module is built, so that a hostile config cannot make us allocate.
     """
     folder = Path(folder)
+    meta = read_json(folder / POLICY_META, error=CheckpointError)
     try:
-        meta = json.loads((folder / POLICY_META).read_text())
         tensors = load_tensors((folder / POLICY_WEIGHTS).read_bytes())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, SafetensorError) as err:
+    except (OSError, SafetensorError) as err:
         raise CheckpointError(f"{folder}: no readable policy ({err})") from err
     if not isinstance(meta, dict) or meta.get("format") != POLICY_FORMAT \
             or meta.get("version") != VERSION:
         raise CheckpointError(f"{folder}/{POLICY_META}: not a graphopt policy (expected format "
                               f"{POLICY_FORMAT!r} version {VERSION})")
     try:
+        with torch.device("meta"):  # shapes only: a config far larger than its weights allocates nothing
+            shapes = {k: tuple(v.shape) for k, v in build(meta["config"]).state_dict().items()}
+        wrong = sorted(k for k in shapes.keys() | tensors.keys()
+                       if shapes.get(k) != (tuple(tensors[k].shape) if k in tensors else None))
+        if wrong:
+            raise ValueError(f"{len(wrong)} weight(s) differ in name or shape, first "
+                             f"{wrong[0]!r}: config {shapes.get(wrong[0])}, file "
+                             f"{tuple(tensors[wrong[0]].shape) if wrong[0] in tensors else None}")
         module = build(meta["config"])
         module.load_state_dict(tensors)
     except (KeyError, TypeError, RuntimeError, ValueError) as err:

@@ -13,18 +13,18 @@ class PPOConfig:
     """PPO's hyperparameters (CleanRL's names; defaults ours, from a sweep on the zoo's
     train split — docs/go.md)."""
 
-    lr: float = field(default=3e-3, metadata={"help": "Adam learning rate."})
-    num_samples: int = field(default=16, metadata={
+    lr: float = field(default=3e-3, metadata={"gt": 0, "help": "Adam learning rate."})
+    num_samples: int = field(default=16, metadata={"min": 1,
         "help": "Plans sampled and simulated per update (one batch, one graph)."})
-    update_epochs: int = field(default=4, metadata={"help": "Gradient steps on each batch."})
-    clip_coef: float = field(default=0.2, metadata={
+    update_epochs: int = field(default=4, metadata={"min": 1, "help": "Gradient steps on each batch."})
+    clip_coef: float = field(default=0.2, metadata={"gt": 0,
         "help": "PPO's clip on the per-node probability ratio."})
-    ent_coef: float = field(default=0.01, metadata={
+    ent_coef: float = field(default=0.01, metadata={"min": 0,
         "help": "Weight of the entropy bonus (mean per node, summed over tasks)."})
-    max_grad_norm: float = field(default=0.5, metadata={"help": "Global gradient-norm clip."})
+    max_grad_norm: float = field(default=0.5, metadata={"gt": 0, "help": "Global gradient-norm clip."})
     anneal_lr: bool = field(default=True, metadata={
         "help": "Decay the learning rate linearly to 0 over the run's first bound to be "
                 "reached (evals, updates or seconds), as CleanRL does."})
-    invalid_ratio: float = field(default=10.0, metadata={
+    invalid_ratio: float = field(default=10.0, metadata={"min": 1,
         "help": "An invalid plan (out of memory) is rewarded as if its step time were this "
                 "many lower bounds."})

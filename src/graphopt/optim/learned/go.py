@@ -121,11 +121,11 @@ class GO:
 
     checkpoint: str | None = field(default=None, metadata={
         "help": "Folder of a saved policy (None: the one shipped in the package)."})
-    samples: int = field(default=16, metadata={
+    samples: int = field(default=16, metadata={"min": 1,
         "help": "Plans simulated: the most likely one and ``samples − 1`` drawn from the policy."})
     units: str = field(default="groups", metadata={"choices": ("groups", "ops"),
         "help": "The policy's nodes: ``groups`` (colocation groups) or ``ops``."})
-    threads: int = field(default=1, metadata={"help": "torch CPU threads."})
+    threads: int = field(default=1, metadata={"min": 1, "help": "torch CPU threads."})
 
     def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,
                  init: Plan | None = None) -> tuple[Plan, dict]:
@@ -175,11 +175,11 @@ class GOOne:
     update_epochs: int = _ppo_field("update_epochs")
     clip_coef: float = _ppo_field("clip_coef")
     ent_coef: float = _ppo_field("ent_coef")
-    dim: int = field(default=GOPolicyConfig.dim, metadata={
+    dim: int = field(default=GOPolicyConfig.dim, metadata={"min": 1, "max": 8192,
         "help": "Width of the fresh policy (go-one only; a loaded policy keeps its own)."})
     units: str = field(default="groups", metadata={"choices": ("groups", "ops"),
         "help": "The policy's nodes: ``groups`` (colocation groups) or ``ops``."})
-    threads: int = field(default=1, metadata={"help": "torch CPU threads."})
+    threads: int = field(default=1, metadata={"min": 1, "help": "torch CPU threads."})
     checkpoint_dir: str | None = field(default=None, metadata={
         "help": "Folder to checkpoint the run in and resume it from."})
     progress: bool = field(default=True, metadata={"help": "Show a progress bar."})

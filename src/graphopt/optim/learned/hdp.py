@@ -104,47 +104,49 @@ class HDP:
     ``tensorflow/python/grappler/hierarchical_controller.py``.
     """
 
-    num_groups: int | None = field(default=None, metadata={
+    num_groups: int | None = field(default=None, metadata={"min": 1,
         "help": "Groups the grouper assigns ops to (None: min(256, 20 · devices), grappler's)."})
-    hidden: int = field(default=512, metadata={
+    hidden: int = field(default=512, metadata={"min": 1, "max": 8192,
         "help": "LSTM units of the placer (grappler: 512; the encoder has half per direction)."})
-    grouping_hidden: int = field(default=64, metadata={
+    grouping_hidden: int = field(default=64, metadata={"min": 1, "max": 8192,
         "help": "Hidden units of the feed-forward grouper (grappler: 64)."})
-    type_embedding: int = field(default=16, metadata={
+    type_embedding: int = field(default=16, metadata={"min": 1, "max": 8192,
         "help": "Width of the grouper's learned op-type embedding (ours)."})
-    adj_slots: int = field(default=10, metadata={
+    adj_slots: int = field(default=10, metadata={"min": 0, "max": 1024,
         "help": "Neighbours per op in the grouper's input, two numbers each (grappler: adj_embed_dim 20)."})
     bidirectional: bool = field(default=True, metadata={"help": "Bidirectional encoder (grappler: bi_lstm)."})
-    placer_samples: int = field(default=4, metadata={
+    placer_samples: int = field(default=4, metadata={"min": 1,
         "help": "Placements sampled per grouping and update (HDP §4: k = 4)."})
-    lr: float = field(default=0.1, metadata={"help": "Adam learning rate at the start (grappler: 0.1)."})
-    warmup: int = field(default=0, metadata={
+    lr: float = field(default=0.1, metadata={"gt": 0,
+        "help": "Adam learning rate at the start (grappler: 0.1)."})
+    warmup: int = field(default=0, metadata={"min": 0,
         "help": "Updates over which the learning rate rises linearly from lr / warmup to lr "
                 "(ours; 0: none)."})
-    lr_decay: float = field(default=0.95, metadata={
+    lr_decay: float = field(default=0.95, metadata={"gt": 0, "max": 1,
         "help": "Learning-rate factor per decay_steps updates once decay starts (grappler: 0.95)."})
-    start_decay_step: int = field(default=400, metadata={
+    start_decay_step: int = field(default=400, metadata={"min": 0,
         "help": "Update at which the learning rate starts to decay (grappler: 400)."})
-    decay_steps: int = field(default=50, metadata={"help": "Updates per decay step (grappler: 50)."})
-    grad_bound: float = field(default=1.0, metadata={
+    decay_steps: int = field(default=50, metadata={"min": 1,
+        "help": "Updates per decay step (grappler: 50)."})
+    grad_bound: float = field(default=1.0, metadata={"gt": 0,
         "help": "Gradients clipped to this global norm (grappler: 1.0)."})
-    entropy_coef: float = field(default=0.0, metadata={
+    entropy_coef: float = field(default=0.0, metadata={"min": 0,
         "help": "Weight of grouper and placer entropy (summed over decisions) in the loss (ours; 0: none)."})
-    logits_noise: float = field(default=0.5, metadata={
+    logits_noise: float = field(default=0.5, metadata={"min": 0,
         "help": "Std of the noise on grouper and placer logits, relative to their RMS (grappler: 0.5)."})
-    stop_noise_step: int = field(default=750, metadata={
+    stop_noise_step: int = field(default=750, metadata={"min": 0,
         "help": "Update from which logits are no longer noised (grappler: 750)."})
-    temperature: float = field(default=10.0, metadata={
+    temperature: float = field(default=10.0, metadata={"gt": 0,
         "help": "Placer logits divided by this before the tanh (HDP §4: T = 10)."})
-    tanh_constant: float = field(default=5.0, metadata={
+    tanh_constant: float = field(default=5.0, metadata={"gt": 0,
         "help": "Placer logits squashed into [−C, C] (HDP §4: C = 5)."})
-    baseline_decay: float = field(default=0.9, metadata={
+    baseline_decay: float = field(default=0.9, metadata={"min": 0, "max": 1,
         "help": "Decay of the moving-average baseline, updated on non-failing samples (grappler: 0.9)."})
-    failing_signal: float = field(default=100.0, metadata={
+    failing_signal: float = field(default=100.0, metadata={"gt": 0,
         "help": "Seconds an invalid placement is charged (grappler: 100)."})
-    threads: int = field(default=1, metadata={
+    threads: int = field(default=1, metadata={"min": 1,
         "help": "torch CPU threads for the networks (the simulator has its own)."})
-    checkpoint_every: int = field(default=50, metadata={
+    checkpoint_every: int = field(default=50, metadata={"min": 1,
         "help": "Policy updates between checkpoints (with checkpoint_dir)."})
     progress: bool = field(default=True, metadata={"help": "Show a progress bar."})
     checkpoint_dir: str | None = field(default=None, metadata={

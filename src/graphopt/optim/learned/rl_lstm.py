@@ -106,35 +106,36 @@ class RLLSTM:
     Learning", ICML 2017.
     """
 
-    max_groups: int = field(default=256, metadata={
+    max_groups: int = field(default=256, metadata={"min": 1, "max": 100_000,
         "help": "Most groups the decoder places; more colocation groups merge in topological runs (ours)."})
-    hidden: int = field(default=256, metadata={"help": "LSTM units of encoder and decoder (ours)."})
+    hidden: int = field(default=256, metadata={"min": 1, "max": 8192,
+        "help": "LSTM units of encoder and decoder (ours)."})
     bidirectional: bool = field(default=False, metadata={
         "help": "Read the groups in both directions (HDP's encoder does; the 2017 one reads forward)."})
-    num_samples: int = field(default=4, metadata={
+    num_samples: int = field(default=4, metadata={"min": 1,
         "help": "Placements sampled and simulated per policy update (HDP §4: k = 4)."})
-    lr: float = field(default=0.001, metadata={
+    lr: float = field(default=0.001, metadata={"gt": 0,
         "help": "Adam learning rate, fixed (ours, from the sweep: 0.003 and up collapse the policy to one "
                 "device)."})
-    warmup: int = field(default=0, metadata={
+    warmup: int = field(default=0, metadata={"min": 0,
         "help": "Updates over which the learning rate rises linearly from lr / warmup to lr "
                 "(ours; 0: none)."})
-    entropy_coef: float = field(default=0.0, metadata={
+    entropy_coef: float = field(default=0.0, metadata={"min": 0,
         "help": "Weight of the policy's entropy (summed over groups) subtracted from the loss (ours; 0: "
                 "none)."})
-    grad_bound: float = field(default=1.0, metadata={
+    grad_bound: float = field(default=1.0, metadata={"gt": 0,
         "help": "Gradients clipped to this global norm (HDP §4)."})
-    temperature: float = field(default=10.0, metadata={
+    temperature: float = field(default=10.0, metadata={"gt": 0,
         "help": "Logits divided by this before the tanh (HDP §4: T = 10)."})
-    tanh_constant: float = field(default=5.0, metadata={
+    tanh_constant: float = field(default=5.0, metadata={"gt": 0,
         "help": "Logits squashed into [−C, C] (HDP §4: C = 5)."})
-    baseline_decay: float = field(default=0.9, metadata={
+    baseline_decay: float = field(default=0.9, metadata={"min": 0, "max": 1,
         "help": "Decay of the moving-average baseline of √(step time) (grappler's bl_dec)."})
-    invalid_step_time: float = field(default=100.0, metadata={
+    invalid_step_time: float = field(default=100.0, metadata={"gt": 0,
         "help": "Seconds an invalid placement is charged (the papers' large constant; grappler: 100)."})
-    threads: int = field(default=1, metadata={
+    threads: int = field(default=1, metadata={"min": 1,
         "help": "torch CPU threads for the policy (the simulator has its own)."})
-    checkpoint_every: int = field(default=50, metadata={
+    checkpoint_every: int = field(default=50, metadata={"min": 1,
         "help": "Policy updates between checkpoints (with checkpoint_dir)."})
     progress: bool = field(default=True, metadata={"help": "Show a progress bar."})
     checkpoint_dir: str | None = field(default=None, metadata={

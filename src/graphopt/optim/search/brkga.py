@@ -60,16 +60,16 @@ class BRKGA:
     graphs" (REGAL), ICLR 2020.
     """
 
-    population: int = field(default=100, metadata={"help": "Chromosomes per generation."})
-    elite_fraction: float = field(default=0.2, metadata={
+    population: int = field(default=100, metadata={"min": 2, "help": "Chromosomes per generation."})
+    elite_fraction: float = field(default=0.2, metadata={"gt": 0, "max": 1,
         "help": "Share of the population kept unchanged as the elite."})
-    mutant_fraction: float = field(default=0.1, metadata={
+    mutant_fraction: float = field(default=0.1, metadata={"min": 0, "max": 1,
         "help": "Share of the population replaced by fresh mutants each generation."})
-    inheritance: float | np.ndarray = field(default=0.7, metadata={
+    inheritance: float | np.ndarray = field(default=0.7, metadata={"min": 0, "max": 1,
         "help": "Probability a child takes each gene from its elite parent (scalar or one per gene)."})
-    mutant_alpha: float | np.ndarray = field(default=1.0, metadata={
+    mutant_alpha: float | np.ndarray = field(default=1.0, metadata={"gt": 0,
         "help": "Beta α that mutant genes are drawn from (scalar or one per gene; 1, 1 = uniform)."})
-    mutant_beta: float | np.ndarray = field(default=1.0, metadata={
+    mutant_beta: float | np.ndarray = field(default=1.0, metadata={"gt": 0,
         "help": "Beta β that mutant genes are drawn from (scalar or one per gene)."})
 
     @staticmethod

@@ -101,13 +101,14 @@ class CPSAT:
     (optional intervals, alternatives and no-overlap for scheduling).
     """
 
-    time_limit: float = field(default=30.0, metadata={"help": "Solver seconds when the budget sets no time."})
-    max_ops: int = field(default=200, metadata={"help": "Largest graph solved without ``force``."})
+    time_limit: float = field(default=30.0, metadata={"gt": 0,
+        "help": "Solver seconds when the budget sets no time."})
+    max_ops: int = field(default=200, metadata={"min": 1, "help": "Largest graph solved without ``force``."})
     force: bool = field(default=False, metadata={
         "help": "Build and solve the model above ``max_ops`` anyway."})
-    workers: int = field(default=8, metadata={
+    workers: int = field(default=8, metadata={"min": 1,
         "help": "CP-SAT search workers (threads); 1 makes the search reproducible."})
-    time_steps: int = field(default=1_000_000, metadata={
+    time_steps: int = field(default=1_000_000, metadata={"min": 1,
         "help": "Integer time steps spanning the upper bound on the makespan."})
     transient_memory: bool = field(default=True, metadata={
         "help": "Bound live tensors and scratch per device too (else persistent bytes only)."})
