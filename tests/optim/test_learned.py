@@ -83,6 +83,32 @@ def test_resume_matches_uninterrupted_run(layered, method, tmp_path):
     assert (tmp_path / "weights.safetensors").is_file() and (tmp_path / "curve.png").is_file()
 
 
+@pytest.mark.parametrize("method", METHODS)
+def test_ctrl_c_checkpoints_between_whole_updates_and_resumes_exactly(layered, method, tmp_path,
+                                                                      monkeypatch):
+    # Ctrl-C after update 3 drew its samples, before its batch: the update is undone
+    import os
+    import signal
+
+    from graphopt.dist.local import LocalEvaluator
+
+    evaluate, calls = LocalEvaluator.evaluate, []
+
+    def interrupted_on_third(self, *a, **k):
+        calls.append(1)
+        if len(calls) == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+        return evaluate(self, *a, **k)
+    monkeypatch.setattr(LocalEvaluator, "evaluate", interrupted_on_third)
+    _, cut = run(method, layered, 32, checkpoint_dir=str(tmp_path))
+    monkeypatch.setattr(LocalEvaluator, "evaluate", evaluate)
+    assert cut["interrupted"] and cut["updates"] == 2 and cut["evals"] == 8
+    plan, resumed = run(method, layered, 24, checkpoint_dir=str(tmp_path))
+    whole, straight = run(method, layered, 32)
+    assert resumed["resumed_from_update"] == 2 and resumed["total_evals"] == 32
+    assert plan == whole and resumed["curve"] == straight["curve"]
+
+
 def test_checkpoint_of_another_run_is_refused(layered, tmp_path):
     run("rl-lstm", layered, 4, checkpoint_dir=str(tmp_path))
     with pytest.raises(CheckpointError, match="lr"):

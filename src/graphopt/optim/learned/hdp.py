@@ -47,7 +47,8 @@ of 0.01 all end within 1% of one device. Grappler's values are kept as the defau
 
 With ``checkpoint_dir``, both networks, Adam's state, the sampling generator, the
 baseline, the best plan and the history are saved every ``checkpoint_every`` updates and
-at the end (safetensors + JSON), with a learning-curve PNG; a later run with the same
+at the end (safetensors + JSON) always between whole updates (Ctrl-C ends the run
+at the next one; an update whose batch was not yet simulated is undone), with a learning-curve PNG; a later run with the same
 config resumes where it stopped.
 """
 
@@ -59,7 +60,7 @@ import numpy as np
 import torch
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from graphopt.dist.local import BudgetExhausted, LocalEvaluator
+from graphopt.dist.local import BudgetExhausted, LocalEvaluator, stop_on_interrupt, stop_requested
 from graphopt.errors import GraphoptError
 from graphopt.nn import AttentionLSTMPlacer, Grouper
 from graphopt.optim.base import Budget, compose, register
@@ -194,13 +195,15 @@ class HDP:
                      f"hdp on {graph.name} ({problem.cluster.name}), seed {seed}")
 
         # -- training loop -----------------------------------------------------------------
-        interrupted, placements = False, None
+        interrupted, torn, placements = False, False, None
         columns = (TextColumn("hdp"), BarColumn(), TextColumn("{task.completed:,} evals"),
                    TextColumn("best {task.fields[best]}"), TimeElapsedColumn())
-        with Progress(*columns, disable=not self.progress, transient=True) as bar:
+        with Progress(*columns, disable=not self.progress, transient=True) as bar, \
+                stop_on_interrupt():
             progress = bar.add_task("train", total=budget.evals, best="-")
             try:
                 while not ev.exhausted():
+                    torn, drawn = True, generator.get_state()  # torn until the bookkeeping
                     step = state["update"]
                     for group in optimizer.param_groups:
                         group["lr"] = staircase_lr(step, self.lr, self.lr_decay,
@@ -230,17 +233,20 @@ class HDP:
 
                     record_update(state, ev, res, float(place_entropy[:k].detach().mean()) / num_groups,
                                   float(loss))
+                    torn = False
                     bar.update(progress, completed=ev.evals,
                                best=f"{ev.best_time * 1e3:.3f} ms" if ev.best_plan else "-")
                     if self.checkpoint_dir and state["update"] % self.checkpoint_every == 0:
                         checkpoint(self.checkpoint_dir)
-            except BudgetExhausted:
-                pass
-            except KeyboardInterrupt:
+            except BudgetExhausted:  # the budget ran out, or Ctrl-C, before the batch
+                generator.set_state(drawn)  # the update never happened: undo its sampling
+                torn = False
+            except KeyboardInterrupt:  # a second Ctrl-C: the last checkpoint stands
                 interrupted = True
+            interrupted = interrupted or stop_requested()
         state["evals"] += ev.evals
         state["seconds"] += ev.elapsed
-        if self.checkpoint_dir is not None:
+        if self.checkpoint_dir is not None and not torn:
             checkpoint(self.checkpoint_dir)
 
         # -- result ------------------------------------------------------------------------

@@ -51,7 +51,8 @@ Departures, and what the sweep in ``docs/learned.md`` showed (``bench/learned_sw
 
 With ``checkpoint_dir``, the policy, Adam's state, the sampling generator, the baseline,
 the best plan and the history are saved every ``checkpoint_every`` updates and at the end
-(safetensors + JSON), with a learning-curve PNG; a later run with the same config resumes
+(safetensors + JSON) always between whole updates (Ctrl-C ends the run
+at the next one; an update whose batch was not yet simulated is undone), with a learning-curve PNG; a later run with the same config resumes
 where it stopped, drawing the samples an uninterrupted run would have drawn.
 """
 
@@ -63,7 +64,7 @@ import numpy as np
 import torch
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from graphopt.dist.local import BudgetExhausted, LocalEvaluator
+from graphopt.dist.local import BudgetExhausted, LocalEvaluator, stop_on_interrupt, stop_requested
 from graphopt.errors import GraphoptError
 from graphopt.ir.coarsen import bounded_groups, colocation_groups
 from graphopt.nn import AttentionLSTMPlacer
@@ -181,13 +182,15 @@ class RLLSTM:
                      f"rl-lstm on {graph.name} ({problem.cluster.name}), seed {seed}")
 
         # -- training loop -----------------------------------------------------------------
-        interrupted, placements = False, None
+        interrupted, torn, placements = False, False, None
         columns = (TextColumn("rl-lstm"), BarColumn(), TextColumn("{task.completed:,} evals"),
                    TextColumn("best {task.fields[best]}"), TimeElapsedColumn())
-        with Progress(*columns, disable=not self.progress, transient=True) as bar:
+        with Progress(*columns, disable=not self.progress, transient=True) as bar, \
+                stop_on_interrupt():
             progress = bar.add_task("train", total=budget.evals, best="-")
             try:
                 while not ev.exhausted():
+                    torn, drawn = True, generator.get_state()  # torn until the bookkeeping
                     for group in optimizer.param_groups:
                         group["lr"] = self.lr * min(1.0, (state["update"] + 1) / max(self.warmup, 1))
                     actions, log_prob, entropy = policy(x, self.num_samples, generator)
@@ -206,17 +209,20 @@ class RLLSTM:
 
                     record_update(state, ev, res, float(entropy[:k].detach().mean()) / num_groups,
                                   float(loss))
+                    torn = False
                     bar.update(progress, completed=ev.evals,
                                best=f"{ev.best_time * 1e3:.3f} ms" if ev.best_plan else "-")
                     if self.checkpoint_dir and state["update"] % self.checkpoint_every == 0:
                         checkpoint(self.checkpoint_dir)
-            except BudgetExhausted:
-                pass
-            except KeyboardInterrupt:
+            except BudgetExhausted:  # the budget ran out, or Ctrl-C, before the batch
+                generator.set_state(drawn)  # the update never happened: undo its sampling
+                torn = False
+            except KeyboardInterrupt:  # a second Ctrl-C: the last checkpoint stands
                 interrupted = True
+            interrupted = interrupted or stop_requested()
         state["evals"] += ev.evals
         state["seconds"] += ev.elapsed
-        if self.checkpoint_dir is not None:
+        if self.checkpoint_dir is not None and not torn:
             checkpoint(self.checkpoint_dir)
 
         # -- result ------------------------------------------------------------------------
