@@ -47,9 +47,9 @@ of 0.01 all end within 1% of one device. Grappler's values are kept as the defau
 
 With ``checkpoint_dir``, both networks, Adam's state, the sampling generator, the
 baseline, the best plan and the history are saved every ``checkpoint_every`` updates and
-at the end (safetensors + JSON) always between whole updates (Ctrl-C ends the run
-at the next one; an update whose batch was not yet simulated is undone), with a learning-curve PNG; a later run with the same
-config resumes where it stopped.
+at the end (safetensors + JSON), always between whole updates (Ctrl-C ends the run at
+the next one; an update whose batch was not yet simulated is undone), with a
+learning-curve PNG; a later run with the same config resumes where it stopped.
 """
 
 from __future__ import annotations

@@ -51,9 +51,10 @@ Departures, and what the sweep in ``docs/learned.md`` showed (``bench/learned_sw
 
 With ``checkpoint_dir``, the policy, Adam's state, the sampling generator, the baseline,
 the best plan and the history are saved every ``checkpoint_every`` updates and at the end
-(safetensors + JSON) always between whole updates (Ctrl-C ends the run
-at the next one; an update whose batch was not yet simulated is undone), with a learning-curve PNG; a later run with the same config resumes
-where it stopped, drawing the samples an uninterrupted run would have drawn.
+(safetensors + JSON), always between whole updates (Ctrl-C ends the run at the next one;
+an update whose batch was not yet simulated is undone), with a learning-curve PNG; a
+later run with the same config resumes where it stopped, drawing the samples an
+uninterrupted run would have drawn.
 """
 
 from __future__ import annotations
