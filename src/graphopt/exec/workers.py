@@ -276,11 +276,23 @@ class _Device:
             self.sends_of.setdefault(t.node, []).append(t)
             for w in t.after:
                 self.after_of.setdefault(w, []).append(t)
+        # A value is dropped once its last local reader ran and its sends were posted (a
+        # posted send holds its own reference), as the simulator frees memory; state,
+        # inputs and outputs stay.
+        self.reads = [sorted(set(refs((ins.args, ins.kwargs)))) for ins in self.instrs]
+        self.uses: dict[int, int] = {}
+        for nodes in self.reads:
+            for n in nodes:
+                self.uses[n] = self.uses.get(n, 0) + 1
+        for t in share["sends"]:
+            self.uses[t.node] = self.uses.get(t.node, 0) + 1
+        self.keep = set(share["feeds"]) | set(share["outputs"])
 
     def step(self, seed: int) -> tuple[dict[int, Any], list[tuple]]:
         import torch.distributed as dist
 
         instrs, events = self.instrs, []
+        uses = dict(self.uses)
         waiting = [len(ins.deps) + len(ins.recvs) for ins in instrs]
         blocked = {t.tag: len(t.after) for t in self.share["sends"]}
         sent: dict[int, Any] = {}  # tag -> (works, tensors) of posted sends
@@ -300,9 +312,15 @@ class _Device:
         ready = [key(k) for k, w in enumerate(waiting) if not w]
         heapq.heapify(ready)
 
+        def release(node: int) -> None:
+            uses[node] -= 1
+            if not uses[node] and node not in self.keep:
+                del self.values[node]
+
         def post(t: Transfer) -> None:
             tensors = pack(self.values[t.node])
             sent[t.tag] = ([dist.isend(x, dst=t.dst, tag=_tag(t, i)) for i, x in enumerate(tensors)], tensors)
+            release(t.node)
 
         def receive(tag: int | None, when: Any) -> None:
             if tag is None:
@@ -343,6 +361,10 @@ class _Device:
             events.append(("op", ins.name, t0, time.perf_counter(), None))
             done += 1
             exists.add(node)
+            for p in self.reads[k]:
+                release(p)
+            if node not in uses and node not in self.keep:  # nobody reads it
+                del self.values[node]
             for u in self.local_users.get(node, ()):
                 waiting[u] -= 1
                 if not waiting[u]:
