@@ -121,9 +121,11 @@ def to_markdown(res: dict) -> str:
                          f"{p['simulated'] * 1e3:.1f} | {p['error'] * 100:+.0f}% | "
                          f"{p['speedup_measured']:.2f}x | {p['speedup_simulated']:.2f}x |")
     lines += ["", "| model | Kendall tau |", "|---|---|"]
-    lines += [f"| {r['model']} | {r['kendall_tau'] if r['kendall_tau'] is None else round(r['kendall_tau'], 2)} |"
+    def fmt(x: float | None) -> str:
+        return "n/a" if x is None else f"{x * 100:.0f}%"
+
+    lines += [f"| {r['model']} | {'n/a' if r['kendall_tau'] is None else round(r['kendall_tau'], 2)} |"
               for r in res["rows"]]
-    fmt = lambda x: "n/a" if x is None else f"{x * 100:.0f}%"  # noqa: E731
     lines += ["",
               f"Median absolute error: one device {fmt(s['median_abs_error_one_device'])} "
               f"(target <= 10%), two devices {fmt(s['median_abs_error_two_devices'])} (target <= 15%). "
