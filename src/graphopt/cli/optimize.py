@@ -11,6 +11,7 @@ from graphopt.cli._common import (GRAPH_HELP, PARAM_HELP, check_output, compile_
                                   console, fail, field_help, method_params)
 from graphopt.errors import GraphoptError
 from graphopt.frontends import load_source
+from graphopt.sim.problem import format_bytes
 
 app = typer.Typer()
 
@@ -93,7 +94,7 @@ def optimize(
     t = Table(title=f"{g.name} ({g.num_nodes:,} ops) on {c.name}, task {task}, "
                     f"lower bound {prob.lower_bound * 1e3:.3f} ms")
     for col in ("method", "step ms", "vs single", "vs expert", "step/bound", "valid",
-                "peak GiB per device", "search s", "evals"):
+                "peak per device", "search s", "evals"):
         t.add_column(col, justify="left" if col in ("method", "valid") else "right")
     if measure:
         for col in ("measured ms", "measured vs single"):
@@ -109,7 +110,7 @@ def optimize(
         t.add_row(r.method, f"{res.step_time * 1e3:.3f}", vs("single"), vs("expert"),
                   f"{res.step_time / res.lower_bound:.2f}" if res.lower_bound > 0 else "-",
                   "yes" if res.valid else f"[red]{res.reason}[/]",
-                  " / ".join(f"{x / 2**30:.1f}" for x in res.peak_memory),
+                  " / ".join(format_bytes(x) for x in res.peak_memory),
                   f"{st.get('seconds', 0):.1f}", f"{st.get('evals', 0):,}",
                   *_measured_cells(r.measured) if measure else ())
     console.print(t)

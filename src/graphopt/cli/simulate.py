@@ -40,6 +40,10 @@ def simulate(
 ) -> None:
     """Simulate a plan of a graph on a cluster: step time, memory, validity.
 
+    Exit status: 0 when the plan was simulated, valid or not;
+    an invalid plan (e.g. out of memory) shows in red and as "valid": false in --json.
+    2 for bad input: one line names the file or option at fault.
+
     Example: graphopt simulate example:mlp --cluster dgx1-v100:2 --gantt g.png
     """
     from graphopt.hardware import load_cluster

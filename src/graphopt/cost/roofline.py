@@ -12,6 +12,7 @@ kernel's time (launch included) for the ops it covers; dispatch comes on top.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -69,7 +70,8 @@ def op_costs(graph: Graph, cluster: Cluster, profile=None) -> OpCosts:
     Parameters
     ----------
     profile : Profile or list of Profile, optional
-        Measured times; each applies to the devices of its ``device_kind``.
+        Measured times; each applies to the devices of its ``device_kind`` (a warning
+        says when that kind matches no device of ``cluster``).
 
     Examples
     --------
@@ -107,6 +109,13 @@ def op_costs(graph: Graph, cluster: Cluster, profile=None) -> OpCosts:
     mem_time[free] = 0.0
     measured = np.zeros((n, d), dtype=bool)
     for p in ([] if profile is None else profile if isinstance(profile, list) else [profile]):
+        kinds = sorted({dev.kind for dev in cluster.devices})
+        if p.device_kind not in kinds:
+            warnings.warn(f"a profile measured on {p.device_kind!r} matches no device of "
+                          f"{cluster.name!r} (kinds: {', '.join(kinds)}), so it is not used; "
+                          "apply it to a kind with Profile.for_kind (CLI: --profile FILE@KIND)",
+                          stacklevel=2)
+            continue
         secs = p.lookup(graph)  # (N,) seconds, NaN where not measured
         hit = ~np.isnan(secs)
         for j, dev in enumerate(cluster.devices):

@@ -17,7 +17,8 @@ from graphopt.ir.ops import FUSIBLE_CONSUMER, FUSIBLE_PRODUCER, OP_CLASSES
 from graphopt.sim import engine
 from graphopt.sim.plan import Plan
 
-__all__ = ["BatchResult", "Problem", "SimResult", "Timeline", "simulate", "simulate_batch"]
+__all__ = ["BatchResult", "Problem", "SimResult", "Timeline", "format_bytes", "simulate",
+           "simulate_batch"]
 
 _OK, _OOM, _COLOC = engine.OK, engine.OOM, engine.COLOC
 
@@ -221,10 +222,24 @@ def _plan_arrays(problem: Problem, plan: Plan):
     return place, prio, fifo, fprio, mode
 
 
+def format_bytes(x: float) -> str:
+    """A memory size for people: GiB from 1 GiB up, MiB from 1 MiB, else KiB, so that a
+    small size never shows as ``0.00 GiB``.
+
+    >>> format_bytes(17.2 * 2**30), format_bytes(2**20), format_bytes(1536)
+    ('17.20 GiB', '1.0 MiB', '1.5 KiB')
+    """
+    if abs(x) >= 2**30:
+        return f"{x / 2**30:,.2f} GiB"
+    if abs(x) >= 2**20:
+        return f"{x / 2**20:.1f} MiB"
+    return f"{x / 2**10:.1f} KiB"
+
+
 def _reason(problem: Problem, code: int, arg: int, peak: np.ndarray) -> str:
     if code == _OOM:
         dev = problem.cluster.devices[arg]
-        return (f"OOM on {dev.name} ({peak[arg] / 2**30:.2f} GiB > {dev.memory / 2**30:.2f} GiB)")
+        return f"OOM on {dev.name} ({format_bytes(peak[arg])} > {format_bytes(dev.memory)})"
     if code == _COLOC:
         members = np.flatnonzero(problem.coloc == arg)
         names = ", ".join(str(problem.graph.names[i]) for i in members[:3])
