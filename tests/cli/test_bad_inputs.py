@@ -36,6 +36,7 @@ def d(tmp_path_factory):
         h = json.loads(json.dumps(g))
         h["nodes"][0].update(node)
         (d / name).write_text(json.dumps(h))
+    graph("g.json")
     graph("shape_1e30.json", shape=[10**30])
     graph("flops_1e308.json", flops=1e308)
     graph("bytes_1e20.json", out_bytes=1e20)
@@ -49,6 +50,9 @@ def d(tmp_path_factory):
         assert old in base
         (d / f"{name}.toml").write_text(base.replace(old, new, 1))
     (d / "latin1.toml").write_bytes(b"\xff\xfe" + base.encode())
+    plan = {"format": "graphopt.plan", "version": 1}
+    (d / "short_plan.json").write_text(json.dumps({**plan, "placement": [0, 1]}))
+    (d / "far_plan.json").write_text(json.dumps({**plan, "placement": [7] * len(g["nodes"])}))
     (d / "random.npz").write_bytes(bytes(range(256)) * 8)
     (d / "lfs.npz").write_text("version https://git-lfs.github.com/spec/v1\noid sha256:0\nsize 9\n")
     head = io.BytesIO()  # an array header declaring 16 GiB of names, and no data
@@ -75,6 +79,8 @@ CASES = [
     ("simulate example:mlp -c {d}/latency_list.toml", "'latency_us'"),
     ("simulate example:mlp -c {d}/latin1.toml", "UTF-8"),
     ("simulate example:mlp -c ../../x:2", "unknown cluster preset"),
+    ("simulate example:mlp --plan {d}/short_plan.json", "short_plan.json: plan placement has 2"),
+    ("simulate {d}/g.json -c dgx1-v100:2 --plan {d}/far_plan.json", "far_plan.json: plan places node 0"),
     ("info {d}/random.npz", "not an npz archive"),
     ("info {d}/lfs.npz", "Git LFS pointer"),
     ("info {d}/bomb.npz", "GRAPHOPT_MAX_NPZ_BYTES"),

@@ -103,6 +103,17 @@ def compile_simulator() -> None:
             console.print("compiled the simulator once (cached for later runs)")
 
 
+def check_plan(plan, problem, path: Path | None) -> None:
+    """Check a plan loaded from ``path`` against ``problem`` (its length, its device
+    indices), so that the error names the plan file; no path (no --plan) passes."""
+    if path is None:
+        return
+    try:
+        plan.check(problem.num_nodes, problem.num_devices)
+    except GraphoptError as err:
+        raise type(err)(f"{path}: {err}") from None
+
+
 def mib(x: float) -> str:
     """Bytes shown as MiB with one decimal."""
     return f"{x / 2**20:,.1f}"

@@ -8,7 +8,7 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from graphopt.cli._common import console, fail
+from graphopt.cli._common import check_plan, console, fail
 from graphopt.errors import GraphoptError
 
 app = typer.Typer()
@@ -65,6 +65,7 @@ def run(
             with console.status("timing every op on one worker (the calibrated profile)"):
                 profile = profile_program(traced, count)
         prob = Problem(traced.graph, c, profile=profile)
+        check_plan(p, prob, plan)
         # the engine runs op by op: no fusion in the prediction
         sim = simulate(prob, p.replace(fusion=np.zeros(prob.num_nodes)), timeline=trace is not None)
         with console.status(f"starting {count} {kind} device(s)"):

@@ -9,7 +9,7 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from graphopt.cli._common import GRAPH_HELP, check_output, console, fail, mib
+from graphopt.cli._common import GRAPH_HELP, check_output, check_plan, console, fail, mib
 from graphopt.errors import GraphoptError
 from graphopt.frontends import load_source
 
@@ -58,6 +58,7 @@ def simulate(
         prof = _load_profile_arg(profile) if profile else None
         p = Plan.load(plan) if plan else Plan()
         prob = Problem(g, c, profile=prof)
+        check_plan(p, prob, plan)
         r = run(prob, p, timeline=bool(trace or gantt))
     except GraphoptError as err:
         fail(err)
