@@ -11,7 +11,6 @@ from graphopt.cli._common import (GRAPH_HELP, PARAM_HELP, check_output, compile_
                                   console, fail, field_help, method_params)
 from graphopt.errors import GraphoptError
 from graphopt.frontends import load_source
-from graphopt.sim.problem import format_bytes
 
 app = typer.Typer()
 
@@ -101,6 +100,8 @@ def optimize(
             t.add_column(col, justify="right")
         t.caption = (f"measured: median of {measure_steps} steps after a warm-up on "
                      f"{devices or f'cpu:{c.num_devices}'}")
+    from graphopt.sim.problem import format_bytes  # imports numba: only for the table
+
     for r in results:
         res, st = r.result, r.stats
 
