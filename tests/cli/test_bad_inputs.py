@@ -101,6 +101,8 @@ CASES = [
     ("optimize example:mlp --methods brkga -p brkga.population=1", "expected >= 2"),
     ("optimize example:mlp --methods brkga -p brkga.elite_fraction=1.5", "expected <= 1"),
     ("optimize example:mlp --methods brkga -p brkga.mutant_alpha=0", "expected > 0"),
+    ("optimize example:mlp --methods brkga -p brkga.elite_fraction=0.8 -p brkga.mutant_fraction=0.3",
+     "brkga.elite_fraction + brkga.mutant_fraction = 0.8 + 0.3: expected <= 1"),
     ("optimize example:mlp --methods local-search -p local-search.batch_size=0", "expected >= 1"),
     ("optimize example:mlp --methods random-search -p random-search.batch_size=-3", "expected >= 1"),
     ("optimize example:mlp --methods cpsat -p cpsat.time_limit=0", "expected > 0"),

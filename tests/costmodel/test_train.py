@@ -35,9 +35,9 @@ def _cfg(data, out, **kw):
 def test_training_learns_a_rule(tile_dir, tmp_path):
     run = train(_cfg(tile_dir, tmp_path / "runs", epochs=25))
     meta, model, norm, _ = load_run(run)
-    from graphopt.costmodel.trainer import _prepare
+    from graphopt.costmodel.trainer import _load_eval
 
-    test = _prepare(meta, norm, None)
+    test = [norm(g) for g in _load_eval(meta, None)]
     torch.manual_seed(0)
     fresh = _model_from(meta)
     before = np.mean([kendall_tau(score_graph(fresh, g), g.runtime) for g in test])
@@ -92,6 +92,35 @@ def test_bad_options_and_runs(tile_dir, tmp_path):
         evaluate(run, lay)
 
 
+def test_evaluation_runs_every_n_epochs_and_after_the_last(tile_dir, tmp_path):
+    run = train(_cfg(tile_dir, tmp_path, epochs=5, eval_every=2, run_name="every2"))
+    taus = [row["charts/kendall_tau"] for row in load_run(run)[3]["history"]]
+    assert [not np.isnan(t) for t in taus] == [False, True, False, True, True]
+    assert TrainConfig().eval_every == 0  # auto: about 10 evaluations a run
+
+
+def test_eval_reports_baselines_and_takes_a_chunk(tile_dir, tmp_path):
+    run = train(_cfg(tile_dir, tmp_path, epochs=1, run_name="b"))
+    res = evaluate(run)
+    assert set(res["baselines"]) == {"random", "analytical"}
+    assert -1 <= res["baselines"]["random"]["kendall_tau"] <= 1
+    assert evaluate(run, chunk=4)["overall"].keys() == res["overall"].keys()
+    with pytest.raises(CostModelError, match="chunk must be >= 1"):
+        evaluate(run, chunk=0)
+
+
+def test_proxy_refuses_config_features_of_another_width(tmp_path):
+    from graphopt.costmodel.analytical import layout_proxy, tile_proxy
+    from graphopt.costmodel.data import load_dataset
+
+    lay = write_layout(tmp_path / "lay.npz", node_config_feat=np.full((10, 3, 12), -1, np.float32))
+    with pytest.raises(CostModelError, match="lay.npz: config features are 12 wide; .* 18"):
+        layout_proxy(load_dataset(lay)[0])
+    tile = write_tile(tmp_path / "tile.npz", config_feat=np.ones((12, 20), np.float32))
+    with pytest.raises(CostModelError, match="tile.npz: config features are 20 wide; .* 24"):
+        tile_proxy(load_dataset(tile)[0])
+
+
 def test_bench_script_smoke(tmp_path):
     """The real-data benchmark runs end to end on a tiny budget (subprocess, like CleanRL)."""
     if real_tpugraphs("op_tuning_data.pb") is None:
@@ -102,3 +131,30 @@ def test_bench_script_smoke(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     res = json.loads(out.read_text())
     assert {"layout", "tile"} <= set(res["results"])
+
+
+def test_cli_eval_labels_rows_and_shows_baselines(tile_dir, tmp_path):
+    from typer.testing import CliRunner
+
+    from graphopt.cli import app
+
+    run = train(_cfg(tile_dir, tmp_path, epochs=1, run_name="cli"))
+    r = CliRunner().invoke(app, ["costmodel", "eval", str(run), "--chunk", "4",
+                                 "--json", str(tmp_path / "m.json")], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    assert "mean of 2 graphs" in r.output and "baseline: random" in r.output
+    assert "baseline: analytical" in r.output
+    assert "baselines" in json.loads((tmp_path / "m.json").read_text())
+
+
+def test_info_warns_on_a_file_without_shapes(tmp_path):
+    from typer.testing import CliRunner
+
+    from graphopt.cli import app
+
+    pruned = write_tile(tmp_path / "pruned.npz", node_feat=np.ones((6, 20), np.float32))
+    r = CliRunner().invoke(app, ["info", str(pruned)], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    assert "warning:" in r.output and "no op has a shape" in r.output
+    r = CliRunner().invoke(app, ["info", str(write_tile(tmp_path / "full.npz"))])
+    assert r.exit_code == 0 and "warning" not in r.output

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from graphopt.cli._common import console, fail, options_from_fields
+from graphopt.cli._common import check_output, console, fail, options_from_fields
 from graphopt.costmodel.config import TrainConfig
 from graphopt.errors import GraphoptError
 
@@ -35,15 +35,19 @@ def costmodel_train(**options) -> None:
 
 
 def _print_costmodel_metrics(res: dict, title: str) -> None:
+    from graphopt.costmodel.metrics import METRICS
+
     t = Table(title=title)
-    cols = ("kendall_tau", "top1_error", "top5_error", "top10_error", "tile_score",
-            "pair_accuracy")
-    for c in ("graph", "configs", *cols):
+    for c in ("graph", "configs", *METRICS):
         t.add_column(c)
     for g in res["graphs"][:30]:
-        t.add_row(g["graph"], str(g["configs"]), *(f"{g[c]:.4f}" for c in cols))
-    t.add_row("[bold]mean[/]", str(len(res["graphs"])),
-              *(f"{res['overall'][c]:.4f}" for c in cols))
+        t.add_row(g["graph"], str(g["configs"]), *(f"{g[c]:.4f}" for c in METRICS))
+    n = len(res["graphs"])
+    total = str(sum(g["configs"] for g in res["graphs"]))
+    t.add_row(f"[bold]mean of {n} graph{'s' * (n != 1)}[/]", total,
+              *(f"{res['overall'][c]:.4f}" for c in METRICS), end_section=True)
+    for name, m in res.get("baselines", {}).items():
+        t.add_row(f"baseline: {name}", total, *(f"{m[c]:.4f}" for c in METRICS))
     console.print(t)
 
 
@@ -54,8 +58,14 @@ def costmodel_eval(
                                                 "one .npz or a tuning .pb (default: the run's "
                                                 "held-out split)."),
     json_out: Path | None = typer.Option(None, "--json", help="Also write the metrics here."),
+    chunk: int | None = typer.Option(None, min=1, help="Configurations scored at once; a "
+                                     "cross-configuration model compares those of one chunk, so "
+                                     "scores are comparable within it (default: the run's "
+                                     "--eval-chunk)."),
 ) -> None:
-    """Kendall's tau, top-K error, tile score and pair accuracy per graph and overall.
+    """Kendall's tau, top-K error, tile score and pair accuracy per graph and overall,
+    beside two baselines on the same graphs: random rankings and the analytical roofline
+    proxy (left out when the graphs were pruned).
 
     Example: graphopt costmodel eval runs/costmodel/tile__tile_sage__0__1700000000
     """
@@ -63,7 +73,8 @@ def costmodel_eval(
     from graphopt.ir.io import atomic_write
 
     try:
-        res = evaluate(run, data)
+        check_output(json_out, "--json")
+        res = evaluate(run, data, chunk)
     except GraphoptError as err:
         fail(err)
     _print_costmodel_metrics(res, f"metrics of {run}")

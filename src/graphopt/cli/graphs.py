@@ -35,6 +35,10 @@ def info(graph: str = typer.Argument(..., help=GRAPH_HELP)) -> None:
     t.add_row("colocation groups", f"{s['colocation_groups']:,}")
     t.add_row("op classes", ", ".join(f"{k} {v}" for k, v in s["op_classes"].items()))
     console.print(t)
+    if s["nodes"] > 0 and not g.rank.any():
+        console.print(f"[yellow]warning:[/] {graph}: no op has a shape (a TpuGraphs file with "
+                      "pruned node features keeps none), so FLOPs and bytes count one element "
+                      "per op: the figures above are not the program's work")
 
 
 @app.command("import")

@@ -38,10 +38,24 @@ from graphopt.ir.formulas import dtype_bytes
 from graphopt.costmodel.data import CostGraph, CostModelError
 from graphopt.hardware import load_cluster
 
-__all__ = ["GRID_STEP_SECONDS", "layout_proxy", "tile_proxy"]
+__all__ = ["GRID_STEP_SECONDS", "LAYOUT_CONFIG_WIDTH", "TILE_CONFIG_WIDTH", "layout_proxy", "tile_proxy"]
 
 #: Fixed cost of one grid step of a TPU kernel (Pallas TPU docs: about 0.35 µs).
 GRID_STEP_SECONDS = 0.35e-6
+
+
+#: Config features per configurable node of a TpuGraphs layout file: 6 dims for each of
+#: the output and two operands.
+LAYOUT_CONFIG_WIDTH = 18
+#: Config features of a TpuGraphs tile file (the proxy reads the output bounds, 6:12).
+TILE_CONFIG_WIDTH = 24
+
+
+def _check_width(g: CostGraph, width: int) -> None:
+    # the proxies read features by position: another width would be read as other fields
+    if g.config_feat.shape[-1] != width:
+        raise CostModelError(f"{g.source or g.name}: config features are {g.config_feat.shape[-1]} "
+                             f"wide; the {g.collection} proxy reads TpuGraphs' {width}")
 
 
 def _tpu():
@@ -60,10 +74,12 @@ def layout_proxy(g: CostGraph) -> np.ndarray:
     Raises
     ------
     CostModelError
-        ``g`` is not a layout graph or has no IR graph.
+        ``g`` is not a layout graph, has no IR graph, or its config features are not
+        :data:`LAYOUT_CONFIG_WIDTH` wide (the file is named).
     """
     if g.collection != "layout" or g.graph is None:
         raise CostModelError(f"{g.name}: layout_proxy needs an unpruned layout graph with its IR graph")
+    _check_width(g, LAYOUT_CONFIG_WIDTH)
     ir, dev = g.graph, _tpu()
     base = float(op_costs(ir, load_cluster("tpu-v4:1")).time.sum())
     eff = EFFICIENCY["data_movement"][1]
@@ -92,10 +108,12 @@ def tile_proxy(g: CostGraph) -> np.ndarray:
     Raises
     ------
     CostModelError
-        ``g`` is not a tile graph or has no IR graph.
+        ``g`` is not a tile graph, has no IR graph, or its config features are not
+        :data:`TILE_CONFIG_WIDTH` wide (the file is named).
     """
     if g.collection != "tile" or g.graph is None:
         raise CostModelError(f"{g.name}: tile_proxy needs a tile graph with its IR graph")
+    _check_width(g, TILE_CONFIG_WIDTH)
     ir = g.graph
     base = float(op_costs(ir, load_cluster("tpu-v4:1")).time.sum())
     sinks = np.flatnonzero(ir.out_degree == 0)

@@ -32,7 +32,8 @@ class TrainConfig:
     loss: str = _f("listmle", "Ranking loss: listmle, hinge (pairwise, margin 0.1) or mse.")
     mse_weight: float = _f(0.0, "Weight of an extra MSE term (the tile baseline uses a small one).")
     margin: float = _f(0.1, "Margin of the pairwise hinge loss.")
-    epochs: int = _f(20, "Passes over the training graphs.")
+    epochs: int = _f(20, "Passes over the training graphs; an epoch is one step per training "
+                         "graph, so on one graph (split configs) raise it (e.g. 500).")
     lr: float = _f(1e-3, "Adam learning rate.")
     weight_decay: float = _f(0.0, "Adam weight decay.")
     configs_per_graph: int = _f(32, "Configurations of one graph scored together in a step.")
@@ -46,7 +47,10 @@ class TrainConfig:
     sed_p: float = _f(0.5, "GST: stale embedding dropout probability.")
     halo: int = _f(-1, "GST: hops of context around a segment (-1: layers + 1, exact; 0: cut "
                        "edges as in the paper).")
-    eval_chunk: int = _f(256, "Configurations scored at once at evaluation.")
+    eval_chunk: int = _f(256, "Configurations scored at once at evaluation (a cross-configuration "
+                              "model compares those of one chunk, so scores are comparable within it).")
+    eval_every: int = _f(0, "Evaluate the held-out set every N epochs and after the last one (0: "
+                            "about 10 evaluations per run; evaluation dominates short epochs).")
     seed: int = _f(0, "Seed of every random choice.")
     device: str = _f("cpu", "Torch device.")
     threads: int = _f(1, "Torch CPU threads.")

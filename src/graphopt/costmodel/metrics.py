@@ -26,6 +26,7 @@ from scipy.stats import kendalltau
 
 __all__ = [
     "LOSSES",
+    "METRICS",
     "kendall_tau",
     "listmle_loss",
     "mse_loss",
@@ -149,6 +150,10 @@ def ordered_pair_accuracy(pred: np.ndarray, runtime: np.ndarray) -> float:
     dp = np.sign(pred[:, None] - pred[None, :])
     pairs = dy > 0
     return float((dp[pairs] > 0).mean()) if pairs.any() else 0.5
+
+
+#: The keys of :func:`ranking_metrics`, in the order reports show them.
+METRICS = ("kendall_tau", "top1_error", "top5_error", "top10_error", "tile_score", "pair_accuracy")
 
 
 def ranking_metrics(pred: np.ndarray, runtime: np.ndarray) -> dict[str, float]:

@@ -31,13 +31,13 @@ from graphopt.costmodel.config import TrainConfig
 from graphopt.costmodel.data import (CostGraph, CostModelError, FeatureNormalizer, load_dataset,
                                      sample_configs, split_configs, split_graphs)
 from graphopt.costmodel.gst import HistoryTable, gst_scores, partition
-from graphopt.costmodel.metrics import LOSSES, ranking_loss, ranking_metrics
+from graphopt.costmodel.metrics import LOSSES, METRICS, ranking_loss, ranking_metrics
 from graphopt.costmodel.models import MODELS, CostModel, build_model, graph_tensors
 from graphopt.rl.checkpoint import CheckpointError, load_checkpoint, read_checkpoint, save_checkpoint
 from graphopt.rl.run import run_name, seed_everything, write_log
 from graphopt.viz.curves import metric_curves
 
-__all__ = ["TrainConfig", "evaluate", "load_run", "rank", "score_graph", "train"]
+__all__ = ["TrainConfig", "baselines", "evaluate", "load_run", "rank", "score_graph", "train"]
 
 
 # ----------------------------------------------------------------------------------------
@@ -90,7 +90,7 @@ def _checkpoint_config(meta: dict) -> dict:
     """What a resumed run must share with the run it resumes: all but the epoch count and
     the options that only say how to run."""
     return {**meta, "train_config": {k: v for k, v in meta["train_config"].items()
-                                     if k not in ("epochs", "resume", "progress")}}
+                                     if k not in ("epochs", "resume", "progress", "eval_every")}}
 
 
 def _prefixed(tensors: dict, prefix: str) -> dict:
@@ -242,6 +242,7 @@ def train(cfg: TrainConfig) -> Path:
     from rich.progress import Progress
 
     steps = len(train_graphs)
+    eval_every = cfg.eval_every or max(1, cfg.epochs // 10)
     with Progress(disable=not cfg.progress, transient=True) as bar:
         task = bar.add_task("training", total=(cfg.epochs - start_epoch) * steps)
         for epoch in range(start_epoch, cfg.epochs):
@@ -266,12 +267,15 @@ def train(cfg: TrainConfig) -> Path:
                 losses.append(loss.item())
                 bar.advance(task)
             seconds = time.perf_counter() - t0
-            test = _metrics(model, test_graphs, cfg.eval_chunk, cfg.device)["overall"]
+            if (epoch + 1) % eval_every == 0 or epoch == cfg.epochs - 1:
+                test = _metrics(model, test_graphs, cfg.eval_chunk, cfg.device)["overall"]
+            else:  # NaN, not the last value: a curve must not show scores never measured
+                test = dict.fromkeys(METRICS, float("nan"))
             row = {"epoch": epoch, "losses/train": float(np.mean(losses)),
                    **{f"charts/{k}": v for k, v in test.items()},
                    "charts/steps_per_s": steps / max(seconds, 1e-9), "charts/epoch_seconds": seconds}
             history.append(row)
-            if cfg.progress:
+            if cfg.progress and not np.isnan(test["kendall_tau"]):
                 bar.console.log(f"epoch {epoch}: loss {row['losses/train']:.4f}  test tau "
                                 f"{test['kendall_tau']:.3f}  top5 err {test['top5_error']:.4f}")
             arrays = {f"norm.{k}": torch.from_numpy(np.ascontiguousarray(v))
@@ -291,8 +295,8 @@ def train(cfg: TrainConfig) -> Path:
 # Evaluation and ranking
 # ----------------------------------------------------------------------------------------
 
-def _prepare(meta: dict, norm: FeatureNormalizer, data: str | os.PathLike | None,
-             dedup: bool = True) -> list[CostGraph]:
+def _load_eval(meta: dict, data: str | os.PathLike | None, dedup: bool = True) -> list[CostGraph]:
+    """The graphs to score, unnormalized (the analytical baselines read raw features)."""
     cfg = TrainConfig(**meta["train_config"])
     if data is None:
         _, graphs, _ = _load_split(cfg)
@@ -302,26 +306,71 @@ def _prepare(meta: dict, norm: FeatureNormalizer, data: str | os.PathLike | None
     if graphs and graphs[0].collection != meta["collection"]:
         raise CostModelError(f"{data}: {graphs[0].collection} graphs, but the model was trained on "
                              f"{meta['collection']} graphs")
-    return [norm(g) for g in graphs]
+    return graphs
 
 
-def evaluate(run_dir: str | os.PathLike, data: str | os.PathLike | None = None) -> dict:
-    """Metrics of a trained run per graph and overall (their mean).
+#: Random rankings averaged per graph for the ``random`` baseline.
+RANDOM_SEEDS = 20
+
+
+def baselines(graphs: list[CostGraph]) -> dict[str, dict[str, float]]:
+    """Overall metrics of the rankings a learned model must beat, on unnormalized
+    ``graphs``: ``random`` (the mean of :data:`RANDOM_SEEDS` random rankings per graph)
+    and ``analytical`` (:mod:`graphopt.costmodel.analytical`'s roofline proxy; left out
+    when a graph has no IR graph, e.g. pruned).
+
+    Examples
+    --------
+    >>> sorted(baselines([]))
+    ['random']
+    """
+    from graphopt.costmodel.analytical import layout_proxy, tile_proxy
+
+    graphs = [g for g in graphs if g.num_configs >= 2]
+    rand = [{k: float(np.mean([r[k] for r in runs])) for k in METRICS}
+            for runs in ([ranking_metrics(np.random.default_rng(s).permutation(g.num_configs), g.runtime)
+                          for s in range(RANDOM_SEEDS)] for g in graphs)]
+    out = {"random": {k: float(np.mean([r[k] for r in rand])) if rand else float("nan")
+                      for k in METRICS}}
+    if graphs and all(g.graph is not None for g in graphs):
+        proxy = tile_proxy if graphs[0].collection == "tile" else layout_proxy
+        per = [ranking_metrics(proxy(g), g.runtime) for g in graphs]
+        out["analytical"] = {k: float(np.mean([p[k] for p in per])) for k in METRICS}
+    return out
+
+
+def evaluate(run_dir: str | os.PathLike, data: str | os.PathLike | None = None,
+             chunk: int | None = None) -> dict:
+    """Metrics of a trained run per graph and overall (their mean), beside the
+    :func:`baselines` on the same graphs.
 
     Parameters
     ----------
     data : path, optional
         Graphs to score (any :func:`~graphopt.costmodel.data.load_dataset` source);
         default the run's own held-out split.
+    chunk : int, optional
+        Configurations scored at once (a cross-configuration model compares those of
+        one chunk); default the run's ``eval_chunk``.
 
     Returns
     -------
     dict
         ``{"graphs": [{"graph", "configs", "kendall_tau", "top1_error", "top5_error",
-        "top10_error", "tile_score", "pair_accuracy"}, ...], "overall": {...}}``.
+        "top10_error", "tile_score", "pair_accuracy"}, ...], "overall": {...},
+        "baselines": {"random": {...}, "analytical": {...}}}``.
+
+    Raises
+    ------
+    CostModelError
+        ``chunk`` below 1, or data of another collection than the run's.
     """
+    if chunk is not None and chunk < 1:
+        raise CostModelError(f"chunk must be >= 1, got {chunk}")
     meta, model, norm, _ = load_run(run_dir)
-    return _metrics(model, _prepare(meta, norm, data), meta["train_config"]["eval_chunk"], "cpu")
+    graphs = _load_eval(meta, data)
+    res = _metrics(model, [norm(g) for g in graphs], chunk or meta["train_config"]["eval_chunk"], "cpu")
+    return {**res, "baselines": baselines(graphs)}
 
 
 def rank(run_dir: str | os.PathLike, path: str | os.PathLike, top: int = 5) -> list[dict]:
@@ -340,7 +389,7 @@ def rank(run_dir: str | os.PathLike, path: str | os.PathLike, top: int = 5) -> l
         raise CostModelError(f"top must be >= 1, got {top}")
     meta, model, norm, _ = load_run(run_dir)
     out = []
-    for g in _prepare(meta, norm, path, dedup=False):
+    for g in (norm(g) for g in _load_eval(meta, path, dedup=False)):
         s = score_graph(model, g, meta["train_config"]["eval_chunk"])
         order = np.argsort(s, kind="stable")[:top]
         out.append({"graph": g.name, "configs": g.num_configs,

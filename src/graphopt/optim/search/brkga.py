@@ -72,6 +72,14 @@ class BRKGA:
     mutant_beta: float | np.ndarray = field(default=1.0, metadata={"gt": 0,
         "help": "Beta β that mutant genes are drawn from (scalar or one per gene)."})
 
+    def __post_init__(self) -> None:
+        # each fraction alone is checked by check_params; their sum only here, and only
+        # when both are in range so that a bad single value gets its own message
+        e, m = self.elite_fraction, self.mutant_fraction
+        if 0 <= e <= 1 and 0 <= m <= 1 and e + m > 1:
+            raise GraphoptError(f"brkga.elite_fraction + brkga.mutant_fraction = {e:g} + {m:g}: "
+                                "expected <= 1 (elites and mutants share one population)")
+
     @staticmethod
     def layout(problem: Problem, task: frozenset[str]) -> dict[str, slice]:
         """Slices of the chromosome for each searched part, in the order placement
