@@ -1,9 +1,14 @@
-"""One error hierarchy for everything graphopt rejects.
+"""One error hierarchy for everything graphopt rejects, and the one range check of the
+numbers in a dataclass of options (:func:`check_fields`).
 
 The CLI catches :class:`GraphoptError`, prints its message on one line and exits 2,
 so every message must say what is wrong and where (file, node, option), the value
 received and what was expected.
 """
+
+import dataclasses
+import math
+from collections.abc import Callable
 
 __all__ = [
     "ClusterError",
@@ -15,6 +20,7 @@ __all__ = [
     "ProfileError",
     "CostModelError",
     "ExecutionError",
+    "check_fields",
 ]
 
 
@@ -53,3 +59,44 @@ class CostModelError(GraphoptError):
 
 class ExecutionError(GraphoptError):
     """A plan cannot be run for real: a worker died, hung, or an op failed on its device."""
+
+
+def check_fields(obj: object, label: Callable[[str], str],
+                 error: type[GraphoptError] = GraphoptError) -> None:
+    """Reject the out-of-range fields of dataclass ``obj``: every number must be finite,
+    and a field whose metadata sets ``"min"`` or ``"max"`` (inclusive), ``"gt"``
+    (exclusive) or ``"choices"`` must respect it. ``label(field_name)`` says in the
+    message where the value came from (an option, ``METHOD.KEY``).
+
+    Raises
+    ------
+    GraphoptError
+        (``error``) One line: the label, the value and the range.
+
+    Examples
+    --------
+    >>> from dataclasses import dataclass, field
+    >>> @dataclass
+    ... class Options:
+    ...     steps: int = field(default=1, metadata={"min": 1})
+    >>> check_fields(Options(steps=0), lambda name: f"--{name}")
+    Traceback (most recent call last):
+    graphopt.errors.GraphoptError: --steps=0: expected >= 1
+    """
+    if not dataclasses.is_dataclass(obj):
+        return
+    for f in dataclasses.fields(obj):
+        v = getattr(obj, f.name)
+        where = f"{label(f.name)}={v!r}"
+        if "choices" in f.metadata and v not in f.metadata["choices"]:
+            raise error(f"{where}: expected one of {', '.join(map(str, f.metadata['choices']))}")
+        if not isinstance(v, (int, float)) or isinstance(v, bool):
+            continue
+        if not math.isfinite(v):
+            raise error(f"{where}: expected a finite number")
+        if "min" in f.metadata and v < f.metadata["min"]:
+            raise error(f"{where}: expected >= {f.metadata['min']}")
+        if "gt" in f.metadata and v <= f.metadata["gt"]:
+            raise error(f"{where}: expected > {f.metadata['gt']}")
+        if "max" in f.metadata and v > f.metadata["max"]:
+            raise error(f"{where}: expected <= {f.metadata['max']}")

@@ -23,7 +23,11 @@ PRESET = Path(__file__).parents[2] / "src/graphopt/hardware/presets/dgx1-v100.to
 
 @pytest.fixture(scope="module")
 def d(tmp_path_factory):
-    d = tmp_path_factory.mktemp("bad")
+    return make_bad_files(tmp_path_factory.mktemp("bad"))
+
+
+def make_bad_files(d: Path) -> Path:
+    """Every bad file the table names, under ``d``."""
     (d / "file").write_text("x")
     deep = "[" * 100_000 + "]" * 100_000
     (d / "deep.json").write_text('{"format": "graphopt.graph", "version": 1, "nodes": '
@@ -60,7 +64,99 @@ def d(tmp_path_factory):
                                                 "shape": (2**31,)})
     with zipfile.ZipFile(d / "bomb.npz", "w") as z:
         z.writestr("names.npy", head.getvalue())
+    _more_bad_files(d, g, base)
     return d
+
+
+def _more_bad_files(d: Path, g: dict, base: str) -> None:
+    """Empty, truncated and wrong-format files for every reader, and field variants."""
+    from graphopt.ir import save_graph
+    from graphopt.ir.generate import mlp_training_graph
+    from tests.costmodel.conftest import write_layout, write_tile
+
+    for suffix in ("json", "npz", "toml", "onnx", "pt2"):
+        (d / f"empty0.{suffix}").write_bytes(b"")
+    (d / "notjson.json").write_text("{")
+    (d / "list.json").write_text("[]")
+    (d / "graph.txt").write_text("ops")
+    (d / "random.onnx").write_bytes(bytes(range(256)) * 4)
+    (d / "emptydir").mkdir()
+    save_graph(mlp_training_graph(layers=1, hidden=8, batch=2), d / "whole.npz")
+    whole = (d / "whole.npz").read_bytes()
+    (d / "truncated.npz").write_bytes(whole[:len(whole) // 2])
+    docs = {"wrongfmt.json": {"format": "x"}, "version99.json": {**g, "version": 99},
+            "nodes_str.json": {**g, "nodes": "x"},
+            "edge_far.json": {**g, "edges": [[0, 999, 1.0]]},
+            "cycle.json": {**g, "edges": [[0, 1, 1.0], [1, 0, 1.0]]}}
+    for name, doc in docs.items():
+        (d / name).write_text(json.dumps(doc))
+    nodes = {"flops_neg": {"flops": -1}, "flops_nan": {"flops": float("nan")},
+             "flops_str": {"flops": "many"},
+             "op_bogus": {"op": 42}, "shape_neg": {"shape": [-3]}, "shape_str": {"shape": "2x2"},
+             "coloc_str": {"coloc": "a"}, "dup_names": {"name": g["nodes"][1]["name"]}}
+    for name, node in nodes.items():
+        h = json.loads(json.dumps(g))
+        h["nodes"][0].update(node)
+        (d / f"{name}.json").write_text(json.dumps(h))
+    h = json.loads(json.dumps(g))
+    del h["nodes"][0]["op"]
+    (d / "no_op.json").write_text(json.dumps(h))
+    n = len(g["nodes"])
+    plan = {"format": "graphopt.plan", "version": 1, "placement": [0] * n}
+    plans = {"plan_v99": {**plan, "version": 99}, "plan_str": {**plan, "placement": ["a"] * n},
+             "plan_neg": {**plan, "placement": [-1] * n}, "plan_float": {**plan, "placement": [0.5] * n},
+             "plan_nested": {**plan, "placement": [[0]] * n},
+             "plan_prio_short": {**plan, "priority": [1.0]},
+             "plan_prio_nan": {**plan, "priority": [float("nan")] * n},
+             "plan_fusion_bad": {**plan, "fusion": ["x"] * n}, "plan_meta_list": {**plan, "meta": [1]},
+             "plan_placement_obj": {**plan, "placement": {"a": 1}},
+             "plan_huge_int": {**plan, "placement": [10**30] * n}}
+    for name, doc in plans.items():
+        (d / f"{name}.json").write_text(json.dumps(doc))
+    entry = {"op": "matmul", "dtype": "float32", "in_shapes": [[2, 2], [2, 2]], "out_shape": [2, 2],
+             "seconds": 1e-6}
+    prof = {"format": "graphopt.profile", "version": 1, "device_kind": "cpu", "meta": {},
+            "entries": [entry]}
+    profs = {"prof_v99": {**prof, "version": 99}, "prof_entries_obj": {**prof, "entries": {}},
+             "prof_no_kind": {k: v for k, v in prof.items() if k != "device_kind"},
+             "prof_neg": {**prof, "entries": [{**entry, "seconds": -1}]},
+             "prof_nan": {**prof, "entries": [{**entry, "seconds": float("nan")}]},
+             "prof_entry_str": {**prof, "entries": ["matmul"]},
+             "prof_shape_bad": {**prof, "entries": [{**entry, "out_shape": "2x2"}]},
+             "prof_dup": {**prof, "entries": [entry, entry]},
+             "prof_meta_list": {**prof, "meta": [1]},
+             "prof_missing_op": {**prof, "entries": [{k: v for k, v in entry.items() if k != "op"}]}}
+    for name, doc in profs.items():
+        (d / f"{name}.json").write_text(json.dumps(doc))
+    (d / "syntax.toml").write_text("name = \n[[devices]\n")
+    (d / "no_devices.toml").write_text(base.split("[[devices]]")[0] + base.split("[topology]")[1]
+                                       .join(["[topology]", ""]))
+    for name, old, new in [("mem_neg", "mem_gbps = 900", "mem_gbps = -900"),
+                           ("mem_nan", "mem_gbps = 900", "mem_gbps = nan"),
+                           ("mem_inf", "mem_gbps = 900", "mem_gbps = inf"),
+                           ("memory_0", "memory_gib = 16", "memory_gib = 0"),
+                           ("count_float", "count = 8", "count = 1.5"),
+                           ("count_neg", "count = 8", "count = -1"),
+                           ("peak_empty", "peak_tflops = {", "peak_tflops = {} #"),
+                           ("peak_neg", "float32 = 15.7", "float32 = -15.7"),
+                           ("links_short", "[0, 0, 0, 1, 2, 1, 2, 0],", ""),
+                           ("links_neg", "[0, 1, 1, 2, 2, 0, 0, 0]", "[0, -1, 1, 2, 2, 0, 0, 0]"),
+                           ("link_gbps_0", "link_gbps = 25", "link_gbps = 0"),
+                           ("latency_neg", "latency_us = 5", "latency_us = -5"),
+                           ("topo_bogus", 'type = "links"', 'type = "bogus"'),
+                           ("launch_neg", "launch_overhead_us = 5", "launch_overhead_us = -5"),
+                           ("devices_table", "[[devices]]", "[devices.x]"),
+                           ("kind_int", 'kind = "V100-SXM2-16GB"', "kind = 7")]:
+        assert old in base, name
+        (d / f"{name}.toml").write_text(base.replace(old, new, 1))
+    (d / "tiles").mkdir()
+    for i in range(4):
+        write_tile(d / "tiles" / f"k{i}.npz", n=5, c=8, seed=i)
+    write_tile(d / "tile_badcfg.npz", config_feat=np.ones((5, 24), np.float32))
+    write_tile(d / "tile_nan_runtime.npz", config_runtime=np.full(12, np.nan))
+    write_layout(d / "layout_badids.npz", node_config_ids=np.array([2, 5, 99]))
+    (d / "badrun").mkdir()
+    (d / "badrun" / "config.json").write_text("{")
 
 
 CASES = [
@@ -126,6 +222,230 @@ CASES = [
     ("train --out {d}/file --updates 1", "--out"),
     ("profile example:mlp -o {d}", "--output"),
     ("zoo build rnnlm-2 -o {d}", "--out"),
+    # graph files: missing, empty, truncated, wrong format, bad fields
+    ("info {d}/missing.json", "missing.json: no such file"),
+    ("info {d}/empty0.json", "empty0.json: not valid JSON (Expecting value"),
+    ("info {d}/notjson.json", "notjson.json: not valid JSON (Expecting property"),
+    ("info {d}/list.json", "list.json: not a graphopt graph (expected format"),
+    ("info {d}/wrongfmt.json", "wrongfmt.json: not a graphopt graph (expected"),
+    ("info {d}/version99.json", "version99.json: format version 99 is newer than"),
+    ("info {d}/nodes_str.json", "nodes_str.json: malformed graph record"),
+    ("info {d}/no_op.json", "no_op.json: malformed graph record (KeyError"),
+    ("info {d}/edge_far.json", "edge_far.json: graph 'mlp-1x8-b2': edge 0 has"),
+    ("info {d}/cycle.json", "cycle.json: graph 'mlp-1x8-b2': cycle through"),
+    ("info {d}/flops_neg.json", "flops_neg.json: graph 'mlp-1x8-b2': node 'x' has"),
+    ("info {d}/flops_nan.json", "flops_nan.json: graph 'mlp-1x8-b2': node 'x' has"),
+    ("info {d}/flops_str.json", "graph 'mlp-1x8-b2': field 'flops' is not"),
+    ("info {d}/op_bogus.json", "op_bogus.json: node 0 has op=42; expected a"),
+    ("info {d}/shape_neg.json", "shape_neg.json: graph 'mlp-1x8-b2': node 'x' has"),
+    ("info {d}/shape_str.json", "shape_str.json: malformed graph record"),
+    ("info {d}/dup_names.json", "dup_names.json: graph 'mlp-1x8-b2': duplicate"),
+    ("info {d}/coloc_str.json", "graph 'mlp-1x8-b2': field 'coloc' is not"),
+    ("info {d}/empty0.npz", "empty0.npz: not an npz archive"),
+    ("info {d}/truncated.npz", "truncated.npz: not an npz archive"),
+    ("info {d}/graph.txt", "graph.txt: no importer for '.txt' files"),
+    ("info {d}", ": no importer for 'suffix-less' files"),
+    ("info example:bogus", "unknown example graph 'example:bogus'; known"),
+    ("info example:layered-x", "graph 'example:layered-x': expected"),
+    ("info zoo:bogus", "unknown zoo model 'bogus'; known: rnnlm-2"),
+    ("info bogus:thing", "bogus:thing: no importer for 'suffix-less'"),
+    ("import {d}/missing.onnx -o {d}/o.npz", "missing.onnx: no such file"),
+    ("import {d}/empty0.onnx -o {d}/o.npz", "empty0.onnx: has no ops; nothing to"),
+    ("import {d}/random.onnx -o {d}/o.npz", "random.onnx: not an ONNX model (DecodeError"),
+    ("import {d}/empty0.pt2 -o {d}/o.npz", "empty0.pt2: unreadable or unsafe torch.export"),
+    ("import {d}/graph.txt -o {d}/o.npz", "graph.txt: no importer for '.txt' files"),
+    ("import {d}/g.json -o {d}/o.txt", "o.txt: expected a .npz or .json file"),
+    # plan JSON
+    ("simulate example:mlp --plan {d}/missing.json", "missing.json: no such file"),
+    ("simulate example:mlp --plan {d}/empty0.json", "empty0.json: not valid JSON (Expecting value"),
+    ("simulate example:mlp --plan {d}/notjson.json", "notjson.json: not valid JSON (Expecting property"),
+    ("simulate example:mlp --plan {d}/list.json", "list.json: not a graphopt plan (expected format"),
+    ("simulate example:mlp --plan {d}/g.json", "g.json: not a graphopt plan (expected format"),
+    ("simulate {d}/g.json -c dgx1-v100:2 --plan {d}/plan_v99.json",
+     "plan_v99.json: format version 99 is newer than"),
+    ("simulate {d}/g.json -c dgx1-v100:2 --plan {d}/plan_str.json",
+     "plan_str.json: plan placement is not numeric"),
+    ("simulate {d}/g.json -c dgx1-v100:2 --plan {d}/plan_neg.json",
+     "plan_neg.json: plan places node 0 on device -1"),
+    ("simulate {d}/g.json -c dgx1-v100:2 --plan {d}/plan_float.json",
+     "plan_float.json: plan placement[0] = 0.5"),
+    ("simulate {d}/g.json -c dgx1-v100:2 --plan {d}/plan_nested.json",
+     "plan_nested.json: plan placement must be one"),
+    ("simulate {d}/g.json -c dgx1-v100:2 --plan {d}/plan_prio_short.json",
+     "plan_prio_short.json: plan priority has 1"),
+    ("simulate {d}/g.json -c dgx1-v100:2 --plan {d}/plan_prio_nan.json",
+     "plan_prio_nan.json: plan priority[0] = nan"),
+    ("simulate {d}/g.json -c dgx1-v100:2 --plan {d}/plan_fusion_bad.json",
+     "plan_fusion_bad.json: plan fusion is not"),
+    ("simulate {d}/g.json -c dgx1-v100:2 --plan {d}/plan_meta_list.json",
+     "plan_meta_list.json: meta must be an object, got"),
+    ("simulate {d}/g.json -c dgx1-v100:2 --plan {d}/plan_placement_obj.json",
+     "plan_placement_obj.json: plan placement is not"),
+    ("simulate {d}/g.json -c dgx1-v100:2 --plan {d}/plan_huge_int.json",
+     "plan_huge_int.json: plan placement[0] = 1e+30"),
+    ("optimize example:mlp --methods single --init bogus", "unknown method 'bogus'; known methods: brkga"),
+    ("run example:mlp --plan {d}/missing.json", "missing.json: no such file"),
+    ("export {d}/missing.json --graph example:mlp --format device-map --out {d}/e.json",
+     "missing.json: no such file"),
+    ("export {d}/short_plan.json --graph example:mlp --format bogus --out {d}/e.json",
+     "--format 'bogus': expected one of device-map"),
+    # profile JSON
+    ("simulate example:mlp -c cpu:1 --profile {d}/missing.json", "missing.json: no such file"),
+    ("simulate example:mlp -c cpu:1 --profile {d}/empty0.json",
+     "empty0.json: not valid JSON (Expecting value"),
+    ("simulate example:mlp -c cpu:1 --profile {d}/notjson.json",
+     "notjson.json: not valid JSON (Expecting property"),
+    ("simulate example:mlp -c cpu:1 --profile {d}/g.json", "g.json: format is 'graphopt.graph'"),
+    ("simulate example:mlp -c cpu:1 --profile {d}/prof_v99.json", "prof_v99.json: version 99 is not"),
+    ("simulate example:mlp -c cpu:1 --profile {d}/prof_entries_obj.json",
+     "prof_entries_obj.json: 'entries' is"),
+    ("simulate example:mlp -c cpu:1 --profile {d}/prof_no_kind.json",
+     "prof_no_kind.json: 'device_kind' is"),
+    ("simulate example:mlp -c cpu:1 --profile {d}/prof_neg.json",
+     "prof_neg.json: entry 0: seconds is -1"),
+    ("simulate example:mlp -c cpu:1 --profile {d}/prof_nan.json",
+     "prof_nan.json: entry 0: seconds is nan"),
+    ("simulate example:mlp -c cpu:1 --profile {d}/prof_entry_str.json",
+     "prof_entry_str.json: entry 0: expected"),
+    ("simulate example:mlp -c cpu:1 --profile {d}/prof_shape_bad.json",
+     "prof_shape_bad.json: entry 0: out_shape"),
+    ("simulate example:mlp -c cpu:1 --profile {d}/prof_dup.json",
+     "prof_dup.json: entry 1 repeats signature"),
+    ("simulate example:mlp -c cpu:1 --profile {d}/prof_meta_list.json",
+     "prof_meta_list.json: 'meta' is not an"),
+    ("simulate example:mlp -c cpu:1 --profile {d}/prof_missing_op.json",
+     "prof_missing_op.json: entry 0: missing"),
+    ("simulate example:mlp --profile {d}/deep_profile.json@",
+     "deep_profile.json: not valid JSON (nested too"),
+    # cluster TOML and cluster names
+    ("simulate example:mlp -c {d}/missing.toml", "missing.toml' does not exist"),
+    ("simulate example:mlp -c {d}/empty0.toml", "empty0.toml: needs at least one [[devices]]"),
+    ("simulate example:mlp -c {d}/syntax.toml", "syntax.toml: invalid TOML (Invalid value (at"),
+    ("simulate example:mlp -c {d}/no_devices.toml", "no_devices.toml: needs at least one [[devices]]"),
+    ("simulate example:mlp -c {d}/mem_neg.toml", "cluster 'dgx1-v100': device 'gpu:0' has"),
+    ("simulate example:mlp -c {d}/mem_nan.toml", "cluster 'dgx1-v100': device 'gpu:0' has"),
+    ("simulate example:mlp -c {d}/mem_inf.toml", "cluster 'dgx1-v100': device 'gpu:0' has"),
+    ("simulate example:mlp -c {d}/memory_0.toml", "cluster 'dgx1-v100': device 'gpu:0' has"),
+    ("simulate example:mlp -c {d}/count_float.toml", "count_float.toml: key 'count' = 1.5 is not a"),
+    ("simulate example:mlp -c {d}/count_neg.toml", "count_neg.toml: [[devices]] count = -1; expected"),
+    ("simulate example:mlp -c {d}/peak_empty.toml", "peak_empty.toml: [[devices]] 'V100-SXM2-16GB'"),
+    ("simulate example:mlp -c {d}/peak_neg.toml", "cluster 'dgx1-v100': device 'gpu:0' has"),
+    ("simulate example:mlp -c {d}/links_short.toml", "links_short.toml: links must be a 8x8 matrix"),
+    ("simulate example:mlp -c {d}/links_neg.toml", "links_neg.toml: links must count links between"),
+    ("simulate example:mlp -c {d}/link_gbps_0.toml", "cluster 'dgx1-v100': bandwidth must be finite"),
+    ("simulate example:mlp -c {d}/latency_neg.toml", "cluster 'dgx1-v100': latency must be finite and"),
+    ("simulate example:mlp -c {d}/topo_bogus.toml", "topo_bogus.toml: topology type 'bogus' is not"),
+    ("simulate example:mlp -c {d}/launch_neg.toml", "cluster 'dgx1-v100': device 'gpu:0' has"),
+    ("simulate example:mlp -c {d}/devices_table.toml", "devices_table.toml: needs at least one"),
+    ("simulate example:mlp -c {d}/kind_int.toml", "kind_int.toml: key 'kind' = 7 is not a str"),
+    ("simulate example:mlp -c {d}/g.json", "g.json'; known presets"),
+    ("simulate example:mlp -c dgx1-v100:0", "cluster 'dgx1-v100' has 8 devices; cannot take"),
+    ("simulate example:mlp -c dgx1-v100:x", "cluster 'dgx1-v100:x': device count 'x' is not"),
+    ("simulate example:mlp -c dgx1-v100:99", "cluster 'dgx1-v100' has 8 devices; cannot take"),
+    ("simulate example:mlp -c dgx1-v100:-2", "cluster 'dgx1-v100' has 8 devices; cannot take"),
+    ("simulate example:mlp -c bogus:2", "unknown cluster preset 'bogus'; known presets"),
+    ("simulate example:mlp -c :2", "unknown cluster preset ''; known presets: cpu"),
+    ("simulate example:mlp -c /etc/passwd", "unknown cluster preset '/etc/passwd'; known"),
+    # options of optimize, profile, train, run, bench, zoo, methods
+    ("optimize example:mlp --methods sa --budget 0", "Invalid value for '--budget'"),
+    ("optimize example:mlp --methods sa --time -1", "Invalid value for '--time'"),
+    ("optimize example:mlp --methods sa --time nan", "Invalid value for '--time'"),
+    ("optimize example:mlp --methods sa --task bogus", "unknown task ['bogus']; tasks are fusion"),
+    ("optimize example:mlp --methods sa --task ,", "unknown task ['']; tasks are fusion, placement"),
+    ("optimize example:mlp --methods bogus", "unknown method 'bogus'; known methods: brkga"),
+    ("optimize example:mlp --methods sa -p nodot", "--param 'nodot': expected METHOD.KEY=VALUE, e.g."),
+    ("optimize example:mlp --methods sa -p sa.bogus=1", "--param 'sa.bogus=1': sa has no parameter"),
+    ("optimize example:mlp --methods sa -p sa.chains=x", "--param 'sa.chains=x': sa.chains expects int"),
+    ("optimize example:mlp --methods sa -p bogus.x=1", "--param 'bogus.x=1': method 'bogus' is not among"),
+    ("optimize example:mlp --methods sa -p sa.alpha=inf", "sa.alpha=inf: expected a finite number"),
+    ("optimize example:mlp --methods sa --measure-steps 0", "Invalid value for '--measure-steps'"),
+    ("optimize example:mlp --methods sa --devices bogus", "--devices bogus: only with --measure"),
+    ("methods bogus", "unknown method 'bogus'; known methods: brkga"),
+    ("profile example:mlp -o {d}/p.json --repeats 0", "Invalid value for '--repeats'"),
+    ("profile example:mlp -o {d}/p.json --max-ops 0", "Invalid value for '--max-ops'"),
+    ("profile example:mlp -o {d}/p.json --time-limit -1", "Invalid value for '--time-limit'"),
+    ("train --updates 0 --out {d}/t1", "Invalid value for '--updates'"),
+    ("train --updates 1 --minutes -1 --out {d}/t2", "Invalid value for '--minutes'"),
+    ("train --updates 1 --threads 0 --out {d}/t3", "Invalid value for '--threads'"),
+    ("train --updates 1 --lr -1 --out {d}/t4", "--lr=-1.0: expected > 0"),
+    ("train --updates 1 --lr nan --out {d}/t5", "--lr=nan: expected a finite number"),
+    ("train --updates 1 --num-samples 0 --out {d}/t6", "--num-samples=0: expected >= 1"),
+    ("train --updates 1 --update-epochs 0 --out {d}/t7", "--update-epochs=0: expected >= 1"),
+    ("train --updates 1 --clip-coef 0 --out {d}/t8", "--clip-coef=0.0: expected > 0"),
+    ("train --updates 1 --ent-coef -1 --out {d}/t9", "--ent-coef=-1.0: expected >= 0"),
+    ("train --updates 1 --max-grad-norm -1 --out {d}/t10", "--max-grad-norm=-1.0: expected > 0"),
+    ("train --updates 1 --invalid-ratio 0 --out {d}/t11", "--invalid-ratio=0.0: expected >= 1"),
+    ("train --updates 1 --task bogus --out {d}/t12", "unknown task ['bogus']; tasks are fusion"),
+    ("train --updates 1 --corpus bogus:x --out {d}/t13", "graph source 'bogus:x': expected GRAPH@CLUSTER"),
+    ("train --updates 1 --corpus , --out {d}/t14", "--corpus ',': no GRAPH@CLUSTER item"),
+    ("run example:mlp --steps 0", "Invalid value for '--steps'"),
+    ("run example:mlp --steps 100000", "Invalid value for '--steps'"),
+    ("run example:mlp --seed -1", "Invalid value for '--seed'"),
+    ("zoo build bogus -o {d}/z.npz", "unknown zoo model 'bogus'; known: rnnlm-2"),
+    ("bench go-table2 --budget 0", "Invalid value for '--budget'"),
+    ("bench go --budget 0", "Invalid value for '--budget'"),
+    ("bench go --multitask-budget 0", "Invalid value for '--multitask-budget'"),
+    # cost model: options (TrainConfig ranges), data files, run directories
+    ("costmodel train --data {d}/missing --out {d}/cm", "missing: no such file or directory"),
+    ("costmodel train --out {d}/cm", "no training data given (TrainConfig.data)"),
+    ("costmodel train --data {d}/file --out {d}/cm", "file: expected a directory of .npz files, an"),
+    ("costmodel train --data {d}/emptydir --out {d}/cm", "emptydir: no .npz files in this directory"),
+    ("costmodel train --data {d}/random.npz --out {d}/cm", "random.npz: not an npz archive"),
+    ("costmodel train --data {d}/tiles --epochs 0 --out {d}/cm", "--epochs=0: expected >= 1"),
+    ("costmodel train --data {d}/tiles --hidden -1 --out {d}/cm", "--hidden=-1: expected >= 0"),
+    ("costmodel train --data {d}/tiles --hidden 100000 --out {d}/cm", "--hidden=100000: expected <= 8192"),
+    ("costmodel train --data {d}/tiles --layers 1000 --out {d}/cm", "--layers=1000: expected <= 64"),
+    ("costmodel train --data {d}/tiles --dropout 2 --out {d}/cm", "--dropout=2.0: expected <= 1"),
+    ("costmodel train --data {d}/tiles --test-fraction 0 --out {d}/cm", "--test-fraction=0.0: expected > 0"),
+    ("costmodel train --data {d}/tiles --test-fraction 1.5 --out {d}/cm",
+     "--test-fraction=1.5: expected <= 1"),
+    ("costmodel train --data {d}/tiles --lr nan --out {d}/cm", "--lr=nan: expected a finite number"),
+    ("costmodel train --data {d}/tiles --lr 0 --out {d}/cm", "--lr=0.0: expected > 0"),
+    ("costmodel train --data {d}/tiles --weight-decay -1 --out {d}/cm", "--weight-decay=-1.0: expected >= 0"),
+    ("costmodel train --data {d}/tiles --configs-per-graph 1 --out {d}/cm",
+     "--configs-per-graph=1: expected >= 2"),
+    ("costmodel train --data {d}/tiles --split half --out {d}/cm",
+     "--split='half': expected one of auto, dirs"),
+    ("costmodel train --data {d}/tiles --sed-p 2 --out {d}/cm", "--sed-p=2.0: expected <= 1"),
+    ("costmodel train --data {d}/tiles --segment-size 0 --out {d}/cm", "--segment-size=0: expected >= 1"),
+    ("costmodel train --data {d}/tiles --fresh-segments 0 --out {d}/cm", "--fresh-segments=0: expected >= 1"),
+    ("costmodel train --data {d}/tiles --halo -2 --out {d}/cm", "--halo=-2: expected >= -1"),
+    ("costmodel train --data {d}/tiles --prune-hops -2 --out {d}/cm", "--prune-hops=-2: expected >= -1"),
+    ("costmodel train --data {d}/tiles --eval-chunk 0 --out {d}/cm", "--eval-chunk=0: expected >= 1"),
+    ("costmodel train --data {d}/tiles --eval-every -1 --out {d}/cm", "--eval-every=-1: expected >= 0"),
+    ("costmodel train --data {d}/tiles --margin -1 --out {d}/cm", "--margin=-1.0: expected >= 0"),
+    ("costmodel train --data {d}/tiles --mse-weight -1 --out {d}/cm", "--mse-weight=-1.0: expected >= 0"),
+    ("costmodel train --data {d}/tiles --fast-bias -1 --out {d}/cm", "--fast-bias=-1.0: expected >= 0"),
+    ("costmodel train --data {d}/tiles --seed -1 --out {d}/cm", "--seed=-1: expected >= 0"),
+    ("costmodel train --data {d}/tiles --threads -1 --out {d}/cm", "--threads=-1: expected >= 0"),
+    ("costmodel train --data {d}/tiles --device bogus --out {d}/cm",
+     "--device 'bogus': not a usable PyTorch device"),
+    ("costmodel train --data {d}/tiles --model gat --out {d}/cm",
+     "model 'gat' unknown; expected auto or one of"),
+    ("costmodel train --data {d}/tiles --loss bogus --out {d}/cm",
+     "loss 'bogus' unknown; expected one of ['hinge'"),
+    ("costmodel train --data {d}/tiles --split dirs --out {d}/cm",
+     "tiles: split 'dirs' needs train/ and valid/"),
+    ("costmodel train --data {d}/tiles --split graphs --test-graphs bogus --out {d}/cm",
+     "test graphs ['bogus'] are not in the dataset"),
+    ("costmodel train --data {d}/tiles --out {d}/file", "file: is a file, expected a folder"),
+    ("costmodel train --data {d}/tiles --resume {d}/emptydir --out {d}/cm",
+     "emptydir: missing config.json; not a cost-model"),
+    ("costmodel train --data {d}/tiles --resume {d}/missing --out {d}/cm",
+     "missing: missing config.json; not a cost-model"),
+    ("costmodel train --data {d}/tile_badcfg.npz --out {d}/cm",
+     "tile_badcfg.npz: key 'config_feat' has 5 rows"),
+    ("costmodel train --data {d}/tile_nan_runtime.npz --out {d}/cm",
+     "tile_nan_runtime.npz: key 'config_runtime' has a"),
+    ("costmodel train --data {d}/layout_badids.npz --out {d}/cm",
+     "layout_badids.npz: key 'node_config_ids' entry 2"),
+    ("costmodel eval {d}/missing", "missing: missing config.json; not a cost-model"),
+    ("costmodel eval {d}/emptydir", "emptydir: missing config.json; not a cost-model"),
+    ("costmodel eval {d}/file", "file: missing config.json; not a cost-model"),
+    ("costmodel eval {d}/badrun", "badrun/config.json: unreadable (Expecting"),
+    ("costmodel eval {d}/emptydir --chunk 0", "Invalid value for '--chunk'"),
+    ("costmodel rank {d}/emptydir {d}/tiles/k0.npz --top 0", "Invalid value for '--top'"),
+    ("costmodel rank {d}/missing {d}/tiles/k0.npz", "missing: missing config.json; not a cost-model"),
 ]
 
 
@@ -143,3 +463,64 @@ def test_profile_on_cuda_without_it_is_one_line():
         pytest.skip("CUDA is here")
     r = runner.invoke(app, ["profile", "example:mlp", "-o", "p.json", "--device", "cuda"])
     assert r.exit_code == 2 and "device 'cuda'" in r.output
+
+
+def _numeric_options():
+    """``(argv, needle)`` for every int or float option of every command: a word instead
+    of a number, and a value under the option's minimum where it has one."""
+    import typer
+
+    def walk(cmd, path):
+        for name, sub in getattr(cmd, "commands", {}).items():
+            yield from walk(sub, [*path, name])
+        if not hasattr(cmd, "commands"):
+            yield path, cmd
+
+    out = []
+    for path, cmd in walk(typer.main.get_command(app), []):
+        for p in cmd.params:
+            kind = getattr(getattr(p, "type_descriptor", None), "annotation", None)
+            if not p.opts[0].startswith("--") or not {int, float} & set(getattr(kind, "__args__", (kind,))):
+                continue
+            needle = f"Invalid value for '{p.opts[0]}'"
+            out.append(([*path, p.opts[0], "x"], needle))
+            if getattr(p, "min", None) is not None:
+                out.append(([*path, p.opts[0], str(p.min - 1)], needle))
+    return out
+
+
+NUMERIC = _numeric_options()
+
+
+@pytest.mark.parametrize("argv, needle", NUMERIC, ids=[" ".join(a) for a, _ in NUMERIC])
+def test_numeric_option_refuses_words_and_values_under_its_minimum(argv, needle):
+    r = runner.invoke(app, argv)
+    assert r.exit_code == 2, r.output + repr(r.exception)
+    assert needle in r.output and "Traceback" not in r.output
+
+
+def tally() -> dict[str, int]:
+    """Run every case of this file once and count the outcomes: ``clean`` (exit 2 with
+    the expected message), ``traceback`` (an exception other than the exit), ``silent``
+    (exit 0: accepted), ``other`` (another exit code or message)."""
+    import tempfile
+
+    counts = dict.fromkeys(("cases", "clean", "traceback", "silent", "other"), 0)
+    with tempfile.TemporaryDirectory() as tmp:
+        d = make_bad_files(Path(tmp))
+        for argv, needle in [(a.format(d=d).split(), n) for a, n in CASES] + NUMERIC:
+            r = runner.invoke(app, argv)
+            counts["cases"] += 1
+            if "Traceback" in r.output or not isinstance(r.exception, (SystemExit, type(None))):
+                counts["traceback"] += 1
+            elif r.exit_code == 0:
+                counts["silent"] += 1
+            elif r.exit_code == 2 and needle in r.output:
+                counts["clean"] += 1
+            else:
+                counts["other"] += 1
+    return counts
+
+
+if __name__ == "__main__":  # python -m tests.cli.test_bad_inputs: the counts in docs/reliability.md
+    print(tally())

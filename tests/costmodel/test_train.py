@@ -77,7 +77,7 @@ def test_gst_and_layout_models_train(tmp_path):
 def test_bad_options_and_runs(tile_dir, tmp_path):
     with pytest.raises(CostModelError, match="model 'gat' unknown"):
         train(_cfg(tile_dir, tmp_path, model="gat"))
-    with pytest.raises(CostModelError, match="split 'half'"):
+    with pytest.raises(CostModelError, match="--split='half'"):
         train(_cfg(tile_dir, tmp_path, split="half"))
     with pytest.raises(CostModelError, match="missing config.json"):
         evaluate(tmp_path)

@@ -27,6 +27,7 @@ def costmodel_train(**options) -> None:
     from graphopt.costmodel.trainer import evaluate, train
 
     try:
+        check_output(Path(options["out"]), "--out", folder=True)
         run = train(TrainConfig(**options))
         res = evaluate(run)
     except GraphoptError as err:

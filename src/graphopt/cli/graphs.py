@@ -52,12 +52,13 @@ def import_model(
 
     Example: graphopt import model.onnx -o graph.npz
     """
-    from graphopt.frontends import import_graph
     from graphopt.ir import save_graph
 
     try:
         check_output(output, "--output")
-        g = import_graph(model)
+        if output.suffix not in (".npz", ".json"):
+            raise GraphoptError(f"--output {output}: expected a .npz or .json file name")
+        g = load_source(str(model))  # as every command reads a graph: empty files refused
         path = save_graph(g, output)
     except GraphoptError as err:
         fail(err)

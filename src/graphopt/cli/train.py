@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 
 from graphopt.cli._common import check_output, console, fail, options_from_fields
-from graphopt.errors import GraphoptError
+from graphopt.errors import GraphoptError, check_fields
 from graphopt.frontends import load_source, split_source
 from graphopt.rl.config import PPOConfig
 
@@ -67,12 +67,15 @@ def train(
                         *(_flag(k, v) for k, v in given.items())])
     try:
         check_output(out, "--out", folder=True)
+        ppo = dataclasses.replace(PRETRAIN_PPO, **given)
+        check_fields(ppo, lambda key: "--" + key.replace("_", "-"))
+        if not items:
+            raise GraphoptError(f"--corpus {corpus!r}: no GRAPH@CLUSTER item")
         problems = []
         for item in items:
             graph, where = split_source(item, cluster)
             with console.status(f"loading {graph} ..."):
                 problems.append(Problem(load_source(graph), load_cluster(where)))
-        ppo = dataclasses.replace(PRETRAIN_PPO, **given)
         res = pretrain(problems, out, task=parse_task(task), updates=updates,
                        seconds=None if minutes is None else minutes * 60, seed=seed, ppo=ppo,
                        command=command)

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from graphopt.errors import ProfileError
+from graphopt.errors import GraphoptError, ProfileError
 from graphopt.ir import Graph
 from graphopt.ir.io import atomic_write, read_json
 from graphopt.ir.ops import op_class
@@ -38,7 +38,7 @@ from graphopt.ir.ops import op_class
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["FORMAT", "VERSION", "Profile", "profile_graph"]
+__all__ = ["FORMAT", "VERSION", "Profile", "profile_graph", "usable_device"]
 
 FORMAT = "graphopt.profile"
 VERSION = 1
@@ -234,12 +234,7 @@ def profile_graph(graph: Graph, device: str | torch.device = "cpu", repeats: int
 
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
-    try:
-        dev = torch.device(device)
-        torch.empty(1, device=dev)  # an unknown or absent device fails here, not mid-profile
-    except (RuntimeError, AssertionError) as err:
-        raise ProfileError(f"device {device!r}: not a usable PyTorch device here "
-                           f"({str(err).splitlines()[0][:120]})") from None
+    dev = usable_device(device)
     sync: Callable[[], None] = ((lambda: torch.accelerator.synchronize(dev))
                                 if dev.type != "cpu" else (lambda: None))
     todo: dict[Signature, float] = {}  # signature -> FLOPs of its first node
@@ -280,6 +275,35 @@ def profile_graph(graph: Graph, device: str | torch.device = "cpu", repeats: int
             "seconds_spent": round(time.perf_counter() - start, 3)}
     kind = f"cpu:{meta['device_name']}" if dev.type == "cpu" else meta["device_name"]
     return Profile(kind, entries, meta)
+
+
+def usable_device(device: str | torch.device, error: type[GraphoptError] = ProfileError,
+                  label: str = "device") -> torch.device:
+    """``device`` as a torch device, after allocating on it once, so that an unknown or
+    absent device fails here, not in the middle of a run.
+
+    Raises
+    ------
+    GraphoptError
+        (``error``) One line: ``label``, the name and torch's reason.
+
+    Examples
+    --------
+    >>> usable_device("cpu")
+    device(type='cpu')
+    >>> usable_device("bogus")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    graphopt.errors.ProfileError: device 'bogus': not a usable PyTorch device here (...)
+    """
+    import torch
+
+    try:
+        dev = torch.device(device)
+        torch.empty(1, device=dev)
+    except (RuntimeError, AssertionError) as err:
+        raise error(f"{label} {str(device)!r}: not a usable PyTorch device here "
+                    f"({str(err).splitlines()[0][:120]})") from None
+    return dev
 
 
 def _device_name(dev: torch.device) -> str:

@@ -27,12 +27,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from graphopt.cost.profile import usable_device
 from graphopt.costmodel.config import TrainConfig
 from graphopt.costmodel.data import (CostGraph, CostModelError, FeatureNormalizer, load_dataset,
                                      sample_configs, split_configs, split_graphs)
 from graphopt.costmodel.gst import HistoryTable, gst_scores, partition
 from graphopt.costmodel.metrics import LOSSES, METRICS, ranking_loss, ranking_metrics
 from graphopt.costmodel.models import MODELS, CostModel, build_model, graph_tensors
+from graphopt.errors import check_fields
 from graphopt.rl.checkpoint import CheckpointError, load_checkpoint, read_checkpoint, save_checkpoint
 from graphopt.rl.run import run_name, seed_everything, write_log
 from graphopt.viz.curves import metric_curves
@@ -186,9 +188,10 @@ def train(cfg: TrainConfig) -> Path:
         stored, _, _, resume_ckpt = load_run(cfg.resume)
         cfg = dataclasses.replace(TrainConfig(**stored["train_config"]), epochs=cfg.epochs,
                                   resume=cfg.resume, progress=cfg.progress)
+    check_fields(cfg, lambda key: "--" + key.replace("_", "-"), CostModelError)
+    device = usable_device(cfg.device, CostModelError, "--device")
     # --- seeding
     seed_everything(cfg.seed, max(cfg.threads, 1))
-    device = torch.device(cfg.device)
 
     # --- data
     train_graphs, test_graphs, split = _load_split(cfg)

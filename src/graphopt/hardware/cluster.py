@@ -121,13 +121,13 @@ class Cluster:
             object.__setattr__(self, k, a)
         for x in self.devices:
             for attr in ("vector_flops", "mem_bw", "memory"):
-                if not getattr(x, attr) > 0:
+                if not 0 < getattr(x, attr) < np.inf:
                     raise ClusterError(f"cluster {self.name!r}: device {x.name!r} has "
-                                       f"{attr}={getattr(x, attr)!r}; expected > 0")
+                                       f"{attr}={getattr(x, attr)!r}; expected a finite number > 0")
             for dt, v in x.peak_flops.items():
-                if not v > 0:
+                if not 0 < v < np.inf:
                     raise ClusterError(f"cluster {self.name!r}: device {x.name!r} has "
-                                       f"peak_flops[{dt!r}]={v!r}; expected > 0")
+                                       f"peak_flops[{dt!r}]={v!r}; expected a finite number > 0")
             if not x.dispatch_overhead >= 0:
                 raise ClusterError(f"device {x.name!r}: dispatch_overhead={x.dispatch_overhead!r}; "
                                    "expected >= 0")

@@ -88,10 +88,15 @@ def load_cluster(spec: str) -> Cluster:
 def _get(d: dict, key: str, source: str, kind: type = float) -> Any:
     if key not in d:
         raise ClusterError(f"{source}: missing key {key!r}")
-    try:
-        return kind(d[key])
-    except (TypeError, ValueError):
-        raise ClusterError(f"{source}: key {key!r} = {d[key]!r} is not a {kind.__name__}") from None
+    v = d[key]
+    # TOML values are typed: take them as written (int(1.5) or str(7) would hide a typo)
+    ok = isinstance(v, kind) and not isinstance(v, bool)
+    if kind is float and isinstance(v, int) and not isinstance(v, bool):
+        ok, v = True, float(v)
+    if not ok:
+        what = {float: "a number", int: "an integer", str: "a string"}[kind]
+        raise ClusterError(f"{source}: key {key!r} = {v!r} is not {what}")
+    return v
 
 
 def cluster_from_toml(data: dict, source: str = "<toml>") -> Cluster:
@@ -146,6 +151,9 @@ def cluster_from_toml(data: dict, source: str = "<toml>") -> Cluster:
         links = np.asarray(t.get("links", []), dtype=float)
         if links.shape != (n, n):
             raise ClusterError(f"{source}: links must be a {n}x{n} matrix, got shape {links.shape}")
+        if not (np.isfinite(links).all() and (links >= 0).all() and (links == links.round()).all()):
+            raise ClusterError(f"{source}: links must count links between devices (whole "
+                               "numbers >= 0)")
         mats = topology.link_matrix(links, bw, lat, _get(t, "fallback_gbps", source) * _GB,
                                     _get(t, "fallback_latency_us", source) * _US)
     elif kind == "host":

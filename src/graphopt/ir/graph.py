@@ -270,7 +270,7 @@ class Graph:
         inner = self.shape[:, :] <= 0
         inner &= np.arange(MAX_RANK)[None, :] < r[:, None]
         gaps = (self.shape[:, 1:] >= 0) & (self.shape[:, :-1] < 0)
-        bad = np.flatnonzero(inner.any(axis=1) | gaps.any(axis=1))
+        bad = np.flatnonzero(inner.any(axis=1) | gaps.any(axis=1) | (self.shape < -1).any(axis=1))
         if len(bad):
             j = int(bad[0])
             raise GraphError(f"graph {g!r}: node {str(self.names[j])!r} has shape {self.shape[j].tolist()};"

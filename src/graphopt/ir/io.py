@@ -301,6 +301,10 @@ def graph_from_dict(data: Any, source: str = "<dict>") -> Graph:
 
         from graphopt.ir.graph import pad_shape
 
+        for i, nd in enumerate(nodes):  # np.str_ would turn a number into a name silently
+            for k in ("name", "op", "dtype", "module"):
+                if k in nd and not isinstance(nd[k], str):
+                    raise GraphFormatError(f"{source}: node {i} has {k}={nd[k]!r}; expected a string")
         e = np.asarray(edges, dtype=np.float64).reshape(-1, 3)
         g = Graph(
             name=str(data.get("name", "graph")), meta=dict(data.get("meta") or {}),
@@ -316,6 +320,8 @@ def graph_from_dict(data: Any, source: str = "<dict>") -> Graph:
         )
     except (KeyError, TypeError, ValueError, OverflowError) as err:
         raise GraphFormatError(f"{source}: malformed graph record ({type(err).__name__}: {err})") from err
+    except GraphError as err:  # a field the constructor refuses: name the file too
+        raise GraphError(f"{source}: {err}") from err
     return _validated(g, source)
 
 

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from graphopt.errors import GraphoptError
+from graphopt.errors import GraphoptError, check_fields
 from graphopt.sim import Plan, Problem
 
 __all__ = ["TASKS", "Budget", "Optimizer", "check_params", "compose", "register", "get_optimizer",
@@ -121,9 +119,8 @@ def get_optimizer(name: str, **kwargs) -> Optimizer:
 
 
 def check_params(opt: object) -> None:
-    """Reject a method's hyperparameters that are out of range: every number must be
-    finite, and a field whose metadata sets ``"min"`` or ``"max"`` (inclusive), ``"gt"``
-    (exclusive) or ``"choices"`` must respect it.
+    """Reject a method's hyperparameters that are out of range (:func:`graphopt.errors.check_fields`
+    on its dataclass fields).
 
     Raises
     ------
@@ -137,23 +134,8 @@ def check_params(opt: object) -> None:
     Traceback (most recent call last):
     graphopt.errors.GraphoptError: sa.chains=0: expected >= 1
     """
-    if not dataclasses.is_dataclass(opt):
-        return
-    for f in dataclasses.fields(opt):
-        v = getattr(opt, f.name)
-        where = f"{getattr(opt, 'name', type(opt).__name__)}.{f.name}={v!r}"
-        if "choices" in f.metadata and v not in f.metadata["choices"]:
-            raise GraphoptError(f"{where}: expected one of {', '.join(map(str, f.metadata['choices']))}")
-        if not isinstance(v, (int, float)) or isinstance(v, bool):
-            continue
-        if not math.isfinite(v):
-            raise GraphoptError(f"{where}: expected a finite number")
-        if "min" in f.metadata and v < f.metadata["min"]:
-            raise GraphoptError(f"{where}: expected >= {f.metadata['min']}")
-        if "gt" in f.metadata and v <= f.metadata["gt"]:
-            raise GraphoptError(f"{where}: expected > {f.metadata['gt']}")
-        if "max" in f.metadata and v > f.metadata["max"]:
-            raise GraphoptError(f"{where}: expected <= {f.metadata['max']}")
+    method = getattr(opt, "name", type(opt).__name__)
+    check_fields(opt, lambda key: f"{method}.{key}")
 
 
 def parse_task(task: str | frozenset[str] | set[str]) -> frozenset[str]:

@@ -56,7 +56,8 @@ class Plan:
                 continue
             try:
                 f = np.array(v, dtype=np.float64)
-                a = f.astype(t)
+                with np.errstate(invalid="ignore"):  # NaN or 1e30 as int: refused just below
+                    a = f.astype(t)
             except (TypeError, ValueError, OverflowError) as err:
                 raise PlanError(f"plan {k} is not numeric: {err}") from err
             if t is np.int64 and f.ndim == 1 and not (np.isfinite(f).all() and (f == a).all()):
