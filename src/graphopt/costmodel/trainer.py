@@ -8,8 +8,9 @@
   ``data.norm.*`` and ``data.gst.*``, the epoch reached and the log); written after
   every epoch atomically, so ``TrainConfig(resume=run_dir)`` continues exactly where
   it stopped (every epoch draws from its own seed ``(seed, epoch)``);
-- ``log.csv`` (``losses/train``, ``charts/...``, per epoch) and ``curve.png``
-  (:func:`graphopt.viz.curves.metric_curves`).
+- ``log.csv`` (``losses/train`` per epoch; ``charts/...`` held-out metrics every
+  ``eval_every`` epochs and after the last, empty between) and ``curve.png``
+  (:func:`graphopt.viz.curves.metric_curves`, redrawn after each evaluation).
 
 :func:`evaluate` scores held-out configurations per graph (Kendall's tau, top-K error,
 tile score, ordered-pair accuracy); :func:`rank` lists the configurations a compiler
@@ -270,15 +271,16 @@ def train(cfg: TrainConfig) -> Path:
                 losses.append(loss.item())
                 bar.advance(task)
             seconds = time.perf_counter() - t0
-            if (epoch + 1) % eval_every == 0 or epoch == cfg.epochs - 1:
+            evaluated = (epoch + 1) % eval_every == 0 or epoch == cfg.epochs - 1
+            if evaluated:
                 test = _metrics(model, test_graphs, cfg.eval_chunk, cfg.device)["overall"]
-            else:  # NaN, not the last value: a curve must not show scores never measured
-                test = dict.fromkeys(METRICS, float("nan"))
+            else:  # left empty, not the last value: a curve must not show scores never measured
+                test = dict.fromkeys(METRICS)
             row = {"epoch": epoch, "losses/train": float(np.mean(losses)),
                    **{f"charts/{k}": v for k, v in test.items()},
                    "charts/steps_per_s": steps / max(seconds, 1e-9), "charts/epoch_seconds": seconds}
             history.append(row)
-            if cfg.progress and not np.isnan(test["kendall_tau"]):
+            if cfg.progress and evaluated:
                 bar.console.log(f"epoch {epoch}: loss {row['losses/train']:.4f}  test tau "
                                 f"{test['kendall_tau']:.3f}  top5 err {test['top5_error']:.4f}")
             arrays = {f"norm.{k}": torch.from_numpy(np.ascontiguousarray(v))
@@ -288,9 +290,10 @@ def train(cfg: TrainConfig) -> Path:
                             {"epoch": epoch, "history": history, "gst_keys": sorted(table.stats)},
                             arrays)
             write_log(history, run / "log.csv")
-            metric_curves(history, run / "curve.png", "epoch",
-                          [["losses/train"], ["charts/kendall_tau", "charts/tile_score"]],
-                          title=run.name)
+            if evaluated:  # drawing the PNG costs more than a step on one small graph
+                metric_curves(history, run / "curve.png", "epoch",
+                              [["losses/train"], ["charts/kendall_tau", "charts/tile_score"]],
+                              title=run.name)
     return run
 
 
