@@ -7,16 +7,25 @@
 True
 """
 
-from graphopt import ir
+import importlib
+
 from graphopt._lazy import lazy_exports
 from graphopt.errors import GraphoptError
-from graphopt.hardware import Cluster, Device, list_presets, load_cluster
-from graphopt.ir import Graph, GraphBuilder, load_graph, save_graph
 
-# The simulator's names load on first use: its numba engine costs a second at import,
-# which ``graphopt --help`` and the light commands should not pay.
-__getattr__ = lazy_exports(__name__, {
+# Names load on first use: the simulator's numba engine costs a second at import, and
+# the command line's entry point (graphopt._main) imports this package before it can
+# catch a Ctrl-C, so the package itself imports nothing heavy.
+_exports = lazy_exports(__name__, {
+    "graphopt.hardware": ("Cluster", "Device", "list_presets", "load_cluster"),
+    "graphopt.ir": ("Graph", "GraphBuilder", "load_graph", "save_graph"),
     "graphopt.sim": ("Plan", "Problem", "SimResult", "simulate", "simulate_batch")})
+
+
+def __getattr__(name: str) -> object:
+    if name == "ir":
+        return importlib.import_module("graphopt.ir")
+    return _exports(name)
+
 
 __version__ = "0.1.0"
 __all__ = [

@@ -5,6 +5,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 HEAVY = ("torch", "torch_geometric", "matplotlib", "ortools", "numba")
 
 
@@ -23,3 +25,18 @@ def test_import_cli_loads_no_heavy_module():
 def test_import_graphopt_loads_no_heavy_module_until_the_simulator_is_used():
     assert _loaded("import graphopt") == []
     assert "numba" in _loaded("import graphopt as go; go.Problem")
+
+
+def test_ctrl_c_while_the_command_line_loads_is_one_line_and_exit_130(monkeypatch, capsys):
+    import types
+
+    from graphopt._main import main
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setitem(sys.modules, "graphopt.cli", types.SimpleNamespace(app=interrupted))
+    with pytest.raises(SystemExit) as exc:
+        main()
+    assert exc.value.code == 130
+    assert capsys.readouterr().err == "graphopt: interrupted\n"
