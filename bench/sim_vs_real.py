@@ -14,8 +14,8 @@ Per model: Kendall tau between the simulated and the measured order of the plans
 and the speed-up of each plan over ``single``, measured and simulated. The one-device
 error is ``single``'s (one worker runs it all); the two-device errors are the others'.
 
-Usage:  .venv/bin/python bench/sim_vs_real.py [--models rnnlm-2,...] [--steps 5]
-        [--budget 500] [--out bench/results/sim_vs_real.json] [--docs docs/benchmarks.md]
+Usage:  .venv/bin/python bench/sim_vs_real.py [--size quick|cpu] [--models rnnlm-2,...]
+        [--steps 5] [--budget 500] [--out FILE] [--docs docs/benchmarks.md]
 """
 
 from __future__ import annotations
@@ -39,10 +39,34 @@ from graphopt.optim import Budget, optimize
 from graphopt.sim import Problem, ensure_compiled, simulate
 
 MODELS = ("rnnlm-2", "gnmt-2", "transformer-xl-2", "inception-v3-b32", "wavenet-2x18", "bert-base")
+#: ``--size cpu``: larger than the zoo's quick sizes, so that ops take about a millisecond
+#: rather than tens of microseconds (a step of 0.1-0.5 s on a core).
+CPU_SIZES = {
+    "rnnlm": {"hidden": 512, "vocab": 2000, "seq_len": 10, "batch": 32, "dropout": 0.0},
+    "gnmt": {"hidden": 256, "vocab": 2000, "src_len": 8, "tgt_len": 8, "batch": 16},
+    "transformer_xl": {"d_model": 256, "heads": 4, "d_head": 64, "d_inner": 512, "vocab": 2000,
+                       "seg_len": 32, "mem_len": 32, "batch": 8},
+    "bert": {"layers": 2, "d_model": 256, "heads": 4, "d_inner": 512, "vocab": 2000, "seq_len": 64,
+             "batch": 8},
+}
 METHODS = ("single", "expert", "metis", "m-etf", "sa", "go")
 
 
-def run(models=MODELS, methods=METHODS, steps: int = 5, budget: int = 500, seed: int = 0) -> dict:
+def _traced(name: str, size: str):
+    """The training step of zoo entry ``name`` at ``size`` (``quick`` or ``cpu``)."""
+    from graphopt.frontends.torch import trace_program
+    from graphopt.zoo import get_entry
+
+    if size == "quick":
+        return trace_source(f"zoo:{name}-quick")
+    entry = get_entry(name)
+    entry = entry.with_config(f"{name}-cpu", **CPU_SIZES[entry.family])
+    model, inputs = entry.make()
+    return trace_program(model, inputs, training=True, name=entry.name)
+
+
+def run(models=MODELS, methods=METHODS, steps: int = 5, budget: int = 500, seed: int = 0,
+        size: str = "quick") -> dict:
     ensure_compiled()
     cal = calibrate(2)
     cluster = cluster_from_toml(tomllib.loads(cal.to_toml()), "calibration")
@@ -52,7 +76,7 @@ def run(models=MODELS, methods=METHODS, steps: int = 5, budget: int = 500, seed:
             t0 = time.perf_counter()
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                traced = trace_source(f"zoo:{name}-quick")
+                traced = _traced(name, size)
             profile = profile_program(traced, pool=pool)
             prob = Problem(traced.graph, cluster, profile=profile)
             off = np.zeros(prob.num_nodes)
@@ -72,7 +96,7 @@ def run(models=MODELS, methods=METHODS, steps: int = 5, budget: int = 500, seed:
                 p["speedup_measured"] = single["measured"] / p["measured"]
                 p["speedup_simulated"] = single["simulated"] / p["simulated"]
             tau = kendalltau([p["simulated"] for p in plans], [p["measured"] for p in plans]).statistic
-            rows.append({"model": f"{name}-quick", "ops": traced.graph.num_nodes, "plans": plans,
+            rows.append({"model": f"{name}-{size}", "ops": traced.graph.num_nodes, "plans": plans,
                          "kendall_tau": None if np.isnan(tau) else float(tau),
                          "seconds": time.perf_counter() - t0})
             print(f"{name}: tau {tau:.2f}, " + ", ".join(
@@ -81,7 +105,7 @@ def run(models=MODELS, methods=METHODS, steps: int = 5, budget: int = 500, seed:
     return {"calibration": {"latency_us": cal.latency * 1e6, "bandwidth_gbps": cal.bandwidth / 1e9,
                             "dispatch_us": cal.dispatch * 1e6,
                             "matmul_gflops": cal.matmul_flops / 1e9},
-            "rows": rows, "steps": steps, "budget": budget, "seed": seed,
+            "rows": rows, "steps": steps, "budget": budget, "seed": seed, "size": size,
             "machine": f"{platform.machine()}, {platform.processor() or 'cpu'}",
             "summary": summarize(rows)}
 
@@ -104,8 +128,9 @@ def summarize(rows: list[dict]) -> dict:
 
 def to_markdown(res: dict) -> str:
     s, c = res["summary"], res["calibration"]
+    size = "" if res.get("size", "quick") == "quick" else f" --size {res['size']}"
     lines = [
-        "Measured by `.venv/bin/python bench/sim_vs_real.py` on " + res["machine"] + ": 2 worker "
+        f"Measured by `.venv/bin/python bench/sim_vs_real.py{size}` on " + res["machine"] + ": 2 worker "
         f"processes, one core each; {res['steps']} timed steps after a warm-up; plans from "
         f"{res['budget']} evaluations, seed {res['seed']}. Calibration: link latency "
         f"{c['latency_us']:.0f} us, bandwidth {c['bandwidth_gbps']:.2f} GB/s, dispatch "
@@ -140,14 +165,22 @@ def main() -> None:
     ap.add_argument("--methods", default=",".join(METHODS), help="methods, comma-separated")
     ap.add_argument("--steps", type=int, default=5, help="timed steps per plan")
     ap.add_argument("--budget", type=int, default=500, help="evaluations per search method")
-    ap.add_argument("--out", default="bench/results/sim_vs_real.json")
+    ap.add_argument("--size", choices=("quick", "cpu"), default="quick",
+                    help="quick: the zoo's -quick entries; cpu: CPU_SIZES (rnnlm, gnmt, "
+                         "transformer-xl, bert), ops of about a millisecond")
+    ap.add_argument("--out", default=None, help="default bench/results/sim_vs_real[-cpu].json")
     ap.add_argument("--docs", default="docs/benchmarks.md", help="'' to leave the docs alone")
     a = ap.parse_args()
-    res = run(tuple(a.models.split(",")), tuple(a.methods.split(",")), a.steps, a.budget)
-    save_json(res, a.out)
+    models = a.models if a.size == "quick" or a.models != ",".join(MODELS) else \
+        "rnnlm-2,gnmt-2,transformer-xl-2,bert-base"
+    res = run(tuple(models.split(",")), tuple(a.methods.split(",")), a.steps, a.budget, size=a.size)
+    suffix = "" if a.size == "quick" else f"-{a.size}"
+    save_json(res, a.out or f"bench/results/sim_vs_real{suffix}.json")
     print(to_markdown(res))
     if a.docs:
-        replace_section(a.docs, "sim-vs-real", "## Simulator against real execution\n\n" + to_markdown(res))
+        title = "## Simulator against real execution" + ("" if a.size == "quick" else
+                                                          f", {a.size} sizes")
+        replace_section(a.docs, f"sim-vs-real{suffix}", f"{title}\n\n" + to_markdown(res))
 
 
 if __name__ == "__main__":
