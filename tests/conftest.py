@@ -160,3 +160,20 @@ def any_cluster(request) -> Cluster:
 @pytest.fixture(scope="session")
 def one_device() -> Cluster:
     return cluster("dgx1-v100:1")
+
+
+# -- GO's small problems: the environment's and the method's tests share them ----------------
+@pytest.fixture(scope="module")
+def prob():
+    from graphopt.ir.generate import layered_graph
+    from graphopt.sim import Problem
+
+    return Problem(layered_graph(12, 6, seed=3), load_cluster("p100:4"))
+
+
+@pytest.fixture(scope="module")
+def training_prob():
+    from graphopt.ir.generate import mlp_training_graph
+    from graphopt.sim import Problem
+
+    return Problem(mlp_training_graph(), load_cluster("p100:2"))

@@ -247,7 +247,8 @@ def test_cli_calibrate(tmp_path):
 
     bad = CliRunner().invoke(app, ["calibrate", "--devices", "cuda:1", "-o", str(tmp_path / "c.toml")])
     assert bad.exit_code == 2
-    bad = CliRunner().invoke(app, ["calibrate", "-o", str(tmp_path / "nowhere" / "c.toml")])
+    (tmp_path / "file").write_text("")
+    bad = CliRunner().invoke(app, ["calibrate", "-o", str(tmp_path / "file" / "c.toml")])
     assert bad.exit_code == 2 and "--out" in bad.output
 
 

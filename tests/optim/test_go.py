@@ -8,7 +8,7 @@ import pytest
 
 from graphopt.errors import GraphoptError
 from graphopt.hardware import load_cluster
-from graphopt.ir.generate import layered_graph, mlp_training_graph
+from graphopt.ir.generate import layered_graph
 from graphopt.optim import Budget, optimize
 from graphopt.optim.learned.go import SHIPPED, load_go_policy, pretrain
 from graphopt.rl.checkpoint import CheckpointError
@@ -17,15 +17,6 @@ from graphopt.sim import Problem, simulate, simulate_batch
 
 ALL = frozenset({"placement", "scheduling", "fusion"})
 
-
-@pytest.fixture(scope="module")
-def prob():
-    return Problem(layered_graph(12, 6, seed=3), load_cluster("p100:4"))
-
-
-@pytest.fixture(scope="module")
-def training_prob():
-    return Problem(mlp_training_graph(), load_cluster("p100:2"))
 
 
 def test_go_one_beats_random_placement(prob):

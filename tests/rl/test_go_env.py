@@ -3,26 +3,14 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import torch
 
-from graphopt.hardware import load_cluster
 from graphopt.ir.coarsen import colocation_groups
-from graphopt.ir.generate import layered_graph, mlp_training_graph
 from graphopt.rl.go_env import UNIT_FEATURES, GOEnv
-from graphopt.sim import Problem, simulate_batch
+from graphopt.sim import simulate_batch
 
 ALL = frozenset({"placement", "scheduling", "fusion"})
 
-
-@pytest.fixture(scope="module")
-def prob():
-    return Problem(layered_graph(12, 6, seed=3), load_cluster("p100:4"))
-
-
-@pytest.fixture(scope="module")
-def training_prob():
-    return Problem(mlp_training_graph(), load_cluster("p100:2"))
 
 
 def test_env_features_are_finite_and_bounded(training_prob):

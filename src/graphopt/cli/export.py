@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from graphopt.cli._common import GRAPH_HELP, console, fail
+from graphopt.cli._common import GRAPH_HELP, check_output, console, fail
 from graphopt.errors import GraphoptError
 
 app = typer.Typer()
@@ -47,8 +47,7 @@ def export(
     try:
         if fmt not in FORMATS:
             raise GraphoptError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
-        if out.is_dir() or not out.parent.is_dir():
-            raise GraphoptError(f"--out {out}: not a file in an existing folder")
+        check_output(out, "--out")
         p = Plan.load(plan)
         if fmt == "device-map":
             g = load_source(graph)

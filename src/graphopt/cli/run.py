@@ -8,7 +8,7 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from graphopt.cli._common import check_plan, console, fail
+from graphopt.cli._common import check_output, check_plan, console, fail
 from graphopt.errors import GraphoptError
 
 app = typer.Typer()
@@ -51,8 +51,7 @@ def run(
     from graphopt.sim import Plan, Problem, simulate
 
     try:
-        if trace is not None and (trace.is_dir() or not trace.parent.is_dir()):
-            raise GraphoptError(f"--trace {trace}: not a file in an existing folder")
+        check_output(trace, "--trace")
         kind, count = parse_devices(devices)
         p = Plan.load(plan) if plan else Plan()
         traced = trace_source(graph)
@@ -114,8 +113,7 @@ def calibrate(
     from graphopt.exec.calibrate import calibrate as measure
 
     try:
-        if out.is_dir() or not out.parent.is_dir():
-            raise GraphoptError(f"--out {out}: not a file in an existing folder")
+        check_output(out, "--out")
         kind, count = parse_devices(devices)
         if kind != "cpu":
             raise GraphoptError(f"--devices {devices}: calibration measures CPU workers (cpu:N)")
