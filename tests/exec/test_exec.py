@@ -103,6 +103,25 @@ def test_one_device_step_equals_eager_sgd():
         torch.testing.assert_close(after[name], p.detach() - 1e-3 * p.grad, rtol=1e-6, atol=1e-7)
 
 
+def test_in_process_drops_a_value_after_its_last_reader(monkeypatch):
+    """A deep chain holds a few values at a time, not one per op (the state and the
+    saved activations of backward aside)."""
+    from graphopt.exec import runner
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Tanh() for _ in range(40)])
+    x = torch.randn(3, 4)
+    traced = trace_program(model, (x,), training=False)
+    prog = compile_program(traced, None, 1)
+    live = []
+    run = runner.run_op
+    monkeypatch.setattr(runner, "run_op", lambda ins, values, *a: live.append(len(values)) or run(ins, values, *a))
+    out, state = run_inprocess(prog, 0, _fresh(prog))
+    torch.testing.assert_close(out[0], model(x))
+    assert len(prog.instrs) >= 40 and max(live) <= len(prog.feeds) + 2
+    assert state.keys() == prog.feeds.keys()
+
+
 class _RandomDag(torch.nn.Module):
     """Node i reads a random subset of earlier nodes; one linear layer per node."""
 

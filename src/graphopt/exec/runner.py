@@ -179,8 +179,13 @@ def run_inprocess(prog: Program, seed: int = 0, values: dict[int, Any] | None = 
     CUDA ``devices``, each device's ops go on its own stream and each transfer on a copy
     stream, ordered by events, so devices overlap as the host issues ahead.
 
-    Returns the program's outputs and the final value table (device 0's copy of each
-    transferred value stays under its node; receivers' copies are kept apart).
+    On CPU a value is dropped once its last reader on that device ran and its
+    transfers from there were issued, as the worker processes and the simulator free
+    memory. CUDA values live until the step ends: a tensor dropped while another
+    stream still reads it could have its memory reused under that read.
+
+    Returns the program's outputs and the state: the value of every input (parameters,
+    buffers, optimizer moments, updated in place) on its home device.
     """
     cuda = devices is not None and devices[0].type == "cuda"
     dev = devices or [torch.device("cpu")] * prog.devices
@@ -190,6 +195,18 @@ def run_inprocess(prog: Program, seed: int = 0, values: dict[int, Any] | None = 
     streams = [torch.cuda.Stream(device=x) for x in dev] if cuda else None
     copy_streams: dict[tuple[int, int], Any] = {}
     ready_event: list[dict[int, Any]] = [{} for _ in range(prog.devices)]
+    keep = set(prog.feeds) | set(refs(prog.outputs))
+    uses: dict[tuple[int, int], int] = {}
+    for ins in prog.instrs:
+        for n in set(refs((ins.args, ins.kwargs))):
+            uses[ins.device, n] = uses.get((ins.device, n), 0) + 1
+    for t in prog.transfers:
+        uses[t.src, t.node] = uses.get((t.src, t.node), 0) + 1
+
+    def release(d: int, node: int) -> None:
+        uses[d, node] -= 1
+        if not cuda and not uses[d, node] and node not in keep:
+            del local[d][node]
 
     def stamp(d: int, node: int) -> None:
         if cuda:
@@ -214,6 +231,10 @@ def run_inprocess(prog: Program, seed: int = 0, values: dict[int, Any] | None = 
                 local[d][ins.node] = run_op(ins, local[d], seed)
             if events is not None:
                 events.append(("op", d, ins.name, t0, time.perf_counter()))
+            for p in set(refs((ins.args, ins.kwargs))):
+                release(d, p)
+            if not cuda and (d, ins.node) not in uses and ins.node not in keep:  # nobody reads it
+                del local[d][ins.node]
         else:
             t = prog.transfers[k]
             value = local[t.src][t.node]
@@ -235,14 +256,10 @@ def run_inprocess(prog: Program, seed: int = 0, values: dict[int, Any] | None = 
                 local[t.dst][t.node] = moved
             else:  # a copy, so a later in-place write on the sender cannot reach it
                 local[t.dst][t.node] = unpack(prog.specs[t.node], [x.clone() for x in pack(value)])
+            release(t.src, t.node)
     if cuda:
         for x in dev:
             torch.cuda.synchronize(x)
     out = materialize(prog.outputs, {n: v for d in reversed(range(prog.devices))
                                      for n, v in local[d].items()})
-    merged: dict[int, Any] = {}
-    for d in range(prog.devices):
-        for n, v in local[d].items():
-            if prog.placement[n] == d:
-                merged[n] = v
-    return out, merged
+    return out, {n: local[d][n] for n, (d, _) in prog.feeds.items()}
