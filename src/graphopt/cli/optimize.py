@@ -34,6 +34,10 @@ def optimize(
     seconds: float | None = typer.Option(None, "--time", min=0.0,
                                             help="Wall-clock seconds allowed to each method. "
                                                  "Example: 60"),
+    objective: str = typer.Option("runtime", "--objective",
+                                  help="What searches minimise: runtime (step time) or memory "
+                                       "(the highest peak memory over devices); plans out of "
+                                       "memory rank last for both. Example: memory"),
     init: str | None = typer.Option(None, "--init",
                                        help="Start every method from this method's plan. "
                                             "Example: metis"),
@@ -82,7 +86,7 @@ def optimize(
         compile_simulator()
         prob = Problem(g, c)
         with console.status("") as status:
-            results = compare(prob, names, task, Budget(budget, seconds), seed, init,
+            results = compare(prob, names, task, Budget(budget, seconds, objective), seed, init,
                               on_start=lambda m: status.update(f"running {m} on {g.name} ..."),
                               params=params)
         if traced is not None:
@@ -90,8 +94,8 @@ def optimize(
     except GraphoptError as err:
         fail(err)
     ref = {r.method: r.step_time for r in results if r.result.valid}
-    t = Table(title=f"{g.name} ({g.num_nodes:,} ops) on {c.name}, task {task}, "
-                    f"lower bound {prob.lower_bound * 1e3:.3f} ms")
+    t = Table(title=f"{g.name} ({g.num_nodes:,} ops) on {c.name}, task {task}, objective "
+                    f"{objective}, lower bound {prob.lower_bound * 1e3:.3f} ms")
     for col in ("method", "step ms", "vs single", "vs expert", "step/bound", "valid",
                 "peak per device", "search s", "evals"):
         t.add_column(col, justify="left" if col in ("method", "valid") else "right")
@@ -118,6 +122,7 @@ def optimize(
     interrupted = len(results) < len(names) or any(r.stats.get("interrupted") for r in results)
     if out and results:
         path = write_outputs(prob, results, out, {"task": task, "budget": budget, "seed": seed,
+                                                  "objective": objective,
                                                   "params": params, "interrupted": interrupted})
         console.print(f"plans, traces and Gantt charts in {out}/<method>/; report: {path}")
     if interrupted:

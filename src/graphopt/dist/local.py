@@ -1,5 +1,10 @@
-"""In-process evaluation with budget accounting and best-so-far tracking, and Ctrl-C as a
-request to stop long work at its next safe point."""
+"""In-process evaluation with budget accounting, the objective and best-so-far tracking,
+and Ctrl-C as a request to stop long work at its next safe point.
+
+The objective lives here, in one place: ``runtime`` is a plan's step time, ``memory`` the
+highest peak memory over its devices (REGAL's objective); :meth:`LocalEvaluator.score`
+ranks invalid plans (out of memory) after every valid one for both, so a search only
+minimises the scores its evaluator hands back."""
 
 from __future__ import annotations
 
@@ -17,7 +22,16 @@ import numpy as np
 from graphopt.errors import GraphoptError
 from graphopt.sim import BatchResult, Plan, Problem, SimResult, simulate, simulate_batch
 
-__all__ = ["LocalEvaluator", "BudgetExhausted", "stop_on_interrupt", "stop_requested"]
+__all__ = ["OBJECTIVES", "INVALID_PENALTY", "LocalEvaluator", "BudgetExhausted", "check_objective",
+           "objective_values", "runtime_bound", "stop_on_interrupt", "stop_requested"]
+
+#: What a search may minimise: step time, or the highest peak memory over devices.
+OBJECTIVES = ("runtime", "memory")
+
+#: How much each unit of relative memory overflow adds to an invalid plan's score, in
+#: multiples of the bound on valid values (:meth:`LocalEvaluator.score`): invalid plans
+#: always rank below valid ones, and worse overflows rank lower.
+INVALID_PENALTY = 10.0
 
 _stop = threading.Event()
 _active = threading.Lock()
@@ -68,12 +82,56 @@ def stop_on_interrupt(notice: str = "stopping at the next safe point with the be
         _active.release()
 
 
+def check_objective(objective: str) -> str:
+    """``objective`` if it is one of :data:`OBJECTIVES`.
+
+    Raises
+    ------
+    GraphoptError
+        Any other name; the message lists the known ones.
+
+    >>> check_objective("memory")
+    'memory'
+    """
+    if objective not in OBJECTIVES:
+        raise GraphoptError(f"unknown objective {objective!r}; objectives are "
+                            f"{', '.join(OBJECTIVES)}")
+    return objective
+
+
+def objective_values(result, objective: str) -> np.ndarray:
+    """The objective of simulated plans, lower is better, whether valid or not: the step
+    time (``runtime``) or the highest peak memory over devices in bytes (``memory``).
+    ``result`` is a :class:`BatchResult` (one value per row) or a :class:`SimResult` (a
+    0-d array). The batch simulator returns peak memory with step time, so neither
+    objective costs a second simulation.
+    """
+    if check_objective(objective) == "memory":
+        return np.max(result.peak_memory, axis=-1)
+    return np.asarray(result.step_time, dtype=np.float64)
+
+
+def runtime_bound(problem: Problem) -> float:
+    """No valid plan of ``problem`` takes longer: every kernel on its slowest device and
+    every transfer (each output sent to every other device over the slowest link, one
+    after another) in sequence."""
+    d = problem.num_devices
+    max_bytes = np.zeros(problem.num_nodes)
+    np.maximum.at(max_bytes, problem.graph.src, problem.graph.edge_bytes)
+    off = ~np.eye(d, dtype=bool)
+    sends = np.minimum(problem.graph.out_degree, d - 1)
+    comm = 0.0 if d == 1 else (sends * (problem.latency[off].max()
+                                        + max_bytes / problem.bandwidth[off].min())).sum()
+    return float(problem.costs.time.max(axis=1).sum() + comm)
+
+
 class _Bounds(Protocol):
     """What :meth:`LocalEvaluator.from_budget` reads: ``graphopt.optim.Budget``'s fields
     (dist sits below optim, so it names the shape, not the class)."""
 
     evals: int | None
     seconds: float | None
+    objective: str
 
 
 class BudgetExhausted(GraphoptError):
@@ -98,14 +156,17 @@ class LocalEvaluator:
     max_seconds : float, optional
         Wall-clock seconds allowed from construction. A batch is never cut short by
         time: the bound is checked before each batch.
+    objective : {"runtime", "memory"}
+        What "best" means (:func:`objective_values`); default step time.
 
     Attributes
     ----------
     evals : int
         Plans evaluated so far.
-    best_plan, best_time : Plan or None, float
-        The fastest valid plan seen and its step time.
-    history : list of (evals, seconds, best_time)
+    best_plan, best_value, best_time : Plan or None, float, float
+        The valid plan seen with the lowest objective, its objective value and its step
+        time (with the runtime objective, the fastest plan and its step time twice).
+    history : list of (evals, seconds, best_value)
         One row per batch, for convergence curves.
 
     Examples
@@ -125,15 +186,47 @@ class LocalEvaluator:
     best_plan: Plan | None = None
     best_time: float = float("inf")
     history: list = field(default_factory=list)
+    objective: str = "runtime"
+    best_value: float = float("inf")
 
     def __post_init__(self) -> None:
+        check_objective(self.objective)
         self._t0 = time.perf_counter()
+        self._bound: float | None = None
 
     @classmethod
     def from_budget(cls, problem: Problem, budget: _Bounds) -> LocalEvaluator:
-        """An evaluator bounded by a :class:`graphopt.optim.Budget` (``evals``, ``seconds``),
-        its clock started now."""
-        return cls(problem, budget.evals, budget.seconds)
+        """An evaluator bounded by a :class:`graphopt.optim.Budget` (``evals``, ``seconds``)
+        and minimising its ``objective``, its clock started now."""
+        return cls(problem, budget.evals, budget.seconds,
+                   objective=getattr(budget, "objective", "runtime"))
+
+    @property
+    def bound(self) -> float:
+        """No valid plan's objective is higher: :func:`runtime_bound` for ``runtime``, the
+        largest device capacity for ``memory`` (a valid plan fits every device)."""
+        if self._bound is None:
+            self._bound = (runtime_bound(self.problem) if self.objective == "runtime"
+                           else float(self.problem.capacity.max()))
+        return self._bound
+
+    def score(self, result) -> np.ndarray:
+        """The objective of simulated plans (:func:`objective_values`) where valid; above
+        :attr:`bound` where not, higher the more a plan overflows memory (by
+        :data:`INVALID_PENALTY` bounds per unit of relative overflow), so that invalid
+        plans rank last and searches walk out of infeasibility. Lower is better.
+
+        >>> from graphopt.hardware import load_cluster
+        >>> from graphopt.ir.generate import mlp_training_graph
+        >>> ev = LocalEvaluator(Problem(mlp_training_graph(), load_cluster("dgx1-v100:2")),
+        ...                     objective="memory")
+        >>> r = ev.evaluate(np.zeros((1, ev.problem.num_nodes), dtype=int))
+        >>> bool(ev.score(r)[0] == r.peak_memory[0].max())
+        True
+        """
+        value = objective_values(result, self.objective)
+        over = np.max(np.maximum(result.peak_memory / self.problem.capacity - 1.0, 0.0), axis=-1)
+        return np.where(result.valid, value, self.bound * (1.0 + INVALID_PENALTY * over) + value)
 
     @property
     def elapsed(self) -> float:
@@ -180,9 +273,10 @@ class LocalEvaluator:
                                   f"{self.elapsed:.1f} of {self.max_seconds} s")
         return rows if self.remaining is None else min(rows, self.remaining)
 
-    def _record(self, plan: Plan, step_time: float, valid: bool) -> None:
-        if valid and step_time < self.best_time:
-            self.best_time, self.best_plan = float(step_time), plan
+    def _record(self, plan: Plan, value: float, step_time: float) -> None:
+        """Keep ``plan`` (valid, objective ``value``) if it is the best so far."""
+        if value < self.best_value:
+            self.best_value, self.best_time, self.best_plan = float(value), float(step_time), plan
 
     def evaluate(self, placements: np.ndarray, priorities: np.ndarray | None = None,
                  fusion: np.ndarray | None = None, problem: Problem | None = None
@@ -210,12 +304,13 @@ class LocalEvaluator:
         self.evals += b
         ok = np.flatnonzero(res.valid)
         if len(ok) and (problem is None or problem is self.problem):
-            i = int(ok[np.argmin(res.step_time[ok])])
+            value = objective_values(res, self.objective)
+            i = int(ok[np.argmin(value[ok])])
             self._record(Plan(placement=placements[i],
                               priority=None if priorities is None else priorities[i],
                               fusion=None if fusion is None else fusion[i]),
-                         res.step_time[i], True)
-        self.history.append((self.evals, self.elapsed, self.best_time))
+                         value[i], res.step_time[i])
+        self.history.append((self.evals, self.elapsed, self.best_value))
         return res
 
     def simulate(self, plan: Plan) -> SimResult:
@@ -225,6 +320,7 @@ class LocalEvaluator:
         self._admit(1)
         res = simulate(self.problem, plan)
         self.evals += 1
-        self._record(plan, res.step_time, res.valid)
-        self.history.append((self.evals, self.elapsed, self.best_time))
+        if res.valid:
+            self._record(plan, float(objective_values(res, self.objective)), res.step_time)
+        self.history.append((self.evals, self.elapsed, self.best_value))
         return res

@@ -7,11 +7,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from graphopt.dist.local import OBJECTIVES, check_objective
 from graphopt.errors import GraphoptError, check_fields
 from graphopt.sim import Plan, Problem
 
-__all__ = ["TASKS", "Budget", "Optimizer", "check_params", "compose", "register", "get_optimizer",
-           "list_optimizers", "optimize", "parse_task"]
+__all__ = ["TASKS", "OBJECTIVES", "Budget", "Optimizer", "check_objectives", "check_params",
+           "compose", "register", "get_optimizer", "list_optimizers", "optimize", "parse_task"]
 
 #: What an optimizer may decide.
 TASKS = frozenset({"placement", "scheduling", "fusion"})
@@ -22,10 +23,17 @@ _PART = {"placement": "placement", "scheduling": "priority", "fusion": "fusion"}
 
 @dataclass(frozen=True)
 class Budget:
-    """Bounds on a search: simulator evaluations and wall-clock seconds (None: unbounded)."""
+    """Bounds on a search, simulator evaluations and wall-clock seconds (None: unbounded),
+    and what it minimises: ``objective`` ``"runtime"`` (step time) or ``"memory"`` (the
+    highest peak memory over devices); invalid plans rank last for both (see
+    :meth:`graphopt.dist.local.LocalEvaluator.score`, the one place it is scored)."""
 
     evals: int | None = 1000
     seconds: float | None = None
+    objective: str = "runtime"
+
+    def __post_init__(self) -> None:
+        check_objective(self.objective)
 
 
 def compose(task: frozenset[str], init: Plan | None, plan: Plan) -> Plan:
@@ -56,6 +64,11 @@ class Optimizer(Protocol):
     compiler defaults (``None``), or taken from ``init`` when one is given. ``stats`` is
     a JSON-ready dict with at least ``evals`` (simulations used) and ``seconds``.
     The same seed gives the same plan.
+
+    ``objectives`` (optional class attribute) names the ``budget.objective`` values a
+    method can minimise; without it, every one of :data:`OBJECTIVES` (a method that
+    ranks plans through its evaluator minimises whatever the evaluator scores). A method
+    with its own fixed objective (a policy trained on step time) lists only that one.
     """
 
     name: str
@@ -138,6 +151,27 @@ def check_params(opt: object) -> None:
     check_fields(opt, lambda key: f"{method}.{key}")
 
 
+def check_objectives(method: str, objective: str) -> None:
+    """Refuse an objective that method ``method`` cannot minimise (see :class:`Optimizer`).
+
+    Raises
+    ------
+    GraphoptError
+        Naming the method, the objective asked for and those it takes.
+
+    Examples
+    --------
+    >>> check_objectives("cpsat", "memory")
+    Traceback (most recent call last):
+    graphopt.errors.GraphoptError: method cpsat cannot minimise memory; it takes runtime only
+    """
+    _load_all()
+    takes = getattr(_REGISTRY.get(method), "objectives", OBJECTIVES)
+    if check_objective(objective) not in takes:
+        raise GraphoptError(f"method {method} cannot minimise {objective}; it takes "
+                            f"{', '.join(takes)} only")
+
+
 def parse_task(task: str | frozenset[str] | set[str]) -> frozenset[str]:
     """``"placement,scheduling"`` → frozenset; rejects unknown task names."""
     parts = frozenset(t.strip() for t in task.split(",")) if isinstance(task, str) else frozenset(task)
@@ -160,9 +194,11 @@ def optimize(problem: Problem, method: str = "single", task: str | frozenset[str
     >>> len(plan.placement) == prob.num_nodes
     True
     """
+    budget = budget or Budget()
+    check_objectives(method, budget.objective)
     opt = get_optimizer(method, **kwargs)
     t0 = time.perf_counter()
-    plan, stats = opt.optimize(problem, parse_task(task), budget or Budget(), seed, init)
-    stats = {"method": method, "seed": seed, **stats,
+    plan, stats = opt.optimize(problem, parse_task(task), budget, seed, init)
+    stats = {"method": method, "seed": seed, "objective": budget.objective, **stats,
              "seconds": stats.get("seconds", time.perf_counter() - t0)}
     return plan.replace(meta={**plan.meta, "method": method, "seed": seed}), stats

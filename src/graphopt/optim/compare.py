@@ -15,7 +15,7 @@ import numpy as np
 
 from graphopt.dist.local import BudgetExhausted, stop_on_interrupt, stop_requested
 from graphopt.ir.io import atomic_write
-from graphopt.optim.base import Budget, optimize, parse_task
+from graphopt.optim.base import Budget, check_objectives, optimize, parse_task
 from graphopt.sim import Plan, Problem, SimResult, simulate
 
 __all__ = ["MethodResult", "compare", "write_outputs"]
@@ -70,6 +70,8 @@ def compare(problem: Problem, methods: list[str], task: str = "placement",
     ['single']
     """
     tasks = parse_task(task)
+    for m in methods:  # before any runs: a method that cannot take the objective fails fast
+        check_objectives(m, (budget or Budget()).objective)
     start = None
     if init:
         start, _ = optimize(problem, init, "placement", budget, seed)

@@ -157,7 +157,9 @@ def restore_run(checkpoint_dir: str | None, config: dict, modules: dict, optimiz
                              or {})}
     baseline.value = state["baseline"]
     if state["best"] is not None:
+        # these trainers minimise step time, so the best value is the best step time
         ev.best_plan, ev.best_time = Plan(placement=state["best"]), state["best_time"]
+        ev.best_value = ev.best_time
     return state
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -119,6 +120,8 @@ class GO:
     (4, True)
     """
 
+    objectives: ClassVar[tuple[str, ...]] = ("runtime",)  # the policy is trained on step time
+
     checkpoint: str | None = field(default=None, metadata={
         "help": "Folder of a saved policy (None: the one shipped in the package)."})
     samples: int = field(default=16, metadata={"min": 1,
@@ -169,6 +172,8 @@ class GOOne:
     >>> stats["evals"], stats["updates"]
     (32, 2)
     """
+
+    objectives: ClassVar[tuple[str, ...]] = ("runtime",)  # the policy is trained on step time
 
     lr: float = _ppo_field("lr")
     num_samples: int = _ppo_field("num_samples")

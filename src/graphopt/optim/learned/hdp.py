@@ -55,6 +55,7 @@ learning-curve PNG; a later run with the same config resumes where it stopped.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -104,6 +105,8 @@ class HDP:
     Model for Device Placement", ICLR 2018. TensorFlow,
     ``tensorflow/python/grappler/hierarchical_controller.py``.
     """
+
+    objectives: ClassVar[tuple[str, ...]] = ("runtime",)  # its reward is step time
 
     num_groups: int | None = field(default=None, metadata={"min": 1,
         "help": "Groups the grouper assigns ops to (None: min(256, 20 · devices), grappler's)."})

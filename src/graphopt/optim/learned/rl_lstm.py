@@ -60,6 +60,7 @@ uninterrupted run would have drawn.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -107,6 +108,8 @@ class RLLSTM:
     M. Norouzi, S. Bengio and J. Dean, "Device Placement Optimization with Reinforcement
     Learning", ICML 2017.
     """
+
+    objectives: ClassVar[tuple[str, ...]] = ("runtime",)  # its reward is step time
 
     max_groups: int = field(default=256, metadata={"min": 1, "max": 100_000,
         "help": "Most groups the decoder places; more colocation groups merge in topological runs (ours)."})

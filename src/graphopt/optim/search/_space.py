@@ -21,16 +21,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from graphopt.dist.local import LocalEvaluator, stop_requested
+from graphopt.dist.local import LocalEvaluator, runtime_bound, stop_requested
 from graphopt.optim.base import compose
 from graphopt.optim.heuristics._common import units
 from graphopt.optim.heuristics.schedulers import critical_path
 from graphopt.sim import Plan, Problem
-
-#: How much each unit of relative memory overflow adds to an invalid plan's score, in
-#: multiples of the upper bound on valid step times: invalid plans always rank below
-#: valid ones, and worse overflows rank lower.
-INVALID_PENALTY = 10.0
 
 __all__ = ["Decisions", "SearchSpace", "priority_ranks"]
 
@@ -116,8 +111,8 @@ class SearchSpace:
     fusible : int64 array
         Nodes the fusion pass may fuse into their consumer (their fusion priority matters).
     upper_bound : float
-        No valid plan takes longer: every kernel and every transfer one after another.
-        Invalid plans score above it, so every search ranks them last.
+        No valid plan takes longer: every kernel and every transfer one after another
+        (:func:`~graphopt.dist.local.runtime_bound`).
     initial_step_time, initial_valid : float or None, bool
         Step time and validity of the initial plan, once :meth:`start` has run.
 
@@ -146,13 +141,7 @@ class SearchSpace:
         base = init or Plan()
         self.fixed_placement = (np.zeros(n, np.int64) if base.placement is None
                                 else np.array(base.placement, np.int64))
-        max_bytes = np.zeros(n)
-        np.maximum.at(max_bytes, problem.graph.src, problem.graph.edge_bytes)
-        off = ~np.eye(d, dtype=bool)
-        sends = np.minimum(problem.graph.out_degree, d - 1)
-        comm = 0.0 if d == 1 else (sends * (problem.latency[off].max()
-                                            + max_bytes / problem.bandwidth[off].min())).sum()
-        self.upper_bound = float(problem.costs.time.max(axis=1).sum() + comm)
+        self.upper_bound = runtime_bound(problem)
         self.start_plan = base
         self.initial_step_time: float | None = None
         self.initial_valid = False
@@ -282,11 +271,6 @@ class SearchSpace:
         return out
 
     # -- evaluation ------------------------------------------------------------------------
-    def _score(self, res) -> np.ndarray:
-        over = np.maximum(res.peak_memory / self.problem.capacity - 1.0, 0.0).max(axis=1)
-        return np.where(res.valid, res.step_time,
-                        self.upper_bound * (1.0 + INVALID_PENALTY * over) + res.step_time)
-
     def _price(self, ev: LocalEvaluator, placements: np.ndarray, priority: np.ndarray | None = None,
                fusion: np.ndarray | None = None):
         """Simulate rows through ``ev``, parts not given taken from the start plan."""
@@ -299,14 +283,13 @@ class SearchSpace:
 
         res = ev.evaluate(placements, part(priority, self.start_plan.priority),
                           part(fusion, self.start_plan.fusion))
-        return res, self._score(res)
+        return res, ev.score(res)
 
     def evaluate(self, ev: LocalEvaluator, dec: Decisions) -> np.ndarray:
-        """Simulate the rows through ``ev`` and score them (lower is better).
-
-        A valid plan scores its step time; an invalid one scores above
-        :attr:`upper_bound`, higher the more it overflows memory, so searches walk out of
-        infeasibility. The result is shorter than ``dec`` when the budget ran out.
+        """Simulate the rows through ``ev`` and score them (lower is better): ``ev``'s
+        objective where valid, above every valid plan where not
+        (:meth:`~graphopt.dist.local.LocalEvaluator.score`). The result is shorter than
+        ``dec`` when the budget ran out.
         """
         return self._price(ev, self.placements(dec), dec.priority, dec.fusion)[1]
 
@@ -368,8 +351,9 @@ class SearchSpace:
     def result(self, ev: LocalEvaluator, interrupted: bool, **extra) -> tuple[Plan, dict]:
         """The evaluator's best plan (the start plan when nothing valid was seen) and the
         stats every search reports: ``evals``, ``seconds``, ``step_time``,
-        ``initial_step_time``, ``valid``, ``interrupted``, ``history`` (rows of evals,
-        seconds, best step time so far; None before the first valid plan), plus ``extra``."""
+        ``initial_step_time``, ``valid``, ``interrupted``, ``objective`` and ``value`` (the
+        best plan's objective; its step time with ``runtime``), ``history`` (rows of evals,
+        seconds, best value so far; None before the first valid plan), plus ``extra``."""
         plan = compose(self.task, self.start_plan, ev.best_plan or Plan())
 
         def finite(x):
@@ -377,7 +361,8 @@ class SearchSpace:
 
         stats = {"evals": ev.evals, "seconds": ev.elapsed, "step_time": finite(ev.best_time),
                  "initial_step_time": self.initial_step_time, "initial_valid": self.initial_valid,
-                 "valid": ev.best_plan is not None,
+                 "valid": ev.best_plan is not None, "objective": ev.objective,
+                 "value": finite(ev.best_value),
                  "interrupted": interrupted or stop_requested(),
                  "history": [[e, s, finite(t)] for e, s, t in ev.history], **extra}
         return plan, stats

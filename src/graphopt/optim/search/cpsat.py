@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -100,6 +100,8 @@ class CPSAT:
     P. Laborie et al., "IBM ILOG CP Optimizer for scheduling", Constraints 23, 2018
     (optional intervals, alternatives and no-overlap for scheduling).
     """
+
+    objectives: ClassVar[tuple[str, ...]] = ("runtime",)  # its model minimises the makespan
 
     time_limit: float = field(default=30.0, metadata={"gt": 0,
         "help": "Solver seconds when the budget sets no time."})
