@@ -118,16 +118,15 @@ class PlacedProgram:
         self._steps += 1
         if self._pool is not None:
             values, per_device = self._pool.step(seed)
-            events = [(kind, d, name, start, end) for d, evs in enumerate(per_device)
-                      for kind, name, start, end, _ in evs]
             outputs = materialize(self.program.outputs, values)
         else:
-            raw: list = []
+            per_device = [[] for _ in range(self.devices)]
             devs = ([torch.device("cuda", d) for d in range(self.devices)]
                     if self.kind == "cuda" else None)
-            outputs, table = run_inprocess(self.program, seed, self._values, devs, raw)
-            self._values = {n: (self.program.placement[n], table[n]) for n in self._values}
-            events = [(kind, d, name, start, end) for kind, d, name, start, end in raw]
+            outputs, table = run_inprocess(self.program, seed, self._values, devs, per_device)
+            self._values = {n: (d, table[n]) for n, (d, _) in self._values.items()}
+        events = [(kind, d, name, start, end) for d, evs in enumerate(per_device)
+                  for kind, name, start, end, _ in evs]
         ops = [e for e in events if e[0] in ("op", "step")]
         seconds = max(e[4] for e in ops) - min(e[3] for e in ops) if ops else 0.0
         return StepResult(outputs, seconds, events)

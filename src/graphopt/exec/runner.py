@@ -172,7 +172,7 @@ def issue_order(prog: Program) -> list[tuple[str, int]]:
 
 def run_inprocess(prog: Program, seed: int = 0, values: dict[int, Any] | None = None,
                   devices: list[torch.device] | None = None,
-                  events: list | None = None) -> tuple[Any, dict[int, Any]]:
+                  events: list[list[tuple]] | None = None) -> tuple[Any, dict[int, Any]]:
     """Run every device's work in this process, in :func:`issue_order`.
 
     On CPU all devices share this process (the reference, and one-device runs); with
@@ -183,6 +183,9 @@ def run_inprocess(prog: Program, seed: int = 0, values: dict[int, Any] | None = 
     transfers from there were issued, as the worker processes and the simulator free
     memory. CUDA values live until the step ends: a tensor dropped while another
     stream still reads it could have its memory reused under that read.
+
+    ``events``, one list per device, receives each op's ``("op", name, start, end,
+    None)`` in the layout of :meth:`CPUWorkers.step <graphopt.exec.workers.CPUWorkers.step>`.
 
     Returns the program's outputs and the state: the value of every input (parameters,
     buffers, optimizer moments, updated in place) on its home device.
@@ -230,7 +233,7 @@ def run_inprocess(prog: Program, seed: int = 0, values: dict[int, Any] | None = 
             else:
                 local[d][ins.node] = run_op(ins, local[d], seed)
             if events is not None:
-                events.append(("op", d, ins.name, t0, time.perf_counter()))
+                events[d].append(("op", ins.name, t0, time.perf_counter(), None))
             for p in set(refs((ins.args, ins.kwargs))):
                 release(d, p)
             if not cuda and (d, ins.node) not in uses and ins.node not in keep:  # nobody reads it
