@@ -96,3 +96,23 @@ def test_ctrl_c_checkpoints_between_whole_updates_and_resumes_exactly(prob, tmp_
     assert resumed["resumed_from_update"] == cut["updates"] and not resumed["interrupted"]
     for a, b in zip(resumed_policy.parameters(), straight_policy.parameters()):
         assert torch.equal(a, b)
+
+
+def test_embed_then_decide_is_forward(prob):
+    env = GOEnv(prob, ALL)
+    policy = new_policy(0, dim=16)
+    with torch.no_grad():
+        whole = policy(*env.inputs(), tasks=env.tasks)
+        parts = policy.decide(*policy.embed(*env.inputs()), prob.num_devices, env.tasks)
+    assert all(torch.equal(whole[t], parts[t]) for t in env.tasks)
+
+
+def test_tune_heads_trains_only_the_task_layers(prob):
+    env = GOEnv(prob, frozenset({"placement"}))
+    policy = new_policy(0, dim=16)
+    before = {k: v.clone() for k, v in policy.state_dict().items()}
+    out = train(policy, [env], PPOConfig(num_samples=8, tune="heads"), seed=0, evals=32,
+                progress=False)
+    assert out["updates"] == 4
+    moved = {k for k, v in policy.state_dict().items() if not torch.equal(v, before[k])}
+    assert moved and all(k.startswith(("task_attn.placement.", "head.placement.")) for k in moved)

@@ -119,6 +119,14 @@ class GOPolicy(nn.Module):
 
     def forward(self, x: Tensor, op_ids: Tensor, op_node: Tensor, edge_index: Tensor,
                 num_devices: int, tasks: tuple[str, ...] = tuple(TASK_LEVELS)) -> dict[str, Tensor]:
+        h, ctx = self.embed(x, op_ids, op_node, edge_index, num_devices)
+        return self.decide(h, ctx, num_devices, tasks)
+
+    def embed(self, x: Tensor, op_ids: Tensor, op_node: Tensor, edge_index: Tensor,
+              num_devices: int) -> tuple[Tensor, Tensor]:
+        """Steps 1–3: the shared embedding of every node (N, dim) and the graph context
+        (dim,). Fine-tuning that trains only the task layers (PPO's ``tune="heads"``)
+        computes it once per graph."""
         c = self.config
         if not 1 <= num_devices <= c.max_devices:
             raise ValueError(f"this policy places on 1..{c.max_devices} devices, "
@@ -131,6 +139,12 @@ class GOPolicy(nn.Module):
                                       F.one_hot(torch.tensor(num_devices), c.max_devices + 1)]))
         for layer in self.trunk:
             h = layer(h, ctx)
+        return h, ctx
+
+    def decide(self, h: Tensor, ctx: Tensor, num_devices: int,
+               tasks: tuple[str, ...] = tuple(TASK_LEVELS)) -> dict[str, Tensor]:
+        """Step 4: each task's logits from :meth:`embed`'s output."""
+        c = self.config
         out = {}
         for t in tasks:
             logits = self.head[t](self.task_attn[t](h, ctx))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["PPOConfig"]
+__all__ = ["PPOConfig", "RegalConfig"]
 
 
 @dataclass
@@ -25,6 +25,32 @@ class PPOConfig:
     anneal_lr: bool = field(default=True, metadata={
         "help": "Decay the learning rate linearly to 0 over the run's first bound to be "
                 "reached (evals, updates or seconds), as CleanRL does."})
+    tune: str = field(default="all", metadata={"choices": ("all", "heads"),
+        "help": "What the updates train: ``all`` the weights, or only the ``heads`` (each "
+                "task's last attention layer and output): the trunk's embedding of a graph is "
+                "then computed once, and an update costs a fraction of a full one."})
     invalid_ratio: float = field(default=10.0, metadata={"min": 1,
         "help": "An invalid plan (out of memory) is rewarded as if its step time were this "
                 "many lower bounds."})
+
+
+@dataclass
+class RegalConfig:
+    """REGAL's REINFORCE hyperparameters (:mod:`graphopt.rl.regal`; the defaults made the
+    shipped policy)."""
+
+    updates: int = field(default=1000, metadata={"min": 1, "help": "Policy updates (one graph each)."})
+    samples: int = field(default=4, metadata={"min": 2,
+        "help": "Actions sampled per update; their mean reward is the baseline."})
+    evals: int = field(default=1000, metadata={"min": 10,
+        "help": "Simulator evaluations of each BRKGA run that prices an action."})
+    lr: float = field(default=3e-3, metadata={"gt": 0, "help": "Adam learning rate."})
+    sigma: float = field(default=0.5, metadata={"gt": 0,
+        "help": "Standard deviation of the Gaussian the actions are drawn from around the policy's outputs."})
+    dim: int = field(default=32, metadata={"min": 1, "max": 8192,
+        "help": "Hidden width of the graph network."})
+    layers: int = field(default=2, metadata={"min": 1, "max": 16, "help": "GraphSAGE layers."})
+    max_devices: int = field(default=8, metadata={"min": 1, "max": 64, "help": "Device slots of the head."})
+    max_grad_norm: float = field(default=1.0, metadata={"gt": 0, "help": "Gradient clipping norm."})
+    save_every: int = field(default=10, metadata={"min": 1, "help": "Updates between checkpoints."})
+    seed: int = field(default=0, metadata={"min": 0, "help": "Seed of every random choice."})

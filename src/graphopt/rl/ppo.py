@@ -15,7 +15,10 @@ choice counts as one action, credited with its plan's advantage. The ratio of th
 joint probability of N choices would leave the trust region after any update; per node
 it stays near 1, and the clip does its job (as in GO, whose policy factorizes over
 nodes). Then ``update_epochs`` gradient steps on the same batch, an entropy bonus,
-global gradient clipping and Adam.
+global gradient clipping and Adam. With ``tune="heads"`` (fine-tuning a pre-trained
+policy) the trunk's embedding of each graph (:meth:`GOPolicy.embed`) is computed once,
+without autograd, and only the per-task layers train: an update then costs a forward and
+backward pass of those layers alone.
 
 With several graphs (pre-training), each update takes the next graph in turn.
 ``train`` checkpoints (safetensors + JSON) every ``checkpoint_every`` updates and when
@@ -127,6 +130,16 @@ def train(policy: GOPolicy, envs: list[GOEnv], cfg: PPOConfig, *, seed: int,
         saved = state["best"].get(str(i))
         if saved:
             rec.best_time, rec.best = saved["time"], saved["plan"]
+    embedded: dict[int, tuple[Tensor, Tensor]] = {}
+
+    def forward(i: int, env: GOEnv) -> dict[str, Tensor]:
+        if cfg.tune == "all":
+            return policy(*env.inputs(), tasks=env.tasks)
+        if i not in embedded:  # the frozen trunk: one pass per graph for the whole run
+            with torch.no_grad():
+                embedded[i] = policy.embed(*env.inputs())
+        return policy.decide(*embedded[i], env.problem.num_devices, env.tasks)
+
     # the evaluator owns this call's evals and seconds; updates count over the whole run
     ev = LocalEvaluator(envs[0].problem, evals, seconds)
 
@@ -160,7 +173,7 @@ def train(policy: GOPolicy, envs: list[GOEnv], cfg: PPOConfig, *, seed: int,
                     optimizer.param_groups[0]["lr"] = cfg.lr * (1.0 - progress_fraction())
 
                 # -- rollout: k whole-graph plans from one forward pass ---------------------
-                logits = policy(*env.inputs(), tasks=env.tasks)
+                logits = forward(i, env)
                 actions = sample(logits, k, generator)
                 place, prio, fuse = env.plans(actions)
                 res = ev.evaluate(place, prio, fuse, problem=env.problem)
@@ -180,7 +193,7 @@ def train(policy: GOPolicy, envs: list[GOEnv], cfg: PPOConfig, *, seed: int,
                          "losses/clipfrac": 0.0}
                 for epoch in range(cfg.update_epochs if k > 1 else 0):
                     if epoch > 0:
-                        logits = policy(*env.inputs(), tasks=env.tasks)
+                        logits = forward(i, env)
                     lp, ent = log_prob(logits, actions)
                     if old_lp is None:
                         old_lp = lp.detach()
