@@ -15,15 +15,20 @@ def test_quick_bench_go(tmp_path, monkeypatch):
     ckpt = tmp_path / "policy"
     pretrain([Problem(layered_graph(5, 4, seed=0), load_cluster("p100:2"))], ckpt, updates=1,
              ppo=PPOConfig(num_samples=2), progress=False, dim=8)
-    params = {"go": {"checkpoint": str(ckpt)}, "go-one": {"dim": 8, "progress": False}}
+    params = {"go": {"checkpoint": str(ckpt)}, "go-one": {"dim": 8, "progress": False},
+              "go-finetune": {"checkpoint": str(ckpt), "progress": False, "num_samples": 4}}
     out, docs = tmp_path / "go.json", tmp_path / "b.md"
     kw = {"budget": 16, "quick": True, "learned_rows": ("transformer-xl-2",),
               "zero_shot_rows": ("wavenet-2x18",), "multitask_rows": ("transformer-xl-2",),
-              "multitask_budget": 8, "learned": ("go", "go-one"), "out": out, "progress": False,
+              "multitask_budget": 8, "learned": ("go", "go-finetune", "go-one"), "out": out, "progress": False,
               "params": params}
     res = go_bench.run(**kw)
     (row,) = res["placement"]
-    assert set(row["methods"]) == set(go_bench.BASELINES) | {"go", "go-one"}
+    assert set(row["methods"]) == set(go_bench.BASELINES) | {"go", "go-finetune", "go-one",
+                                                             go_bench.AT_TIME}
+    # the portfolio again, bounded only by go-finetune's seconds
+    tuned, at_time = row["methods"]["go-finetune"], row["methods"][go_bench.AT_TIME]
+    assert at_time["seconds_budget"] == tuned["seconds"] and at_time["step_time"] > 0
     assert row["methods"]["go"]["evals"] <= 16 and row["methods"]["go-one"]["evals"] == 16
     assert row["methods"]["go-one"]["evals_to_within_2pct"] <= 16
     (zs,) = res["zero_shot"]
@@ -41,3 +46,4 @@ def test_quick_bench_go(tmp_path, monkeypatch):
     text = docs.read_text()
     assert "<!-- go-quick:start -->" in text and "| transformer-xl-2 |" in text
     assert "wavenet-2x18\\*" in text and "Multi-task" in text
+    assert "go-finetune against the portfolio" in text and "rows won" in text

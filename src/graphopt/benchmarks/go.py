@@ -3,9 +3,12 @@
 Four measurements, each run side by side in one process, same problems, same seed:
 
 1. **Placement** on the rows where PPO fits the budget: every non-learned method of
-   ``go-table2`` and GO zero-shot (``go``), fine-tuned (``go-finetune``) and trained from
+   ``go-table2`` (``portfolio``, every heuristic and then annealing from the best, the
+   strongest) and GO zero-shot (``go``), fine-tuned (``go-finetune``) and trained from
    scratch (``go-one``), all at the same evaluation budget; step times, speed-ups over
-   ``expert``, geometric means. The learned placers before GO (``rl-lstm``, ``hdp``)
+   ``expert``, geometric means. The portfolio runs a second time with go-finetune's wall
+   seconds as its only bound (``portfolio@time``): GO against it at equal evaluations
+   and at equal wall time. The learned placers before GO (``rl-lstm``, ``hdp``)
    join from go-table2's results file where it has them for the same settings.
 2. **Search cost**: evaluations and seconds each search needed to come within 2% of
    its own final step time.
@@ -28,6 +31,7 @@ from pathlib import Path
 from graphopt.benchmarks import geomean, replace_section, save_json
 from graphopt.benchmarks.go_table2 import ROWS, row_entry
 from graphopt.benchmarks.go_table2 import METHODS as BASELINES
+from graphopt.errors import GraphoptError
 from graphopt.optim.base import Budget
 from graphopt.optim.compare import compare
 from graphopt.rl.reinforce import time_to_within
@@ -48,6 +52,8 @@ PRIOR = ("rl-lstm", "hdp")
 _VS = ("go", "go-finetune", "go-one")
 #: Rows of the multi-task comparison.
 MULTITASK_ROWS = ("transformer-xl-2", "inception-v3-b32", "wavenet-2x18")
+#: The portfolio bounded by go-finetune's wall seconds on the row instead of evaluations.
+AT_TIME = "portfolio@time"
 #: Task sets of the multi-task comparison.
 TASKS = ("placement", "scheduling", "fusion", "placement,scheduling,fusion")
 
@@ -74,16 +80,25 @@ def run(cluster: str = "p100", budget: int = 2000, seed: int = 0, quick: bool = 
         multitask_rows: tuple[str, ...] = MULTITASK_ROWS, multitask_budget: int = 1000,
         learned: tuple[str, ...] = LEARNED, out: Path | None = None, resume: bool = False,
         progress: bool = True, params: dict[str, dict] | None = None,
-        prior: Path | None = Path("bench/results/go-table2.json")) -> dict:
-    """Run the benchmark; return (and, with ``out``, checkpoint after each row) its results."""
+        prior: Path | None = Path("bench/results/go-table2.json"),
+        baselines: tuple[str, ...] = BASELINES) -> dict:
+    """Run the benchmark; return (and, with ``out``, checkpoint after each row) its results.
+
+    ``baselines``: the non-learned methods of the placement rows (default go-table2's,
+    the portfolio among them); with both ``portfolio`` and ``go-finetune`` the portfolio
+    also runs bounded by go-finetune's wall seconds (:data:`AT_TIME`)."""
     from rich.progress import Progress
 
     from graphopt.zoo import get_entry
 
+    if "expert" not in baselines:
+        raise GraphoptError(f"baselines {', '.join(baselines)}: expert must be among them "
+                            "(every speed-up is over it)")
     settings = {"cluster": cluster, "budget": budget, "seed": seed, "quick": quick,
                 "learned_rows": list(learned_rows), "learned": list(learned),
                 "zero_shot_rows": list(zero_shot_rows), "multitask_rows": list(multitask_rows),
-                "multitask_budget": multitask_budget, "params": params or {}}
+                "multitask_budget": multitask_budget, "params": params or {},
+                "baselines": list(baselines)}
     result = {"benchmark": "go", "settings": settings,
               "machine": {"cpu": platform.processor() or platform.machine(),
                           "python": platform.python_version()},
@@ -97,7 +112,7 @@ def run(cluster: str = "p100", budget: int = 2000, seed: int = 0, quick: bool = 
         if out:
             save_json(result, out)
 
-    methods = list(BASELINES) + list(learned)
+    methods = list(baselines) + list(learned)
     prior_rows = _prior_rows(prior, cluster, budget, seed, quick)
     jobs = ([("placement", r) for r in learned_rows]
             + [("zero_shot", r) for r in zero_shot_rows if r not in learned_rows]
@@ -117,6 +132,12 @@ def run(cluster: str = "p100", budget: int = 2000, seed: int = 0, quick: bool = 
                 res = compare(prob, methods, "placement", Budget(budget), seed, on_start=show,
                               params=params)
                 row["methods"] = {r.method: _figures(r) for r in res}
+                tuned = row["methods"].get("go-finetune", {}).get("seconds")
+                if "portfolio" in baselines and tuned:
+                    show(AT_TIME)
+                    (r,) = compare(prob, ["portfolio"], "placement", Budget(None, tuned), seed,
+                                   params=params)
+                    row["methods"][AT_TIME] = {**_figures(r), "seconds_budget": tuned}
                 for m in PRIOR:
                     if m not in row["methods"] and m in prior_rows.get(name, {}):
                         row["methods"][m] = {**prior_rows[name][m], "from": "go-table2"}
@@ -140,7 +161,7 @@ def run(cluster: str = "p100", budget: int = 2000, seed: int = 0, quick: bool = 
         m: geomean([r["methods"]["expert"]["step_time"] / r["methods"][m]["step_time"]
                      for r in result["placement"] if m in r["methods"]
                      and r["methods"][m]["valid"] and r["methods"]["expert"]["valid"]])
-        for m in methods + list(PRIOR)}
+        for m in methods + list(PRIOR) + [AT_TIME]}
     save()
     return result
 
@@ -172,7 +193,9 @@ def to_markdown(result: dict) -> str:
     s = result["settings"]
     prior = [m for m in PRIOR if m not in s["learned"]
              and any(m in r["methods"] for r in result["placement"])]
-    methods = list(BASELINES) + prior + s["learned"]
+    baselines = s.get("baselines", list(BASELINES))
+    at_time = [AT_TIME] if any(AT_TIME in r["methods"] for r in result["placement"]) else []
+    methods = baselines + prior + s["learned"] + at_time
     out = ["**Placement** (step time in ms, speed-up over `expert` in brackets; "
            "\\* held-out family" + ("; " + ", ".join(prior) + " from go-table2's run with the "
                                     "same settings, - where it has none" if prior else "")
@@ -189,7 +212,8 @@ def to_markdown(result: dict) -> str:
             t = ms[m]["step_time"] if m in ms else None
             cells.append("-" if m not in ms else "OOM" if t is None else
                          _ms(t) + (f" ({e / t:.2f}x)" if e and m != "expert" else ""))
-        best = min((ms[m]["step_time"] for m in BASELINES if ms[m]["step_time"]), default=None)
+        best = min((ms[m]["step_time"] for m in baselines if m in ms and ms[m]["step_time"]),
+                   default=None)
         vs = []
         for m in _VS:
             t = ms.get(m, {}).get("step_time")
@@ -208,8 +232,9 @@ def to_markdown(result: dict) -> str:
     out.append("| **geomean** | | | " + " | ".join(geo(m) for m in methods) + " | " + " | ".join(
         f"{geomean(v):.3f}x" if v else "-" for v in vs_best.values()) + " |")
 
-    searches = [m for m in ("sa", "brkga", "rl-lstm", "hdp", "go-finetune", "go-one")
-                if m in methods]
+    out += _vs_portfolio(result["placement"])
+    searches = [m for m in ("sa", "brkga", "portfolio", "rl-lstm", "hdp", "go-finetune", "go-one",
+                            AT_TIME) if m in methods]
     out += ["", "**Search cost**: evaluations / seconds to come within 2% of the method's own "
             "final step time.", "",
             "| model | " + " | ".join(searches) + " |", "|" + "---|" * (len(searches) + 1)]
@@ -243,6 +268,40 @@ def to_markdown(result: dict) -> str:
             cells.append("OOM" if x is None else _ms(x) + (f" ({d / x:.2f}x)" if d else ""))
         out.append(f"| {row['model']} | {_ms(d)} | " + " | ".join(cells) + " |")
     return "\n".join(out)
+
+
+def _vs_portfolio(rows: list[dict]) -> list[str]:
+    """The table of go-finetune against the portfolio at equal evaluations and at equal
+    wall time (go-finetune's seconds), with geomeans and counts of rows won."""
+    rows = [r for r in rows if {"go-finetune", "portfolio"} <= set(r["methods"])]
+    if not rows:
+        return []
+    out = ["", "**go-finetune against the portfolio** (every heuristic, then `sa` from the "
+           "best): at equal evaluations, and at equal wall time (the portfolio bounded only "
+           "by go-finetune's seconds on the row); ratio > 1: GO faster.", "",
+           "| model | go-finetune ms | go-finetune s | portfolio ms | ratio, equal evals | "
+           "portfolio@time ms | ratio, equal time |", "|---|---|---|---|---|---|---|"]
+    ratios: dict[str, list[float]] = {"portfolio": [], AT_TIME: []}
+    for row in rows:
+        ms = row["methods"]
+        g = ms["go-finetune"]["step_time"]
+        cells = []
+        for m in ("portfolio", AT_TIME):
+            t = ms.get(m, {}).get("step_time")
+            if t and g:
+                ratios[m].append(t / g)
+            cells += [_ms(t), f"{t / g:.2f}x" if t and g else "-"]
+        out.append(f"| {_name(row)} | {_ms(g)} | {ms['go-finetune']['seconds']:.1f} | "
+                   + " | ".join(cells) + " |")
+
+    def summary(m: str) -> str:
+        v = ratios[m]
+        return "-" if not v else (f"{geomean(v):.3f}x, ahead on {sum(x > 1 for x in v)} "
+                                  f"of {len(v)}")
+
+    out.append(f"| **geomean, rows won** | | | | {summary('portfolio')} | | "
+               f"{summary(AT_TIME)} |")
+    return out
 
 
 def update_docs(result: dict, docs: Path, command: str) -> None:

@@ -84,6 +84,10 @@ def bench_go(
                                 help="Learned methods run beside the baselines (rl-lstm and "
                                      "hdp join from go-table2's results with the same "
                                      "settings, or run here when listed)."),
+    baselines: str = typer.Option("", help="Non-learned methods of the placement rows, "
+                                           "comma-separated; expert among them (default: "
+                                           "go-table2's, portfolio included). Example: "
+                                           "expert,portfolio"),
     seed: int = typer.Option(0, help="Seed of every method."),
     out: Path | None = typer.Option(None, help="Results JSON; default bench/results/go[-quick].json"),
     docs: Path = typer.Option(Path("docs/benchmarks.md"), help="Markdown file whose go "
@@ -110,6 +114,8 @@ def bench_go(
                                                 else []),
                         *([f"--zero-shot-rows {zero_shot_rows}"] if zero_shot_rows else []),
                         *([f"--multitask-rows {multitask_rows}"] if multitask_rows else []),
+                        *([f"--learned {learned}"] if learned != "go,go-finetune,go-one" else []),
+                        *([f"--baselines {baselines}"] if baselines else []),
                         *(f"-p {p}" for p in param)])
     try:
         from graphopt.benchmarks.go_table2 import METHODS
@@ -119,7 +125,8 @@ def bench_go(
         res = go_bench.run(cluster, budget, seed, quick, pick(learned_rows, go_bench.LEARNED_ROWS),
                            pick(zero_shot_rows, go_bench.ROWS),
                            pick(multitask_rows, go_bench.MULTITASK_ROWS), multitask_budget,
-                           names, out, resume, params=params)
+                           names, out, resume, params=params,
+                           baselines=pick(baselines, METHODS))
     except GraphoptError as err:
         fail(err)
     console.print(go_bench.to_markdown(res))
