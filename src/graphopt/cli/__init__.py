@@ -20,8 +20,9 @@ __all__ = ["app", "method_params"]
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Optimize ML computation graphs: placement, scheduling and fusion.\n\n"
                        "Example: graphopt simulate graph.npz --cluster dgx1-v100:4 --gantt g.png")
-for _group in (graphs, simulate, optimize, train, run, export):
+for _group in (graphs, simulate, optimize, run, export):
     app.add_typer(_group.app)
+app.add_typer(train.app, name="train")
 app.add_typer(bench.app, name="bench")
 app.add_typer(graphs.zoo_app, name="zoo")
 app.add_typer(costmodel.app, name="costmodel")

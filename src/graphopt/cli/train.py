@@ -10,14 +10,18 @@ from rich.table import Table
 from graphopt.cli._common import check_output, console, fail, options_from_fields
 from graphopt.errors import GraphoptError, check_fields
 from graphopt.frontends import load_source, split_source
+from graphopt.cli.regal import train_regal
 from graphopt.rl.config import PPOConfig
 
-app = typer.Typer()
+#: ``graphopt train`` itself pre-trains GO; ``graphopt train regal`` trains REGAL.
+app = typer.Typer(invoke_without_command=True)
+app.command("regal")(train_regal)
 
 
-@app.command()
+@app.callback()
 @options_from_fields(PPOConfig, unset_default="pre-training's")
 def train(
+    ctx: typer.Context,
     corpus: str = typer.Option("default", help="Graphs to pre-train on, comma-separated "
                                                "GRAPH@CLUSTER items (GRAPH as for 'optimize'), "
                                                "or 'default': the zoo's train split and "
@@ -47,6 +51,8 @@ def train(
 
     Example: graphopt train --updates 3000 --out runs/go-pretrain
     """
+    if ctx.invoked_subcommand:  # graphopt train regal ...: not GO's run
+        return
     import dataclasses
 
     import torch

@@ -1,6 +1,6 @@
 """Neural-network layers of the learned optimizers: a GraphSAGE encoder, segment-recurrent
 attention with feature modulation, GO's multi-task policy, and the networks of the
-REINFORCE placers (the attention LSTM placer and HDP's grouper).
+REINFORCE placers (the attention LSTM placer and HDP's grouper), and REGAL's per-node distributions for BRKGA.
 
 Layers see tensors only (features, edges, masks); building those from a problem is the
 trainer's job (:mod:`graphopt.rl.go_env`), so ``nn`` never imports the simulator.
@@ -9,8 +9,9 @@ trainer's job (:mod:`graphopt.rl.go_env`), so ``nn`` never imports the simulator
 from graphopt.nn.attention import FiLM, SegmentRecurrentAttention
 from graphopt.nn.go import TASK_LEVELS, GOPolicy, GOPolicyConfig
 from graphopt.nn.grouper import Grouper
+from graphopt.nn.regal import REGALHead
 from graphopt.nn.sage import BiSAGE
 from graphopt.nn.seq2seq import AttentionLSTMPlacer
 
 __all__ = ["AttentionLSTMPlacer", "BiSAGE", "FiLM", "GOPolicy", "GOPolicyConfig", "Grouper",
-           "SegmentRecurrentAttention", "TASK_LEVELS"]
+           "REGALHead", "SegmentRecurrentAttention", "TASK_LEVELS"]

@@ -99,8 +99,14 @@ class BRKGA:
 
     def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,
                  init: Plan | None = None) -> tuple[Plan, dict]:
+        return self.evolve(SearchSpace(problem, task, init), budget, seed)
+
+    def evolve(self, space: SearchSpace, budget: Budget, seed: int) -> tuple[Plan, dict]:
+        """The genetic algorithm over ``space``'s chromosome (its ``layout``, ``decode`` and
+        ``encode``): :meth:`optimize` with a chromosome of another shape, as REGAL's
+        (:class:`graphopt.optim.learned.regal.RegalSpace`)."""
         rng = np.random.default_rng(seed)
-        space = SearchSpace(problem, task, init)
+        problem = space.problem
         genes, layout = space.num_genes, space.layout
         inherit = self._per_gene("inheritance", self.inheritance, genes, layout, 0.0, 1.0)
         alpha = self._per_gene("mutant_alpha", self.mutant_alpha, genes, layout, 1e-9, np.inf)

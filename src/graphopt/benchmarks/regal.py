@@ -1,0 +1,211 @@
+"""REGAL's Table 1 on our graphs (``graphopt bench regal``): peak memory (then step time)
+on held-out graphs, two devices, placement and scheduling, every method at equal
+evaluations.
+
+Rows are :data:`graphopt.optim.learned.regal.TEST_GRAPHS` (never trained on). Methods:
+
+- **GP+DFS**: a METIS partition, then XLA's DFS memory schedule (a few simulations);
+- **XLA memory schedulers**: the METIS partition, then the best of XLA's list, DFS and
+  post-order schedulers by peak memory;
+- **local search**, **BRKGA-5K** (uniform, the registry's ``brkga``), **tuned BRKGA**
+  (population and fractions chosen on training graphs by :func:`tune_brkga`), **REGAL
+  untrained** (uniform BRKGA on REGAL's chromosome), **REGAL** (the shipped policy) and
+  **REGAL + elite bias** (the ablation), all at the same evaluations;
+- CP-SAT is not a row: its model minimises the makespan only (``graphopt optimize
+  --objective memory -m cpsat`` says so).
+
+Each search runs with ``seeds`` seeds; a row's value on a graph is the median over them.
+Columns: mean % improvement over BRKGA-5K (positive: lower than BRKGA), mean % gap from
+the best value any method found on the graph, and the median wall time of one run.
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+
+from graphopt.benchmarks import replace_section, save_json
+from graphopt.optim.base import Budget, optimize
+from graphopt.optim.heuristics.schedulers import dfs_memory
+from graphopt.optim.learned.regal import TEST_GRAPHS, TRAIN_CORPUS, load_corpus
+from graphopt.sim import Problem, simulate
+
+__all__ = ["METHODS", "TUNING_GRID", "run", "to_markdown", "tune_brkga", "update_docs"]
+
+TASK = "placement,scheduling"
+
+#: Row label → (registered method, its parameters); ``None``: a two-step heuristic here.
+METHODS: dict[str, tuple[str | None, dict]] = {
+    "GP+DFS": (None, {}),
+    "XLA memory schedulers": (None, {}),
+    "local search": ("local-search", {}),
+    "BRKGA-5K": ("brkga", {}),
+    "tuned BRKGA": ("brkga", {}),
+    "REGAL untrained": ("regal", {"checkpoint": "untrained"}),
+    "REGAL": ("regal", {}),
+    "REGAL + elite bias": ("regal", {"elite_bias": True}),
+}
+
+#: BRKGA settings tried by :func:`tune_brkga`: population, elite and mutant fractions,
+#: inheritance (Gonçalves & Resende's recommended ranges).
+TUNING_GRID = (
+    {"population": 100, "elite_fraction": 0.2, "mutant_fraction": 0.1, "inheritance": 0.7},
+    {"population": 50, "elite_fraction": 0.2, "mutant_fraction": 0.1, "inheritance": 0.7},
+    {"population": 200, "elite_fraction": 0.2, "mutant_fraction": 0.1, "inheritance": 0.7},
+    {"population": 100, "elite_fraction": 0.1, "mutant_fraction": 0.2, "inheritance": 0.7},
+    {"population": 100, "elite_fraction": 0.25, "mutant_fraction": 0.15, "inheritance": 0.8},
+    {"population": 100, "elite_fraction": 0.15, "mutant_fraction": 0.3, "inheritance": 0.6},
+)
+
+#: Training graphs :func:`tune_brkga` scores the grid on.
+TUNING_GRAPHS = ("zoo:rnnlm-2-quick", "zoo:gpt2-small-quick", "layered:16x10:2",
+                 "layered:24x8:3")
+
+
+def _value(res, objective: str) -> float:
+    return float(res.peak_memory.max() if objective == "memory" else res.step_time)
+
+
+def tune_brkga(objective: str, evals: int, seed: int = 0) -> tuple[dict, list]:
+    """The setting of :data:`TUNING_GRID` with the lowest mean value relative to the first
+    (BRKGA's defaults) on :data:`TUNING_GRAPHS` (training graphs only), and every
+    setting's mean ratio."""
+    probs = load_corpus(TUNING_GRAPHS)
+    scores = []
+    for params in TUNING_GRID:
+        scores.append([optimize(p, "brkga", TASK, Budget(evals, objective=objective), seed,
+                                **params)[1]["value"] for p in probs])
+    base = np.array(scores[0])
+    ratios = [float(np.mean(np.array(s) / base)) for s in scores]
+    return dict(TUNING_GRID[int(np.argmin(ratios))]), ratios
+
+
+def _gp(problem: Problem, objective: str, dfs_only: bool, seed: int) -> tuple[float, int]:
+    """GP+DFS or METIS + XLA's memory schedulers: (value, simulations)."""
+    place, st = optimize(problem, "metis", "placement", Budget(50), seed)
+    if dfs_only:
+        res = simulate(problem, place.replace(priority=dfs_memory(problem, place.placement)))
+        return _value(res, objective), st["evals"] + 1
+    plan, st2 = optimize(problem, "xla-memory", "scheduling", Budget(3), seed, init=place)
+    return _value(simulate(problem, plan), objective), st["evals"] + st2["evals"]
+
+
+def run(objectives: tuple[str, ...] = ("memory", "runtime"), evals: int = 5000,
+        seeds: int = 3, graphs: tuple[str, ...] = TEST_GRAPHS,
+        methods: tuple[str, ...] = tuple(METHODS), out: Path | None = None,
+        on_step=None) -> dict:
+    """Run every method of ``methods`` on ``graphs`` for each objective; write ``out``.
+
+    Returns a JSON-ready dict: ``settings``, ``tuned`` (per objective, the chosen BRKGA
+    setting and the grid's ratios) and ``results[objective][graph][method]`` with
+    ``values`` (one per seed), ``value`` (their median), ``seconds`` (median per run) and
+    ``evals``.
+    """
+    probs = load_corpus(list(graphs))
+    result: dict = {"settings": {"objectives": list(objectives), "evals": evals, "seeds": seeds,
+                                 "task": TASK, "cluster": probs[0].cluster.name,
+                                 "graphs": {p.graph.name: p.num_nodes for p in probs},
+                                 "train_corpus": list(TRAIN_CORPUS),
+                                 "machine": f"{platform.machine()}, {platform.processor() or '?'}, "
+                                            "2 cores shared with other jobs"},
+                    "tuned": {}, "results": {}}
+    for objective in objectives:
+        tuned: dict = {}
+        if "tuned BRKGA" in methods:
+            if on_step:
+                on_step(f"tuning BRKGA for {objective} on training graphs")
+            tuned, ratios = tune_brkga(objective, evals)
+            result["tuned"][objective] = {"params": tuned, "grid": list(TUNING_GRID),
+                                          "mean_ratio_to_default": ratios}
+        rows = result["results"][objective] = {}
+        for p in probs:
+            row = rows[p.graph.name] = {}
+            for label in methods:
+                name, params = METHODS[label]
+                if on_step:
+                    on_step(f"{objective}: {label} on {p.graph.name}")
+                if name is None:
+                    t0 = time.perf_counter()
+                    v, n = _gp(p, objective, label == "GP+DFS", 0)
+                    row[label] = {"values": [v], "value": v, "seconds": time.perf_counter() - t0,
+                                  "evals": n}
+                    continue
+                params = {**params, **(tuned if label == "tuned BRKGA" else {})}
+                vals, secs = [], []
+                for s in range(1 if name == "local-search" and seeds > 1 else seeds):
+                    t0 = time.perf_counter()
+                    plan, st = optimize(p, name, TASK, Budget(evals, objective=objective), s,
+                                        **params)
+                    secs.append(time.perf_counter() - t0)
+                    vals.append(_value(simulate(p, plan), objective))
+                row[label] = {"values": vals, "value": float(np.median(vals)),
+                              "seconds": float(np.median(secs)), "evals": st["evals"]}
+            if out:
+                save_json(result, out)
+    return result
+
+
+def summary(result: dict, objective: str) -> dict[str, dict]:
+    """Per method: mean % improvement over BRKGA-5K, mean % gap from the best known,
+    median seconds, wins against BRKGA-5K (graphs where its median is lower)."""
+    rows = result["results"][objective]
+    out: dict[str, dict] = {}
+    methods = list(next(iter(rows.values())))
+    for m in methods:
+        imp, gap, sec, wins = [], [], [], 0
+        for row in rows.values():
+            best = min(min(r["values"]) for r in row.values())
+            base = row["BRKGA-5K"]["value"] if "BRKGA-5K" in row else None
+            v = row[m]["value"]
+            if base:
+                imp.append(100 * (base - v) / base)
+                wins += v < base
+            gap.append(100 * (v - best) / best)
+            sec.append(row[m]["seconds"])
+        out[m] = {"improvement_pct": float(np.mean(imp)) if imp else None,
+                  "gap_pct": float(np.mean(gap)), "seconds": float(np.median(sec)),
+                  "wins": wins, "graphs": len(rows)}
+    return out
+
+
+def to_markdown(result: dict) -> str:
+    """The tables of ``result``: one per objective, then per-graph values."""
+    s = result["settings"]
+    parts = []
+    for objective in s["objectives"]:
+        if objective not in result["results"]:
+            continue
+        unit = "MiB peak" if objective == "memory" else "ms step"
+        scale = 2**20 if objective == "memory" else 1e-3
+        summ = summary(result, objective)
+        lines = [f"**Objective {objective}** ({len(result['results'][objective])} held-out graphs, "
+                 f"{s['evals']:,} evaluations, median of {s['seeds']} seeds):", "",
+                 "| method | % improvement over BRKGA-5K | % gap from best known | "
+                 "wins vs BRKGA-5K | s per run (median) |", "|---|---:|---:|---:|---:|"]
+        for m, r in summ.items():
+            imp = "-" if r["improvement_pct"] is None else f"{r['improvement_pct']:+.2f}"
+            lines.append(f"| {m} | {imp} | {r['gap_pct']:.2f} | {r['wins']}/{r['graphs']} | "
+                         f"{r['seconds']:.2f} |")
+        if objective in result.get("tuned", {}):
+            lines += ["", f"tuned BRKGA: {result['tuned'][objective]['params']}"]
+        methods = list(summ)
+        lines += ["", "| graph (ops) | " + " | ".join(methods) + " |",
+                  "|---|" + "---:|" * len(methods)]
+        for g, row in result["results"][objective].items():
+            lines.append(f"| {g} ({s['graphs'][g]}) | " + " | ".join(
+                f"{row[m]['value'] / scale:.4g}" for m in methods) + " |")
+        lines += ["", f"Values in {unit}."]
+        parts.append("\n".join(lines))
+    return "\n\n".join(parts)
+
+
+def update_docs(result: dict, docs: Path, command: str) -> None:
+    """Replace the ``regal`` section of ``docs`` with this result."""
+    s = result["settings"]
+    replace_section(docs, "regal", "## REGAL: learned BRKGA for peak memory "
+                    f"(`graphopt bench regal`)\n\n`{command}` — cluster `{s['cluster']}`, task {s['task']}, "
+                    f"{s['evals']:,} evaluations per search, {s['seeds']} seeds; machine: "
+                    f"{s['machine']} (timings noisy; compare within a run).\n\n{to_markdown(result)}")

@@ -1,0 +1,144 @@
+"""``graphopt train regal`` and ``graphopt bench regal``: REGAL's training and its Table 1."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from graphopt.cli._common import check_output, compile_simulator, console, fail, options_from_fields
+from graphopt.errors import GraphoptError, check_fields
+from graphopt.rl.config import RegalConfig
+
+__all__ = ["bench_regal", "train_regal"]
+
+OBJECTIVE_HELP = ("What BRKGA minimises: memory (the highest peak memory over devices, "
+                  "REGAL's objective) or runtime (step time); plans out of memory rank last. "
+                  "Example: runtime")
+
+
+@options_from_fields(RegalConfig)
+def train_regal(
+    out: Path = typer.Option(Path("runs/regal-pretrain"), "--out", "-o",
+                             help="Folder for the checkpoint (resumed when it exists), log.csv, "
+                                  "curve.png and the policy (policy.safetensors + policy.json). "
+                                  "Example: runs/regal"),
+    corpus: str = typer.Option("default", help="Training graphs, comma-separated zoo:NAME or "
+                                               "layered:LxW:SEED items, each optionally *SCALE "
+                                               "(activations rescaled), or 'default' (see "
+                                               "docs/regal.md). Example: zoo:rnnlm-2-quick,"
+                                               "layered:16x10:2*2"),
+    cluster: str = typer.Option("p100:2", "--cluster", "-c",
+                                help="Cluster every corpus graph is placed on. Example: p100:4"),
+    objective: str = typer.Option("memory", "--objective", help=OBJECTIVE_HELP),
+    minutes: float | None = typer.Option(None, min=0.0, help="Stop after this many minutes (the "
+                                                            "checkpoint resumes later). Example: 25"),
+    **options,
+) -> None:
+    """Train REGAL's policy with REINFORCE: per update one corpus graph, a few sampled sets
+    of per-node Beta distributions, each priced by BRKGA at --evals evaluations against
+    uniform BRKGA at the same budget and seed. The result is what the 'regal' method
+    loads with -p regal.checkpoint=OUT. Ctrl-C stops after the current update, saved.
+
+    Example: graphopt train regal --out runs/regal --minutes 25
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from graphopt.dist.local import check_objective, stop_on_interrupt
+    from graphopt.optim.learned.regal import TRAIN_CORPUS, load_corpus, pretrain_regal
+
+    config = RegalConfig(**options)
+    defaults = RegalConfig()
+    command = " ".join(["graphopt train regal", f"--out {out}",
+                        *([f"--corpus {corpus}"] if corpus != "default" else []),
+                        *([f"--cluster {cluster}"] if cluster != "p100:2" else []),
+                        *([f"--objective {objective}"] if objective != "memory" else []),
+                        *(f"--{k.replace('_', '-')} {v}" for k, v in vars(config).items()
+                          if v != getattr(defaults, k))])
+    try:
+        check_output(out, "--out", folder=True)
+        check_fields(config, lambda key: "--" + key.replace("_", "-"))
+        check_objective(objective)
+        items = TRAIN_CORPUS if corpus == "default" else tuple(
+            c.strip() for c in corpus.split(",") if c.strip())
+        if not items:
+            raise GraphoptError(f"--corpus {corpus!r}: no graph named")
+        with console.status("loading the corpus ..."):
+            problems = load_corpus(items, cluster)
+        compile_simulator()
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=console) as bar, stop_on_interrupt():
+            job = bar.add_task("REGAL training", total=config.updates)
+
+            def step(update: int, row: dict) -> None:
+                bar.update(job, completed=update, description=f"REGAL {row['graph']}: reward "
+                                                              f"{row['charts/reward_mean']:+.4f}")
+
+            state = pretrain_regal(problems, out, config, objective,
+                                   None if minutes is None else minutes * 60, step, command)
+    except GraphoptError as err:
+        fail(err)
+    t = Table(title=f"REGAL training: {state['update']} of {config.updates} updates "
+                    f"({state['seconds']:.0f} s in all)")
+    for col in ("graph", "updates", "mean reward, first half", "mean reward, second half"):
+        t.add_column(col, justify="left" if col == "graph" else "right")
+    for p in problems:
+        r = [row["charts/reward_mean"] for row in state["log"] if row["graph"] == p.graph.name]
+        h = len(r) // 2
+        t.add_row(p.graph.name, str(len(r)), *(f"{sum(x) / len(x):+.4f}" if x else "-"
+                                               for x in (r[:h], r[h:])))
+    console.print(t)
+    console.print(f"policy, checkpoint, log.csv and curve.png in {out}/")
+
+
+def bench_regal(
+    objectives: str = typer.Option("memory,runtime", help="Objectives, comma-separated, each "
+                                                          "its own table. Example: memory"),
+    evals: int = typer.Option(5000, min=1, help="Evaluations of every search (REGAL's 5K)."),
+    seeds: int = typer.Option(3, min=1, help="Seeds per search; a graph's value is the median."),
+    graphs: str = typer.Option("default", help="Held-out graphs, comma-separated corpus items "
+                                               "(default: the test set of docs/regal.md). "
+                                               "Example: layered:15x8:101"),
+    methods: str = typer.Option("all", help="Rows, comma-separated labels of "
+                                            "graphopt.benchmarks.regal.METHODS, or 'all'. "
+                                            "Example: BRKGA-5K,REGAL"),
+    out: Path = typer.Option(Path("bench/results/regal.json"), help="Results JSON."),
+    docs: Path | None = typer.Option(Path("docs/benchmarks.md"),
+                                     help="Markdown file whose regal section is rewritten."),
+) -> None:
+    """REGAL's Table 1 on held-out graphs: peak memory (and step time) of every method at
+    equal evaluations, % improvement over BRKGA-5K, % gap from the best known, time per run.
+
+    Example: graphopt bench regal --objectives memory --seeds 3
+    """
+    from graphopt.benchmarks import regal as bench
+    from graphopt.optim.learned.regal import TEST_GRAPHS
+
+    labels = tuple(bench.METHODS) if methods == "all" else tuple(
+        m.strip() for m in methods.split(",") if m.strip())
+    command = " ".join(["graphopt bench regal", f"--objectives {objectives}", f"--evals {evals}",
+                        f"--seeds {seeds}", *([f"--graphs {graphs}"] if graphs != "default" else []),
+                        *([f"--methods {methods}"] if methods != "all" else [])])
+    try:
+        check_output(out, "--out")
+        bad = [m for m in labels if m not in bench.METHODS]
+        if bad or not labels:
+            raise GraphoptError(f"--methods: unknown {bad or methods!r}; rows are "
+                                f"{', '.join(bench.METHODS)}")
+        objs = tuple(o.strip() for o in objectives.split(",") if o.strip())
+        from graphopt.dist.local import check_objective
+
+        for o in objs or (objectives,):
+            check_objective(o)
+        compile_simulator()
+        with console.status("") as status:
+            res = bench.run(objs, evals, seeds, TEST_GRAPHS if graphs == "default" else tuple(
+                g.strip() for g in graphs.split(",") if g.strip()), labels, out,
+                on_step=lambda text: status.update(text + " ..."))
+    except GraphoptError as err:
+        fail(err)
+    console.print(bench.to_markdown(res))
+    if docs:
+        bench.update_docs(res, docs, command)
+    console.print(f"results: {out}" + (f"; tables written into {docs}" if docs else ""))

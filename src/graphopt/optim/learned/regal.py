@@ -1,0 +1,303 @@
+"""REGAL (Paliwal et al., ICLR 2020): BRKGA driven by a graph network trained once.
+
+**Chromosome** (:class:`RegalSpace`), as in the paper: per placement unit (a colocation
+group, kept whole, or a lone op) one *affinity* key per device, the unit going to the
+device of the highest key; per node one *scheduling priority* key, the simulator running
+the ready kernel of highest priority first (REGAL's list scheduling). REGAL's third part,
+tensor-transfer priorities, is not kept: the simulator sends each link's transfers first
+come first served, so there is nothing for them to order. Fusion is not in REGAL's
+chromosome either.
+
+**Policy** (:class:`graphopt.nn.REGALHead`): per node the Beta(α, β) that each of its genes'
+mutants are drawn from and a crossover bias (the probability a child takes its genes from
+the elite parent). Elite bias — BRKGA's 0.7 prior toward the elite parent — is an option
+(``elite_bias``), off by default as REGAL's ablation found it harmful; without it the prior
+is 0.5 and the policy's per-node offsets move it. An untrained policy (``checkpoint
+"untrained"``) is uniform BRKGA on this chromosome.
+
+**Training** (``graphopt train regal``, :func:`graphopt.rl.regal.train_regal`): REINFORCE,
+reward the relative improvement of BRKGA's best plan at a fixed budget over uniform BRKGA
+at the same budget and seed, on :data:`TRAIN_CORPUS`; :data:`TEST_GRAPHS` are never seen.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+import torch
+
+from graphopt.errors import GraphoptError
+from graphopt.ir.generate import layered_graph
+from graphopt.nn.regal import REGALHead
+from graphopt.optim.base import Budget, register
+from graphopt.optim.search._space import Decisions, SearchSpace
+from graphopt.optim.search.brkga import BRKGA
+from graphopt.rl.checkpoint import load_policy, save_policy
+from graphopt.rl.regal import (RegalConfig, gene_params, input_dim, regal_inputs, rescale,
+                               train_regal)
+from graphopt.sim import Plan, Problem
+
+__all__ = ["REGAL", "RegalSpace", "SHIPPED", "TEST_GRAPHS", "TRAIN_CORPUS", "load_corpus",
+           "load_regal_policy", "pretrain_regal", "regal_value"]
+
+#: The trained policy in the package.
+SHIPPED = Path(__file__).parent / "checkpoints" / "regal"
+
+#: Cluster of REGAL's Table 1 here: two devices.
+CLUSTER = "p100:2"
+
+#: Training graphs, GRAPH[*SCALE]: zoo models of the train split at CPU size and random
+#: layered graphs (seeds 0–5), each also rescaled (activations x0.5 or x2, REGAL's
+#: augmentation). Held-out families (WaveNet, AmoebaNet) and layered seeds >= 100 never
+#: appear.
+TRAIN_CORPUS = (
+    "zoo:rnnlm-2-quick", "zoo:transformer-xl-2-quick", "zoo:gpt2-small-quick",
+    "zoo:bert-base-quick", "zoo:resnet-50-quick",
+    "layered:12x8:0", "layered:20x6:1", "layered:16x10:2", "layered:24x8:3", "layered:30x5:4",
+    "layered:10x12:5",
+    "zoo:rnnlm-2-quick*2", "zoo:gpt2-small-quick*0.5", "layered:16x10:2*2", "layered:24x8:3*0.5",
+)
+
+#: Held-out test graphs: the held-out zoo families at CPU size and random layered graphs
+#: of seeds no training graph has.
+TEST_GRAPHS = (
+    "zoo:wavenet-2x18-quick", "zoo:amoebanet-quick", "zoo:gnmt-2-quick",
+    "layered:15x8:101", "layered:25x8:102", "layered:20x12:103", "layered:40x6:104",
+)
+
+
+def _graph(spec: str):
+    """A corpus entry: ``zoo:NAME`` or ``layered:LxW:SEED``, optionally ``*SCALE``."""
+    from graphopt.frontends import load_source
+
+    base, _, scale = spec.partition("*")
+    if base.startswith("layered:"):
+        shape, seed = base.removeprefix("layered:").split(":")
+        layers, width = shape.split("x")
+        g = layered_graph(int(layers), int(width), seed=int(seed))
+    else:
+        g = load_source(base)
+    return rescale(g, float(scale)) if scale else g
+
+
+def load_corpus(specs: tuple[str, ...] | list[str], cluster: str = CLUSTER) -> list[Problem]:
+    """Problems of corpus entries (see :data:`TRAIN_CORPUS`) on ``cluster``.
+
+    Raises
+    ------
+    GraphoptError
+        An entry that names no graph.
+    """
+    from graphopt.hardware import load_cluster
+
+    c = load_cluster(cluster)
+    out = []
+    for s in specs:
+        try:
+            out.append(Problem(_graph(s), c))
+        except ValueError as err:
+            raise GraphoptError(f"corpus entry {s!r}: expected zoo:NAME or layered:LxW:SEED, "
+                                f"optionally *SCALE ({err})") from None
+    return out
+
+
+class RegalSpace(SearchSpace):
+    """The search space of :class:`SearchSpace` with REGAL's chromosome: ``units * D``
+    device affinities (unit-major) then one priority per node; fusion is never searched.
+
+    Examples
+    --------
+    >>> from graphopt.hardware import load_cluster
+    >>> prob = Problem(layered_graph(4, 3), load_cluster("p100:2"))
+    >>> space = RegalSpace(prob, frozenset({"placement", "scheduling"}))
+    >>> space.layout
+    {'placement': slice(0, 24, None), 'scheduling': slice(24, 36, None)}
+    >>> keys = np.random.default_rng(0).random((5, space.num_genes))
+    >>> dec = space.decode(keys)
+    >>> np.array_equal(space.decode(space.encode(dec)).units, dec.units)
+    True
+    """
+
+    def __init__(self, problem: Problem, task: frozenset[str], init: Plan | None = None):
+        if "fusion" in task:
+            raise GraphoptError("regal decides placement and scheduling (REGAL's chromosome); "
+                                "drop fusion from the task")
+        super().__init__(problem, task, init)
+
+    @property
+    def layout(self) -> dict[str, slice]:
+        sizes = {"placement": self.num_units * self.problem.num_devices,
+                 "scheduling": self.problem.num_nodes}
+        out, at = {}, 0
+        for name in ("placement", "scheduling"):
+            if name in self.task:
+                out[name] = slice(at, at + sizes[name])
+                at += sizes[name]
+        return out
+
+    def decode(self, keys: np.ndarray) -> Decisions:
+        """Affinities → the device of highest key per unit (ties to the lower device);
+        priority keys are the priorities."""
+        lay, d = self.layout, self.problem.num_devices
+        units = prio = None
+        if "placement" in lay:
+            units = keys[:, lay["placement"]].reshape(len(keys), self.num_units, d).argmax(axis=2)
+        if "scheduling" in lay:
+            prio = keys[:, lay["scheduling"]].copy()
+        return Decisions(units, prio)
+
+    def encode(self, dec: Decisions) -> np.ndarray:
+        """Decisions → keys :meth:`decode` maps back: affinity 0.75 for the unit's device,
+        0.25 for the others; priorities as :class:`SearchSpace` encodes them."""
+        keys = np.empty((len(dec), self.num_genes))
+        lay, d = self.layout, self.problem.num_devices
+        if dec.units is not None:
+            aff = np.full((len(dec), self.num_units, d), 0.25)
+            np.put_along_axis(aff, dec.units[:, :, None], 0.75, axis=2)
+            keys[:, lay["placement"]] = aff.reshape(len(dec), -1)
+        if dec.priority is not None:
+            s = lay["scheduling"]  # the parent writes priorities into this layout's slice
+            keys[:, s] = super().encode(Decisions(priority=dec.priority))[:, s]
+        return keys
+
+
+def load_regal_policy(checkpoint: str | Path | None = None) -> tuple[REGALHead, dict]:
+    """A REGAL policy and its provenance: ``None`` the shipped one, ``"untrained"`` a fresh
+    head (uniform BRKGA), else a folder written by ``graphopt train regal``.
+
+    Raises
+    ------
+    GraphoptError
+        The folder holds no policy, or one for other features.
+    """
+    if checkpoint == "untrained":
+        cfg = RegalConfig()
+        return REGALHead(input_dim(), cfg.dim, cfg.layers, cfg.max_devices), {"untrained": True}
+    head, info = load_policy(checkpoint or SHIPPED, lambda c: REGALHead(**c))
+    if head.in_dim != input_dim():
+        raise GraphoptError(f"{checkpoint or SHIPPED}: policy reads {head.in_dim} features, this "
+                            f"graphopt makes {input_dim()}")
+    return head, info
+
+
+@cache
+def _shipped() -> tuple[REGALHead, dict]:
+    return load_regal_policy(None)
+
+
+def _params(head: REGALHead, out: torch.Tensor, space: RegalSpace, prior: float) -> dict:
+    return gene_params(head, out, space.unit_of, space.num_units, space.problem.num_devices,
+                       "scheduling" in space.task, prior)
+
+
+def regal_value(problem: Problem, params: dict | None, seed: int, evals: int,
+                objective: str = "memory", task: frozenset[str] = frozenset({"placement",
+                                                                             "scheduling"}),
+                brkga: BRKGA | None = None) -> float:
+    """The best objective value BRKGA reaches on REGAL's chromosome within ``evals``
+    evaluations: with per-gene ``params`` (``alpha``, ``beta``, ``inheritance``), or with
+    uniform distributions and ``brkga``'s inheritance when None. What training prices an
+    action with (:func:`graphopt.rl.regal.train_regal`)."""
+    base = brkga or BRKGA()
+    if params is not None:
+        base = BRKGA(base.population, base.elite_fraction, base.mutant_fraction,
+                     inheritance=params["inheritance"], mutant_alpha=params["alpha"],
+                     mutant_beta=params["beta"])
+    _, stats = base.evolve(RegalSpace(problem, task), Budget(evals, objective=objective), seed)
+    return stats["value"] if stats["value"] is not None else float("inf")
+
+
+@register("regal")
+@dataclass(eq=False)
+class REGAL:
+    """REGAL: BRKGA whose mutant distributions and crossover bias a trained GNN sets per node.
+
+    One forward pass of the policy (its means, no sampling), then BRKGA on REGAL's
+    chromosome (:class:`RegalSpace`) with those per-gene Beta distributions and
+    inheritance probabilities: BRKGA's own cost plus one forward pass. Decides placement
+    and scheduling (a subset of them); the objective is the budget's (REGAL's is memory).
+
+    Examples
+    --------
+    >>> from graphopt.hardware import load_cluster
+    >>> prob = Problem(layered_graph(6, 4), load_cluster("p100:2"))
+    >>> plan, stats = REGAL(checkpoint="untrained").optimize(
+    ...     prob, frozenset({"placement", "scheduling"}), Budget(300, objective="memory"), 0)
+    >>> stats["value"] <= stats["initial_value"]
+    True
+    """
+
+    objectives: ClassVar[tuple[str, ...]] = ("runtime", "memory")
+
+    checkpoint: str | None = field(default=None, metadata={
+        "help": "Folder of a policy from 'graphopt train regal' (None: the shipped one; "
+                "'untrained': uniform BRKGA on REGAL's chromosome)."})
+    elite_bias: bool = field(default=False, metadata={
+        "help": "Bias crossover toward the elite parent (BRKGA's 0.7 prior under the "
+                "policy's offsets); REGAL's ablation found it harmful."})
+    population: int = field(default=100, metadata={"min": 2, "help": "Chromosomes per generation."})
+    elite_fraction: float = field(default=0.2, metadata={"gt": 0, "max": 1,
+        "help": "Share of the population kept unchanged as the elite."})
+    mutant_fraction: float = field(default=0.1, metadata={"min": 0, "max": 1,
+        "help": "Share of the population replaced by policy-drawn mutants each generation."})
+
+    def prior(self) -> float:
+        """Crossover bias toward the elite parent before the policy's offsets."""
+        return 0.7 if self.elite_bias else 0.5
+
+    def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,
+                 init: Plan | None = None) -> tuple[Plan, dict]:
+        head, info = _shipped() if self.checkpoint is None else load_regal_policy(self.checkpoint)
+        if problem.num_devices > head.max_devices:
+            raise GraphoptError(f"regal: the policy has {head.max_devices} device slots; cluster "
+                                f"{problem.cluster.name} has {problem.num_devices} devices")
+        space = RegalSpace(problem, task, init)
+        with torch.no_grad():
+            out = head(*regal_inputs(problem))
+        p = _params(head, out, space, self.prior())
+        brkga = BRKGA(self.population, self.elite_fraction, self.mutant_fraction,
+                      inheritance=p["inheritance"], mutant_alpha=p["alpha"], mutant_beta=p["beta"])
+        plan, stats = brkga.evolve(space, budget, seed)
+        first = next((h[2] for h in stats["history"] if h[2] is not None), None)
+        return plan, {**stats, "initial_value": first, "elite_bias": self.elite_bias,
+                      "policy": "untrained" if info.get("untrained") else
+                      str(self.checkpoint or "shipped")}
+
+
+def pretrain_regal(corpus: list[Problem], out: str | Path, config: RegalConfig,
+                   objective: str = "memory", max_seconds: float | None = None,
+                   on_update=None, command: str = "") -> dict:
+    """Train a REGAL policy on ``corpus`` (checkpoint in ``out``, resumed when there) and
+    write the policy (``policy.safetensors`` + ``policy.json``) into ``out``: what
+    ``graphopt train regal`` runs and what :data:`SHIPPED` holds.
+
+    Each action is priced by BRKGA on REGAL's chromosome (placement and scheduling) at
+    ``config.evals`` evaluations of ``objective`` (:func:`regal_value`), uniform BRKGA at
+    the same budget and seed the reference. Returns the run state (``update``, ``log``,
+    ``seconds``).
+    """
+    task = frozenset({"placement", "scheduling"})
+    spaces: dict[int, RegalSpace] = {}
+
+    def to_params(head: REGALHead, out_: torch.Tensor, problem: Problem) -> dict:
+        space = spaces.setdefault(id(problem), RegalSpace(problem, task))
+        return _params(head, out_, space, 0.5)
+
+    def search(problem: Problem, params: dict | None, seed: int) -> float:
+        return regal_value(problem, params, seed, config.evals, objective, task)
+
+    head, state = train_regal(corpus, config, search, to_params, out, on_update,
+                              info={"objective": objective}, max_seconds=max_seconds)
+    rows = state["log"]
+    save_policy(out, head, {"in_dim": head.in_dim, "dim": head.dim, "layers": head.layers,
+                            "max_devices": head.max_devices},
+                {"command": command, "objective": objective, "corpus": [p.graph.name for p in corpus],
+                 "updates": state["update"], "seconds": round(state["seconds"], 1),
+                 "config": asdict(config),
+                 "reward_mean_last_50": float(np.mean([r["charts/reward_mean"] for r in rows[-50:]]))
+                 if rows else None})
+    return state
