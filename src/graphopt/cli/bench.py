@@ -7,12 +7,14 @@ from pathlib import Path
 import typer
 
 from graphopt.cli._common import PARAM_HELP, compile_simulator, console, fail, method_params
+from graphopt.cli.mcm import bench_mcm
 from graphopt.cli.regal import bench_regal
 from graphopt.errors import GraphoptError
 
 app = typer.Typer(no_args_is_help=True, help="Benchmarks; results go to bench/results/ "
                                              "and docs/benchmarks.md.")
 app.command("regal")(bench_regal)
+app.command("mcm")(bench_mcm)
 
 
 @app.command("go-table2")

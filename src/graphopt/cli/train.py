@@ -10,12 +10,14 @@ from rich.table import Table
 from graphopt.cli._common import check_output, console, fail, options_from_fields
 from graphopt.errors import GraphoptError, check_fields
 from graphopt.frontends import load_source, split_source
+from graphopt.cli.mcm import train_mcm
 from graphopt.cli.regal import train_regal
 from graphopt.rl.config import PPOConfig
 
 #: ``graphopt train`` itself pre-trains GO; ``graphopt train regal`` trains REGAL.
 app = typer.Typer(invoke_without_command=True)
 app.command("regal")(train_regal)
+app.command("mcm")(train_mcm)
 
 
 @app.callback()

@@ -39,10 +39,10 @@ class GOEnv:
     problem : Problem
     task : frozenset of str
         What the policy decides; the rest stays the compiler default.
-    units : "groups" or "ops"
+    units : "groups", "ops" or int array (N_ops,)
         The policy's nodes: colocation groups grown along single-consumer chains
-        (:func:`graphopt.ir.coarsen.colocation_groups`; every plan keeps them whole) or
-        raw ops.
+        (:func:`graphopt.ir.coarsen.colocation_groups`; every plan keeps them whole), raw
+        ops, or the given node of every op (numbered from 0 in a topological order).
 
     Attributes
     ----------
@@ -72,13 +72,14 @@ class GOEnv:
 
     problem: Problem
     task: frozenset[str]
-    units: str = "groups"
+    units: str | np.ndarray = "groups"
 
     def __post_init__(self) -> None:
         g, p = self.problem.graph, self.problem
-        if self.units not in ("groups", "ops"):
-            raise ValueError(f"units must be 'groups' or 'ops', not {self.units!r}")
-        unit = colocation_groups(g) if self.units == "groups" else np.arange(g.num_nodes)
+        if isinstance(self.units, str) and self.units not in ("groups", "ops"):
+            raise ValueError(f"units must be 'groups', 'ops' or an array, not {self.units!r}")
+        unit = (np.asarray(self.units) if not isinstance(self.units, str) else
+                colocation_groups(g) if self.units == "groups" else np.arange(g.num_nodes))
         u = int(unit.max()) + 1
         self.unit, self.num_units = unit.astype(np.int64), u
         d = p.num_devices
@@ -120,6 +121,14 @@ class GOEnv:
     def inputs(self) -> tuple[Tensor, Tensor, Tensor, Tensor, int]:
         """Positional arguments of :meth:`graphopt.nn.GOPolicy.forward` (less ``tasks``)."""
         return self.x, self.op_ids, self.op_node, self.edge_index, self.problem.num_devices
+
+    def rollout(self, ev, actions: dict[str, np.ndarray], logits: dict[str, Tensor]) -> tuple:
+        """The plans of ``actions`` (:meth:`plans`) simulated through the evaluator ``ev``:
+        ``(placements, priorities, fusion, BatchResult, reference step time)``, what PPO's
+        rollout needs; ``logits`` (the policy's output) are unused here."""
+        place, prio, fuse = self.plans(actions)
+        return (place, prio, fuse, ev.evaluate(place, prio, fuse, problem=self.problem),
+                self.problem.lower_bound)
 
     def plans(self, actions: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray | None,
                                                              np.ndarray | None]:

@@ -175,9 +175,9 @@ def train(policy: GOPolicy, envs: list[GOEnv], cfg: PPOConfig, *, seed: int,
                 # -- rollout: k whole-graph plans from one forward pass ---------------------
                 logits = forward(i, env)
                 actions = sample(logits, k, generator)
-                place, prio, fuse = env.plans(actions)
-                res = ev.evaluate(place, prio, fuse, problem=env.problem)
-                ref = env.problem.lower_bound
+                # the env turns the choices into plans and prices them (GOEnv simulates
+                # them; MCM's env repairs proposals first and prices their pipeline)
+                place, prio, fuse, res, ref = env.rollout(ev, actions, logits)
                 r = reward(res.step_time, res.valid, ref, cfg.invalid_ratio)
                 ok = np.flatnonzero(res.valid)
                 if len(ok) and res.step_time[ok].min() < rec.best_time:

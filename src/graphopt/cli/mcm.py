@@ -1,0 +1,147 @@
+"""``graphopt train mcm`` and ``graphopt bench mcm``: multi-chip partitioning's policy
+pre-training and its benchmark (docs/mcm.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from graphopt.cli._common import PARAM_HELP, compile_simulator, console, fail, method_params
+from graphopt.cli._common import check_output, options_from_fields
+from graphopt.errors import GraphoptError, check_fields
+from graphopt.rl.config import PPOConfig
+
+__all__ = ["bench_mcm", "train_mcm"]
+
+
+@options_from_fields(PPOConfig, unset_default="pre-training's")
+def train_mcm(
+    out: Path = typer.Option(Path("runs/mcm-pretrain"), "--out", "-o",
+                             help="Folder for the checkpoint (resumed when it exists), log.csv, "
+                                  "curve.png and the policy (policy.safetensors + policy.json). "
+                                  "Example: runs/mcm"),
+    corpus: str = typer.Option("default", help="Graphs to pre-train on, comma-separated "
+                                               "GRAPH@PRESET items, GRAPH a name of "
+                                               "graphopt.benchmarks.mcm.GRAPHS, or 'default' "
+                                               "(no BERT; see docs/mcm.md). Example: "
+                                               "resnet-50@mcm-ring4,rnnlm-2@mcm-ring8"),
+    updates: int = typer.Option(300, min=1, help="PPO updates, one graph each, in turn (a "
+                                                 "resumed run stops at this total)."),
+    minutes: float | None = typer.Option(None, min=0.0, help="Stop after this many minutes "
+                                                            "(the checkpoint resumes later). "
+                                                            "Example: 15"),
+    repair_seconds: float = typer.Option(0.1, min=0.001, help="CP-SAT seconds per repaired "
+                                                              "proposal. Example: 0.5"),
+    seed: int = typer.Option(0, min=0, help="Seed of the policy's initialization and sampling."),
+    threads: int = typer.Option(1, min=1, help="torch CPU threads."),
+    **ppo,
+) -> None:
+    """Pre-train the MCM policy (GO's network with a chiplet head) with PPO on repaired
+    partitions' pipelined throughput; the result is what 'mcm' and 'mcm-finetune' load
+    with -p mcm.checkpoint=OUT. Ctrl-C stops after the current update, saved.
+
+    Example: graphopt train mcm --updates 300 --out runs/mcm
+    """
+    import dataclasses
+
+    import torch
+
+    from graphopt.benchmarks.mcm import forward_graph
+    from graphopt.hardware import load_cluster
+    from graphopt.optim.learned.mcm import PRETRAIN_CORPUS, PRETRAIN_PPO, pretrain
+    from graphopt.sim import Problem
+
+    torch.set_num_threads(threads)
+    items = PRETRAIN_CORPUS if corpus == "default" else tuple(
+        c.strip() for c in corpus.split(",") if c.strip())
+    given = {k: v for k, v in ppo.items() if v is not None}
+    command = " ".join(["graphopt train mcm", f"--out {out}",
+                        *([f"--corpus {corpus}"] if corpus != "default" else []),
+                        f"--updates {updates}", *([f"--minutes {minutes:g}"] if minutes else []),
+                        f"--repair-seconds {repair_seconds:g}", f"--seed {seed}",
+                        *(f"--{k.replace('_', '-')} {v}" for k, v in given.items())])
+    try:
+        check_output(out, "--out", folder=True)
+        cfg = dataclasses.replace(PRETRAIN_PPO, **given)
+        check_fields(cfg, lambda key: "--" + key.replace("_", "-"))
+        if not items:
+            raise GraphoptError(f"--corpus {corpus!r}: no GRAPH@PRESET item")
+        problems = []
+        for item in items:
+            graph, sep, where = item.partition("@")
+            if not sep:
+                raise GraphoptError(f"--corpus item {item!r}: expected GRAPH@PRESET, e.g. "
+                                    "resnet-50@mcm-ring4")
+            with console.status(f"loading {graph} ..."):
+                problems.append(Problem(forward_graph(graph), load_cluster(where)))
+        compile_simulator()
+        res = pretrain(problems, out, updates=updates,
+                       seconds=None if minutes is None else minutes * 60, seed=seed, ppo=cfg,
+                       repair_seconds=repair_seconds, command=command)
+    except GraphoptError as err:
+        fail(err)
+    t = Table(title=f"MCM pre-training: {res['updates']} updates, {res['total_evals']:,} "
+                    f"partitions ({res['seconds']:.0f} s this run)")
+    for col in ("graph", "chips", "first batch mean / bound", "last batch mean / bound",
+                "best / bound"):
+        t.add_column(col, justify="left" if col == "graph" else "right")
+    for i, p in enumerate(problems):
+        rows = [r for r in res["log"] if r["env"] == i and r["charts/mean_ratio"] is not None]
+        t.add_row(p.graph.name, str(p.num_devices),
+                  *(f"{x:.2f}" if x is not None else "-" for x in (
+                      rows[0]["charts/mean_ratio"] if rows else None,
+                      rows[-1]["charts/mean_ratio"] if rows else None,
+                      rows[-1]["charts/best_ratio"] if rows else None)))
+    console.print(t)
+    console.print(f"policy, checkpoint, log.csv and curve.png in {out}/")
+
+
+def bench_mcm(
+    graphs: str = typer.Option("", help="Graphs, comma-separated (default: all of "
+                                        "graphopt.benchmarks.mcm.GRAPHS). Example: "
+                                        "bert-base,resnet-50"),
+    presets: str = typer.Option("", help="MCM presets, comma-separated (default: "
+                                         "mcm-ring4,mcm-ring8,mcm-ring16). Example: mcm-ring4"),
+    methods: str = typer.Option("", help="Methods, comma-separated (default: every MCM "
+                                         "method). Example: mcm-random,mcm-sa,mcm-finetune"),
+    budget: int = typer.Option(64, min=1, help="Evaluations (repaired partitions) per search "
+                                               "method. Example: 128"),
+    scratch_budget: int = typer.Option(0, min=0, help="Evaluations of mcm-one (from scratch) "
+                                                      "on BERT-base, for the fine-tuning "
+                                                      "speed-up (0: skip). Example: 512"),
+    seed: int = typer.Option(0, help="Seed of every method."),
+    out: Path = typer.Option(Path("bench/results/mcm.json"), help="Results JSON (extended "
+                                                                  "row by row)."),
+    docs: Path = typer.Option(Path("docs/benchmarks.md"), help="Markdown file whose mcm "
+                                                               "section is rewritten."),
+    param: list[str] = typer.Option([], "--param", "-p", help=PARAM_HELP),
+) -> None:
+    """Multi-chip partitioning: every method on every graph and preset at the same number
+    of evaluations; throughput, time to reach it, valid proposals before and after repair.
+
+    Example: graphopt bench mcm --graphs bert-base --presets mcm-ring4 --budget 64
+    """
+    from graphopt.benchmarks import mcm
+
+    def pick(text: str, default: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(x.strip() for x in text.split(",") if x.strip()) or default
+
+    names = pick(methods, mcm.METHODS)
+    command = " ".join(["graphopt bench mcm", *([f"--graphs {graphs}"] if graphs else []),
+                        *([f"--presets {presets}"] if presets else []),
+                        *([f"--methods {methods}"] if methods else []), f"--budget {budget}",
+                        *([f"--scratch-budget {scratch_budget}"] if scratch_budget else []),
+                        f"--seed {seed}", *(f"-p {p}" for p in param)])
+    try:
+        check_output(out, "--out")
+        params = method_params(param, list(names) + ["mcm-one"])
+        compile_simulator()
+        res = mcm.run(pick(graphs, mcm.GRAPHS), pick(presets, mcm.PRESETS), names, budget,
+                      seed, out, params=params, scratch_budget=scratch_budget, command=command)
+    except GraphoptError as err:
+        fail(err)
+    console.print(mcm.to_markdown(res))
+    mcm.update_docs(res, docs)
+    console.print(f"results: {out}; table written into {docs}")

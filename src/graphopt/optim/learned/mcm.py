@@ -1,0 +1,276 @@
+"""Multi-chip partitioning by a learned policy whose proposals a constraint solver repairs
+(Xie et al., "A Transferable Approach for Partitioning Machine Learning Models on
+Multi-Chip-Modules", MLSys 2022).
+
+=============  ==========================================================================
+name           what it does
+=============  ==========================================================================
+mcm            zero-shot: the pre-trained policy's most likely proposal and ``samples −
+               1`` drawn from it, each repaired by CP-SAT and priced; the best one
+mcm-finetune   the pre-trained policy trained further by PPO on this graph within the
+               budget
+mcm-one        a fresh policy trained by PPO on this graph alone (from scratch)
+=============  ==========================================================================
+
+The policy is GO's network (:class:`graphopt.nn.GOPolicy`: GraphSAGE, segment-recurrent
+attention with FiLM) whose placement head is the chiplet head, one logit per chip up to
+``max_devices`` (16), on the units of
+:func:`~graphopt.optim.partition.constraints.pipeline_units`. A sampled proposal is
+usually invalid; CP-SAT repairs it into the nearest valid partition, each unit weighted
+by the policy's probability of the chip it drew
+(:class:`~graphopt.optim.partition.repair.RepairModel`), and the reward is the repaired
+partition's pipelined interval, ``−√(interval / bound)`` (PPO of
+:mod:`graphopt.rl.ppo`; the bound is the total compute over the chips). The package
+ships a policy pre-trained on other graphs (``checkpoints/mcm``; BERT never appears),
+trained by the command in its ``policy.json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from graphopt.errors import GraphoptError
+from graphopt.nn import GOPolicy, GOPolicyConfig
+from graphopt.optim.base import Budget, register
+from graphopt.optim.learned.go import _ppo_field, new_policy
+from graphopt.optim.partition.constraints import pipeline_units, valid_partitions
+from graphopt.optim.partition.methods import PartitionSearch, _check_task, fraction
+from graphopt.optim.partition.repair import RepairModel
+from graphopt.rl.checkpoint import load_policy, save_policy
+from graphopt.rl.go_env import UNIT_FEATURES, GOEnv
+from graphopt.rl.ppo import PPOConfig, sample, train
+from graphopt.rl.run import seed_everything
+from graphopt.sim import Plan, Problem
+from graphopt.sim.pipeline import pipeline_cost
+
+__all__ = ["MCM", "MCMEnv", "MCMFinetune", "MCMOne", "MAX_CHIPS", "PRETRAIN_CORPUS",
+           "SHIPPED", "load_mcm_policy", "pretrain"]
+
+#: The pre-trained policy in the package.
+SHIPPED = Path(__file__).parent / "checkpoints" / "mcm"
+#: Chips the chiplet head serves.
+MAX_CHIPS = 16
+#: Pre-training corpus, GRAPH@PRESET (graphs of :func:`graphopt.benchmarks.mcm.forward_graph`):
+#: no BERT, which the benchmark holds out.
+PRETRAIN_CORPUS = ("resnet-50@mcm-ring4", "transformer-xl-2@mcm-ring4", "rnnlm-2@mcm-ring8",
+                   "inception-v3-b32@mcm-ring8", "transformer-xl-2@mcm-ring16",
+                   "resnet-50@mcm-ring16")
+#: PPO settings of pre-training and fine-tuning (GO's pre-training settings).
+PRETRAIN_PPO = PPOConfig(lr=1e-3, ent_coef=0.01)
+
+
+@dataclass
+class MCMEnv(GOEnv):
+    """A graph on an MCM as the policy sees it: GO's features on the pipeline units,
+    proposals repaired by CP-SAT and priced by the pipeline cost.
+
+    Attributes
+    ----------
+    proposals, valid_before, valid_after : int
+        Proposals priced so far, and how many were valid before and after repair.
+    """
+
+    repair_seconds: float = 0.5
+
+    def __post_init__(self) -> None:
+        self.units = pipeline_units(self.problem)
+        super().__post_init__()
+        self.repairer = RepairModel(self.problem, self.unit, time_limit=self.repair_seconds)
+        t = self.problem.costs.time.max(axis=1)
+        self.bound = float(max(t.sum() / self.problem.num_devices,
+                               np.bincount(self.unit, t).max()))
+        self.proposals = self.valid_before = self.valid_after = 0
+
+    def rollout(self, ev, actions: dict[str, np.ndarray], logits: dict) -> tuple:
+        """Repair the proposals of ``actions`` (each unit weighted by the probability of
+        its chip under ``logits``), simulate the partitions through ``ev`` (which counts
+        them) and price them: the batch's step time is the pipelined interval."""
+        prop = actions["placement"]
+        probs = torch.softmax(logits["placement"].detach(), dim=1).numpy()
+        conf = probs[np.arange(prop.shape[1]), prop]
+        rep = self.repairer.repair(prop, conf)
+        place = rep.placement[:, self.unit]
+        res = ev.evaluate(place, None, np.zeros(place.shape), problem=self.problem)
+        k = len(res.step_time)
+        ok = rep.valid[:k]
+        self.proposals += k
+        self.valid_before += int(valid_partitions(self.problem, prop[:k, self.unit]).sum())
+        self.valid_after += int(ok.sum())
+        interval = pipeline_cost(self.problem, place[:k]).interval
+        res = dataclasses.replace(res, step_time=interval, valid=ok)
+        return place[:k], None, None, res, self.bound
+
+
+def load_mcm_policy(folder: str | Path | None = None) -> tuple[GOPolicy, dict]:
+    """A saved MCM policy and its provenance; ``None`` loads the shipped one."""
+    folder = folder or SHIPPED
+    policy, info = load_policy(folder, lambda c: GOPolicy(GOPolicyConfig(**c)))
+    if policy.config.in_dim != len(UNIT_FEATURES):
+        raise GraphoptError(f"{folder}: policy reads {policy.config.in_dim} features, "
+                            f"this graphopt makes {len(UNIT_FEATURES)}")
+    return policy, info
+
+
+def _check(problem: Problem, task: frozenset[str], policy: GOPolicy, name: str) -> None:
+    _check_task(task, name)
+    if problem.num_devices > policy.config.max_devices:
+        raise GraphoptError(f"{name}: the policy's chiplet head serves at most "
+                            f"{policy.config.max_devices} chips; {problem.cluster.name} has "
+                            f"{problem.num_devices}")
+
+
+@register("mcm")
+@dataclass
+class MCM:
+    """Zero-shot: proposals of the pre-trained policy, repaired and priced; no training.
+
+    Examples
+    --------
+    >>> from graphopt.hardware import load_cluster
+    >>> from graphopt.ir.generate import layered_graph
+    >>> prob = Problem(layered_graph(6, 4, seed=0), load_cluster("mcm-ring4"))
+    >>> plan, stats = MCM(samples=4).optimize(prob, frozenset({"placement"}), Budget(8), seed=0)
+    >>> stats["evals"], stats["valid_after_repair"]
+    (4, 1.0)
+    """
+
+    checkpoint: str | None = field(default=None, metadata={
+        "help": "Folder of a saved MCM policy (None: the one shipped in the package)."})
+    samples: int = field(default=16, metadata={"min": 1,
+        "help": "Proposals priced: the most likely one and ``samples − 1`` drawn from the policy."})
+    repair_seconds: float = field(default=0.5, metadata={"gt": 0,
+        "help": "CP-SAT seconds per repair."})
+    threads: int = field(default=1, metadata={"min": 1, "help": "torch CPU threads."})
+
+    def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,
+                 init: Plan | None = None) -> tuple[Plan, dict]:
+        generator = seed_everything(seed, self.threads)
+        policy, _ = load_mcm_policy(self.checkpoint)
+        _check(problem, task, policy, self.name)
+        s = PartitionSearch(problem, budget, self.repair_seconds)
+        env = GOEnv(problem, frozenset({"placement"}), s.unit)
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            logits = policy(*env.inputs(), tasks=("placement",))
+        k = self.samples if budget.evals is None else max(1, min(self.samples, budget.evals))
+        prop = sample(logits, k, generator)["placement"]
+        prop[0] = logits["placement"].argmax(1).numpy()
+        probs = torch.softmax(logits["placement"], dim=1).numpy()
+        s.price(prop, probs[np.arange(s.num_units), prop], seed)
+        return s.result(inference_seconds=time.perf_counter() - t0)
+
+
+@register("mcm-one")
+@dataclass
+class MCMOne:
+    """A fresh policy trained by PPO on this graph alone, within the budget.
+
+    Examples
+    --------
+    >>> from graphopt.hardware import load_cluster
+    >>> from graphopt.ir.generate import layered_graph
+    >>> prob = Problem(layered_graph(6, 4, seed=0), load_cluster("mcm-ring4"))
+    >>> plan, stats = MCMOne(dim=16, num_samples=4, progress=False).optimize(
+    ...     prob, frozenset({"placement"}), Budget(8), seed=0)
+    >>> stats["evals"], stats["updates"]
+    (8, 2)
+    """
+
+    lr: float = _ppo_field("lr", PRETRAIN_PPO)
+    num_samples: int = _ppo_field("num_samples")
+    update_epochs: int = _ppo_field("update_epochs")
+    clip_coef: float = _ppo_field("clip_coef")
+    ent_coef: float = _ppo_field("ent_coef", PRETRAIN_PPO)
+    dim: int = field(default=GOPolicyConfig.dim, metadata={"min": 1, "max": 8192,
+        "help": "Width of the fresh policy (mcm-one only; a loaded policy keeps its own)."})
+    repair_seconds: float = field(default=0.5, metadata={"gt": 0,
+        "help": "CP-SAT seconds per repair."})
+    threads: int = field(default=1, metadata={"min": 1, "help": "torch CPU threads."})
+    checkpoint_dir: str | None = field(default=None, metadata={
+        "help": "Folder to checkpoint the run in and resume it from."})
+    progress: bool = field(default=True, metadata={"help": "Show a progress bar."})
+
+    def _policy(self, seed: int) -> GOPolicy:
+        return new_policy(seed, dim=self.dim, max_devices=MAX_CHIPS)
+
+    def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,
+                 init: Plan | None = None) -> tuple[Plan, dict]:
+        if budget.evals is None and budget.seconds is None:
+            raise GraphoptError(f"{self.name}: needs an evaluation or time budget")
+        seed_everything(seed, self.threads)
+        policy = self._policy(seed)
+        _check(problem, task, policy, self.name)
+        env = MCMEnv(problem, frozenset({"placement"}), repair_seconds=self.repair_seconds)
+        cfg = PPOConfig(**{f.name: getattr(self, f.name) for f in fields(PPOConfig)
+                           if hasattr(self, f.name)})
+        out = train(policy, [env], cfg, seed=seed, evals=budget.evals, seconds=budget.seconds,
+                    checkpoint_dir=self.checkpoint_dir, progress=self.progress,
+                    run_config={"method": self.name, **{k: v for k, v in asdict(self).items()
+                                                       if k not in ("progress", "threads",
+                                                                    "checkpoint_dir")}},
+                    label=f"{self.name} {problem.graph.name}")
+        n = problem.num_nodes
+        plan, interval = out["best"][0] or (Plan(placement=np.zeros(n, np.int64)), float("inf"))
+        found = np.isfinite(interval)
+        return plan.replace(fusion=np.zeros(n)), {
+            "evals": out["evals"], "seconds": out["seconds"], "updates": out["updates"],
+            "valid": bool(found), "interval": interval if found else None,
+            "throughput": 1.0 / interval if found else None, "units": env.num_units,
+            "valid_before_repair": fraction(env.valid_before, env.proposals),
+            "valid_after_repair": fraction(env.valid_after, env.proposals), "history": out["history"],
+            "interrupted": out["interrupted"]}
+
+
+@register("mcm-finetune")
+@dataclass
+class MCMFinetune(MCMOne):
+    """The pre-trained policy trained further by PPO on this graph, within the budget.
+
+    Examples
+    --------
+    >>> from graphopt.hardware import load_cluster
+    >>> from graphopt.ir.generate import layered_graph
+    >>> prob = Problem(layered_graph(6, 4, seed=0), load_cluster("mcm-ring4"))
+    >>> plan, stats = MCMFinetune(num_samples=4, progress=False).optimize(
+    ...     prob, frozenset({"placement"}), Budget(8), seed=0)
+    >>> stats["evals"]
+    8
+    """
+
+    checkpoint: str | None = field(default=None, metadata={
+        "help": "Folder of the pre-trained policy (None: the one shipped in the package)."})
+
+    def _policy(self, seed: int) -> GOPolicy:
+        return load_mcm_policy(self.checkpoint)[0]
+
+
+def pretrain(problems: list[Problem], out: str | Path, *, updates: int = 300,
+             seconds: float | None = None, seed: int = 0, ppo: PPOConfig | None = None,
+             repair_seconds: float = 0.5, command: str = "", progress: bool = True,
+             **policy_config) -> dict:
+    """Pre-train an MCM policy on ``problems`` (one PPO update per problem in turn),
+    checkpoint into ``out`` (resumable), and save the policy there as
+    ``policy.safetensors`` + ``policy.json``, the form :class:`MCM` loads."""
+    ppo = ppo or PRETRAIN_PPO
+    policy = new_policy(seed, max_devices=MAX_CHIPS, **policy_config)
+    for p in problems:
+        _check(p, frozenset({"placement"}), policy, "pretrain")
+    envs = [MCMEnv(p, frozenset({"placement"}), repair_seconds=repair_seconds) for p in problems]
+    result = train(policy, envs, ppo, seed=seed, updates=updates, seconds=seconds,
+                   checkpoint_dir=str(out), progress=progress, label="mcm pretrain",
+                   run_config={"method": "mcm-pretrain", "updates": updates,
+                               "repair_seconds": repair_seconds})
+    save_policy(out, policy, policy.config_dict(), {
+        "command": command, "graphs": [f"{e.problem.graph.name}@{e.problem.cluster.name}"
+                                       for e in envs],
+        "updates": result["updates"], "evals": result["total_evals"], "seed": seed,
+        "ppo": asdict(ppo), "repair_seconds": repair_seconds,
+        "valid_before_repair": sum(e.valid_before for e in envs) /
+        max(sum(e.proposals for e in envs), 1)})
+    return result

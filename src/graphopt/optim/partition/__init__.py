@@ -1,0 +1,14 @@
+"""Multi-chip-module partitioning (Xie et al., MLSys 2022): the constraints and their
+checker, CP-SAT repair of proposals into valid partitions, and the baselines.
+
+See docs/mcm.md. The learned policy is :mod:`graphopt.optim.learned.mcm`.
+"""
+
+from graphopt.optim.partition.constraints import check_partition, memory_need, valid_partitions
+from graphopt.optim.partition.repair import RepairModel, RepairResult, solve_throughput
+
+__all__ = ["RepairModel", "RepairResult", "check_partition", "memory_need", "solve_throughput",
+           "valid_partitions"]
+from graphopt.optim.partition.methods import MCMCPSAT, MCMSA, MCMGreedy, MCMRandom  # noqa: E402
+
+__all__ += ["MCMCPSAT", "MCMGreedy", "MCMRandom", "MCMSA"]

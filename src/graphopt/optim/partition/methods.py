@@ -1,0 +1,308 @@
+"""Baselines of multi-chip partitioning, each pricing repaired partitions by their
+pipelined throughput (:mod:`graphopt.sim.pipeline`).
+
+============  ===========================================================================
+name          what it does
+============  ===========================================================================
+mcm-greedy    contiguous blocks of the topological order, balanced by compute and SRAM
+mcm-random    uniform random proposals (a chip per unit), each repaired by CP-SAT
+mcm-sa        simulated annealing over single-unit moves, each repaired by CP-SAT
+mcm-cpsat     CP-SAT alone, minimizing the modelled interval directly
+============  ===========================================================================
+
+Every method decides placement only (fusion off, as the pipeline cost prices ops), on
+:func:`~graphopt.optim.partition.constraints.pipeline_units`, and spends its budget
+through the evaluator: one evaluation is one repaired partition, simulated once by the
+event simulator (its single-input latency, in ``stats``) and priced by the pipeline
+cost. ``stats`` records the best interval and throughput, the fraction of proposals
+valid before and after repair, and the history ``[evals, seconds, best interval]``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from graphopt.dist.local import BudgetExhausted, LocalEvaluator
+from graphopt.errors import GraphoptError
+from graphopt.optim.base import Budget, register
+from graphopt.optim.partition.constraints import chip_memory, pipeline_units, valid_partitions
+from graphopt.optim.partition.repair import RepairModel, solve_throughput
+from graphopt.sim import Plan, Problem
+from graphopt.sim.pipeline import pipeline_cost
+
+__all__ = ["MCMCPSAT", "MCMGreedy", "MCMRandom", "MCMSA", "PartitionSearch", "greedy_contiguous"]
+
+
+class PartitionSearch:
+    """What every partitioning method shares: the units, the repair, the evaluator, the
+    best partition seen and the counts of valid proposals.
+
+    Parameters
+    ----------
+    problem : Problem
+    budget : Budget
+    repair_seconds : float
+        CP-SAT seconds per repair.
+    """
+
+    def __init__(self, problem: Problem, budget: Budget, repair_seconds: float = 0.5):
+        if problem.num_devices < 1:
+            raise GraphoptError("partitioning needs a module of at least one chip")
+        self.problem = problem
+        self.unit = pipeline_units(problem)
+        self.num_units = int(self.unit.max()) + 1
+        self.ev = LocalEvaluator.from_budget(problem, budget)
+        self.repair = RepairModel(problem, self.unit, time_limit=repair_seconds)
+        self.best: np.ndarray | None = None
+        self.best_interval = float("inf")
+        self.best_latency: float | None = None
+        self.proposals = self.valid_before = self.valid_after = 0
+        self.history: list[list[float]] = []
+        self._t0 = time.perf_counter()
+
+    def price(self, proposals: np.ndarray, confidence: np.ndarray | None = None,
+              seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Repair proposals (a chip per unit, (B, U)), price what the budget admits.
+        Returns the repaired partitions per unit, their intervals (inf where no valid
+        partition came back) and validity; raises ``BudgetExhausted`` when none fits."""
+        props = np.atleast_2d(proposals)
+        if self.ev.remaining is not None:
+            props = props[:max(self.ev.remaining, 0)]
+        if not len(props) or self.ev.exhausted():
+            raise BudgetExhausted("budget spent")
+        rep = self.repair.repair(props, None if confidence is None else confidence[:len(props)],
+                                 seed)
+        place = rep.placement[:, self.unit]
+        sim = self.ev.evaluate(place, None, np.zeros(place.shape))
+        k = len(sim.step_time)
+        place, ok = place[:k], rep.valid[:k]
+        interval = np.where(ok, pipeline_cost(self.problem, place).interval, np.inf)
+        self.proposals += k
+        self.valid_before += int(valid_partitions(self.problem, props[:k, self.unit]).sum())
+        self.valid_after += int(ok.sum())
+        if k and interval.min() < self.best_interval:
+            j = int(interval.argmin())
+            self.best, self.best_interval = place[j].copy(), float(interval[j])
+            self.best_latency = float(sim.step_time[j])
+        self.history.append([self.ev.evals, time.perf_counter() - self._t0, self.best_interval])
+        return rep.placement[:k], interval, ok
+
+    def result(self, interrupted: bool = False, **extra) -> tuple[Plan, dict]:
+        """The best partition as a plan (fusion off) and the stats of the module
+        docstring."""
+        n = self.problem.num_nodes
+        found = self.best is not None
+        plan = Plan(placement=self.best if found else np.zeros(n, np.int64), fusion=np.zeros(n))
+        stats = {"evals": self.ev.evals, "seconds": time.perf_counter() - self._t0,
+                 "valid": found, "interval": self.best_interval if found else None,
+                 "throughput": 1.0 / self.best_interval if found else None,
+                 "latency": self.best_latency, "units": self.num_units,
+                 "valid_before_repair": fraction(self.valid_before, self.proposals),
+                 "valid_after_repair": fraction(self.valid_after, self.proposals),
+                 "history": self.history, "interrupted": interrupted, **extra}
+        if found:
+            stats["chip_memory"] = chip_memory(self.problem, self.best)[0].tolist()
+        return plan, stats
+
+
+def fraction(count: int, total: int) -> float | None:
+    """``count / total``, None when there is no total (a rate of valid proposals)."""
+    return count / total if total else None
+
+
+def _check_task(task: frozenset[str], name: str) -> None:
+    if "placement" not in task:
+        raise GraphoptError(f"{name} partitions a graph onto chips: its task must include "
+                            f"placement, not {sorted(task)}")
+
+
+def greedy_contiguous(problem: Problem, unit: np.ndarray) -> np.ndarray:
+    """Contiguous blocks of the units' topological order, one per chip, cut where the
+    running share of compute plus SRAM passes ``k / D`` (each unit weighted by its share
+    of the total compute plus its share of the total SRAM need): a chip per unit.
+
+    >>> from graphopt.hardware import load_cluster
+    >>> from graphopt.ir.generate import layered_graph
+    >>> prob = Problem(layered_graph(8, 2), load_cluster("mcm-ring4"))
+    >>> u = pipeline_units(prob)
+    >>> chips = greedy_contiguous(prob, u)
+    >>> bool((np.diff(chips) >= 0).all()), int(chips.max())
+    (True, 3)
+    """
+    from graphopt.optim.partition.constraints import memory_need
+
+    n, d = int(unit.max()) + 1, problem.num_devices
+    t = np.bincount(unit, problem.costs.time.max(axis=1), n)
+    m = np.bincount(unit, memory_need(problem) + problem.persistent * (problem.graph.in_degree
+                                                                        == 0), n)
+    w = t / max(t.sum(), 1e-30) + m / max(m.sum(), 1e-30)
+    mid = np.cumsum(w) - w / 2  # each unit's middle along the running share
+    return np.minimum((mid / w.sum() * d).astype(np.int64), d - 1)
+
+
+@register("mcm-greedy")
+@dataclass
+class MCMGreedy:
+    """Greedy contiguous partition (:func:`greedy_contiguous`), repaired if it breaks
+    a constraint (SRAM); one evaluation.
+
+    Examples
+    --------
+    >>> from graphopt.hardware import load_cluster
+    >>> from graphopt.ir.generate import layered_graph
+    >>> prob = Problem(layered_graph(6, 3), load_cluster("mcm-ring4"))
+    >>> plan, stats = MCMGreedy().optimize(prob, frozenset({"placement"}), Budget(4), 0)
+    >>> stats["evals"], stats["valid"]
+    (1, True)
+    """
+
+    repair_seconds: float = field(default=2.0, metadata={"gt": 0,
+        "help": "CP-SAT seconds to repair the partition when it breaks a constraint."})
+
+    def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,
+                 init: Plan | None = None) -> tuple[Plan, dict]:
+        _check_task(task, self.name)
+        s = PartitionSearch(problem, budget, self.repair_seconds)
+        s.price(greedy_contiguous(problem, s.unit)[None], seed=seed)
+        return s.result()
+
+
+@register("mcm-random")
+@dataclass
+class MCMRandom:
+    """Random search + repair: uniform random chips per unit, each proposal repaired by
+    CP-SAT to the nearest valid partition (all units weighted alike).
+
+    Examples
+    --------
+    >>> from graphopt.hardware import load_cluster
+    >>> from graphopt.ir.generate import layered_graph
+    >>> prob = Problem(layered_graph(6, 3), load_cluster("mcm-ring4"))
+    >>> plan, stats = MCMRandom(batch_size=4).optimize(prob, frozenset({"placement"}),
+    ...                                                 Budget(8), seed=0)
+    >>> stats["evals"], stats["valid_after_repair"]
+    (8, 1.0)
+    """
+
+    batch_size: int = field(default=16, metadata={"min": 1, "help": "Proposals per batch."})
+    repair_seconds: float = field(default=0.5, metadata={"gt": 0,
+        "help": "CP-SAT seconds per repair."})
+
+    def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,
+                 init: Plan | None = None) -> tuple[Plan, dict]:
+        _check_task(task, self.name)
+        rng = np.random.default_rng(seed)
+        s = PartitionSearch(problem, budget, self.repair_seconds)
+        interrupted = False
+        try:
+            while True:
+                s.price(rng.integers(0, problem.num_devices, (self.batch_size, s.num_units)),
+                        seed=seed)
+        except BudgetExhausted:
+            pass
+        except KeyboardInterrupt:
+            interrupted = True
+        return s.result(interrupted)
+
+
+@register("mcm-sa")
+@dataclass
+class MCMSA:
+    """Simulated annealing + repair: chains start from the greedy contiguous partition;
+    a move puts one unit on another chip, and the repair (that unit weighted
+    ``move_weight`` times the others) moves whatever must follow it. Accepted as in
+    ``sa``: always if faster, else with probability ``exp(−α·Δ/T)``, Δ relative, T
+    falling geometrically over the budget.
+
+    Examples
+    --------
+    >>> from graphopt.hardware import load_cluster
+    >>> from graphopt.ir.generate import layered_graph
+    >>> prob = Problem(layered_graph(6, 3), load_cluster("mcm-ring4"))
+    >>> plan, stats = MCMSA(chains=4).optimize(prob, frozenset({"placement"}), Budget(9), 0)
+    >>> stats["evals"]
+    9
+    """
+
+    chains: int = field(default=8, metadata={"min": 1, "help": "Markov chains side by side."})
+    alpha: float = field(default=1.2, metadata={"gt": 0, "help": "FlexFlow's α."})
+    initial_temperature: float = field(default=0.05, metadata={"gt": 0,
+        "help": "Temperature at the start (relative Δ)."})
+    final_temperature: float = field(default=0.002, metadata={"gt": 0,
+        "help": "Temperature at the end of the budget."})
+    move_weight: float = field(default=20.0, metadata={"gt": 0,
+        "help": "Repair weight of the moved unit against 1 for every other unit."})
+    repair_seconds: float = field(default=0.5, metadata={"gt": 0,
+        "help": "CP-SAT seconds per repair."})
+
+    def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,
+                 init: Plan | None = None) -> tuple[Plan, dict]:
+        _check_task(task, self.name)
+        rng = np.random.default_rng(seed)
+        s = PartitionSearch(problem, budget, self.repair_seconds)
+        d, interrupted = problem.num_devices, False
+        try:
+            start, score, _ = s.price(greedy_contiguous(problem, s.unit)[None], seed=seed)
+            chains = np.repeat(start, self.chains, axis=0)
+            current = np.full(self.chains, score[0])
+            while True:
+                prop = chains.copy()
+                rows = np.arange(self.chains)
+                moved = rng.integers(0, s.num_units, self.chains)
+                prop[rows, moved] = np.clip(prop[rows, moved] + rng.choice([-1, 1], self.chains),
+                                            0, d - 1)
+                conf = np.ones(prop.shape)
+                conf[rows, moved] = self.move_weight
+                new, scores, _ = s.price(prop, conf, seed)
+                k = len(scores)
+                temperature = self.initial_temperature * (
+                    self.final_temperature / self.initial_temperature) ** s.ev.fraction_spent()
+                delta = (scores - current[:k]) / current[:k]
+                accept = np.flatnonzero(rng.random(k) < np.exp(
+                    -self.alpha * np.maximum(np.nan_to_num(delta, nan=np.inf), 0) / temperature))
+                chains[accept], current[accept] = new[accept], scores[accept]
+        except BudgetExhausted:
+            pass
+        except KeyboardInterrupt:
+            interrupted = True
+        return s.result(interrupted)
+
+
+@register("mcm-cpsat")
+@dataclass
+class MCMCPSAT:
+    """CP-SAT alone: the partition of least modelled interval
+    (:func:`~graphopt.optim.partition.repair.solve_throughput`), started from the greedy
+    contiguous partition; two evaluations (the start and the solution).
+
+    Examples
+    --------
+    >>> from graphopt.hardware import load_cluster
+    >>> from graphopt.ir.generate import layered_graph
+    >>> prob = Problem(layered_graph(4, 2), load_cluster("mcm-ring4"))
+    >>> plan, stats = MCMCPSAT(time_limit=5).optimize(prob, frozenset({"placement"}),
+    ...                                                Budget(4), seed=0)
+    >>> stats["status"]
+    'OPTIMAL'
+    """
+
+    time_limit: float = field(default=60.0, metadata={"gt": 0,
+        "help": "Solver seconds (the budget's seconds, when smaller, win)."})
+
+    def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,
+                 init: Plan | None = None) -> tuple[Plan, dict]:
+        _check_task(task, self.name)
+        s = PartitionSearch(problem, budget)
+        start, _, _ = s.price(greedy_contiguous(problem, s.unit)[None], seed=seed)
+        limit = self.time_limit if budget.seconds is None else min(self.time_limit,
+                                                                    budget.seconds)
+        part, solver = solve_throughput(problem, s.unit, limit, seed=seed, hint=start[0])
+        if part is not None:
+            try:
+                s.price(part[None], seed=seed)
+            except BudgetExhausted:
+                pass
+        return s.result(**solver)

@@ -1,0 +1,138 @@
+"""Multi-chip partitioning: constraints, repair, baselines and the learned policy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from graphopt.errors import GraphoptError
+from graphopt.hardware import load_cluster
+from graphopt.ir.generate import layered_graph
+from graphopt.optim.base import Budget, optimize
+from graphopt.optim.partition import (
+    RepairModel,
+    check_partition,
+    solve_throughput,
+    valid_partitions,
+)
+from graphopt.optim.partition.constraints import chip_memory, pipeline_units
+from graphopt.optim.partition.methods import greedy_contiguous
+from graphopt.sim import Problem
+from graphopt.sim.pipeline import pipeline_cost
+
+PLACE = frozenset({"placement"})
+
+
+@pytest.fixture(scope="module")
+def prob():
+    return Problem(layered_graph(6, 4, seed=2), load_cluster("mcm-ring4"))
+
+
+def test_checker_names_each_broken_constraint(prob):
+    n, g = prob.num_nodes, prob.graph
+    assert check_partition(prob, np.zeros(n, int)) == []
+    back = np.zeros(n, int)
+    back[g.src[0]] = 1
+    (msg,) = check_partition(prob, back)
+    assert msg.startswith("acyclic dataflow") and str(g.names[g.src[0]]) in msg
+    gap = np.zeros(n, int)
+    gap[-1] = 2  # the last op (a sink) on chip 2, chip 1 empty
+    assert any(m.startswith("no skipping chips: chip 2") for m in check_partition(prob, gap))
+    small = Problem(prob.graph, prob.cluster.with_memory(chip_memory(prob, np.zeros(n, int))[0, 0]
+                                                          / 2))
+    assert any(m.startswith("SRAM: chip 0") for m in check_partition(small, np.zeros(n, int)))
+    out = np.zeros(n, int)
+    out[0] = 7
+    assert "the module has chips 0..3" in check_partition(prob, out)[0]
+
+
+def test_valid_partitions_agrees_with_the_checker(prob):
+    rng = np.random.default_rng(0)
+    n, d = prob.num_nodes, prob.num_devices
+    rows = np.concatenate([rng.integers(0, d, (20, n)), np.sort(rng.integers(0, d, (20, n)), 1),
+                           np.zeros((1, n), int)])
+    mask = valid_partitions(prob, rows)
+    assert mask.any() and not mask.all()
+    assert mask.tolist() == [check_partition(prob, r) == [] for r in rows]
+
+
+def test_units_are_acyclic_and_cover_every_op(prob):
+    u = pipeline_units(prob)
+    assert len(u) == prob.num_nodes and set(u.tolist()) == set(range(u.max() + 1))
+    assert (u[prob.graph.src] <= u[prob.graph.dst]).all()
+
+
+def test_repair_makes_any_proposal_valid_and_keeps_valid_ones(prob):
+    units = pipeline_units(prob)
+    model = RepairModel(prob, units, time_limit=1.0)
+    rng = np.random.default_rng(1)
+    props = rng.integers(0, prob.num_devices, (4, model.num_units))
+    out = model.repair(props)
+    assert out.valid.all() and valid_partitions(prob, out.placement[:, units]).all()
+    good = np.sort(props, axis=1)
+    good = model.project(good, np.ones(good.shape))  # valid: sorted and renumbered
+    assert valid_partitions(prob, good[:, units]).all()
+    again = model.repair(good)
+    assert (again.placement == good).all() and (again.seconds == 0).all()
+
+
+def test_repair_weights_follow_confidence(prob):
+    units = pipeline_units(prob)
+    model = RepairModel(prob, units, time_limit=2.0)
+    n = model.num_units
+    prop = np.zeros(n, int)
+    prop[0] = 3  # the first unit alone on the last chip: invalid (its consumers are earlier)
+    conf = np.ones(n)
+    keep = model.repair(prop[None], conf[None])
+    assert keep.placement[0, 0] < 3  # cheapest: move the one unit back (part way or all)
+    conf[0] = 1000.0  # now moving it costs more than moving every other unit
+    moved = model.repair(prop[None], conf[None])
+    assert moved.placement[0, 0] == 3 and moved.changed[0] > keep.changed[0]
+    assert valid_partitions(prob, np.concatenate([keep.placement, moved.placement])[:, units]).all()
+
+
+def test_sram_that_no_chip_holds_is_refused(prob):
+    tiny = Problem(prob.graph, prob.cluster.with_memory(1024.0))
+    with pytest.raises(GraphoptError, match="SRAM"):
+        RepairModel(tiny)
+
+
+@pytest.mark.parametrize("method", ["mcm-greedy", "mcm-random", "mcm-sa"])
+def test_baselines_return_valid_partitions_deterministically(prob, method):
+    kw = {"batch_size": 4} if method == "mcm-random" else {"chains": 4} if method == "mcm-sa" else {}
+    plan, stats = optimize(prob, method, "placement", Budget(9), seed=3, **kw)
+    again, _ = optimize(prob, method, "placement", Budget(9), seed=3, **kw)
+    assert (plan.placement == again.placement).all()
+    assert check_partition(prob, plan.placement) == []
+    assert stats["interval"] == pytest.approx(pipeline_cost(prob, plan.placement).interval[0])
+    assert stats["evals"] == (1 if method == "mcm-greedy" else 9)
+    assert stats["valid_after_repair"] == 1.0
+    assert not plan.fusion.any()
+
+
+def test_search_beats_or_matches_its_greedy_start(prob):
+    _, greedy = optimize(prob, "mcm-greedy", "placement", Budget(1), seed=0)
+    _, sa = optimize(prob, "mcm-sa", "placement", Budget(17), seed=0, chains=4)
+    assert sa["interval"] <= greedy["interval"]
+
+
+def test_cpsat_model_is_exact_on_a_chain_and_no_worse_than_greedy(prob):
+    units = pipeline_units(prob)
+    start = greedy_contiguous(prob, units)
+    part, stats = solve_throughput(prob, units, time_limit=10, hint=start)
+    assert stats["status"] == "OPTIMAL" and valid_partitions(prob, part[units][None])[0]
+    _, res = optimize(prob, "mcm-cpsat", "placement", Budget(4), seed=0, time_limit=10)
+    assert res["interval"] <= pipeline_cost(prob, start[units]).interval[0] * (1 + 1e-9)
+
+
+def test_methods_need_placement_in_the_task(prob):
+    with pytest.raises(GraphoptError, match="placement"):
+        optimize(prob, "mcm-random", "scheduling", Budget(4), seed=0)
+
+
+def test_learned_policy_trains_on_repaired_partitions(prob):
+    plan, stats = optimize(prob, "mcm-one", "placement", Budget(8), seed=0, dim=16,
+                           num_samples=4, progress=False)
+    assert stats["updates"] == 2 and stats["valid_after_repair"] == 1.0
+    assert check_partition(prob, plan.placement) == []
+    assert stats["interval"] == pytest.approx(pipeline_cost(prob, plan.placement).interval[0])
