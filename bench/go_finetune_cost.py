@@ -72,7 +72,8 @@ def main() -> None:
                        "python": platform.python_version(), "torch_threads": 1}, "rows": rows}
     save_json(res, a.out)
     labels = [v[0] for v in chosen]
-    lines = [f"`.venv/bin/python bench/go_finetune_cost.py --rows {a.rows} --budget {a.budget} "
+    lines = ["## go-finetune's cost against sa", "",
+             f"`.venv/bin/python bench/go_finetune_cost.py --rows {a.rows} --budget {a.budget} "
              f"--rounds {a.rounds}` — {a.budget} evaluations each, median wall seconds of "
              f"{a.rounds} alternating rounds (one torch thread, a 2-core machine shared with "
              "other jobs), step time in ms, and the median per-round ratio to sa's seconds "
