@@ -29,7 +29,7 @@ ALLOWED: dict[str, set[str]] = {
     "rl": {"_lazy", "errors", "ir", "hardware", "sim", "dist", "nn", "viz"},
     "optim": {"errors", "ir", "hardware", "cost", "sim", "dist", "nn", "rl", "viz", "frontends", "zoo"},
     "exec": {"errors", "ir", "hardware", "cost", "sim", "frontends", "zoo", "viz"},
-    "rewrite": {"errors", "ir", "hardware", "cost", "sim", "frontends", "zoo"},
+    "rewrite": {"_lazy", "errors", "ir", "hardware", "cost", "sim", "frontends", "zoo"},
     "benchmarks": {"errors", "ir", "hardware", "cost", "sim", "dist", "nn", "rl", "viz",
                    "frontends", "data", "zoo", "optim", "exec", "rewrite", "costmodel"},
     "cli": {"errors", "ir", "hardware", "cost", "sim", "dist", "nn", "rl", "viz", "frontends",

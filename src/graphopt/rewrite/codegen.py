@@ -1,0 +1,266 @@
+"""What each term means in PyTorch: one function that turns an e-node into an ATen call,
+used both to infer shapes (on meta tensors) and to build the rewritten program.
+
+``W`` nodes are evaluated to tensors when the program is built (constant folding, as
+TASO and Tensat do for weight ops); ``T`` nodes become ``call_function`` nodes of ATen
+ops, so the result is a plain :class:`torch.fx.GraphModule` that ``torch.export`` and
+``torch.compile`` accept.
+"""
+
+from __future__ import annotations
+
+import copy
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import fx, nn
+
+from graphopt.rewrite.terms import UNARY, RewriteError, Slot, Translation
+
+__all__ = ["ARGS", "ENode", "build_module", "call_of", "weight_value"]
+
+_aten = torch.ops.aten
+
+#: Constructor → kinds of its arguments: T, W, L (e-classes) or i, f, s (int, float and
+#: string literals).
+ARGS: dict[str, str] = {
+    "T": "s", "T.const": "W", "T.linear": "TWWi", "T.conv": "TWWiiiisii", "T.bn": "TWWWWf",
+    "T.matmul": "TT", "T.add": "TT", "T.mul": "TT", "T.muls": "Tf", "T.un": "sT",
+    "T.permute": "Ts", "T.reshape": "Ts", "T.slice": "Tiii", "T.cat": "TTiii", "T.op": "sL",
+    "T.item": "Ti", "T.output": "L",
+    "W": "s", "W.zeros": "i", "W.cat": "WW", "W.scale": "Wf", "W.bn_weight": "WWWf",
+    "W.bn_bias": "WWWWWf", "W.pad": "Wii",
+    "L.nil": "", "L.cons": "TL",
+}
+
+
+@dataclass(frozen=True)
+class ENode:
+    """One e-node: its constructor and arguments (class ids for terms, values for
+    literals), and its e-class."""
+
+    op: str
+    args: tuple
+    eclass: str
+
+    @property
+    def children(self) -> list[str]:
+        """The e-classes it takes as operands."""
+        return [a for a, k in zip(self.args, ARGS[self.op]) if k in "TWL"]
+
+
+def _ints(s: str) -> list[int]:
+    return [int(v) for v in s.split(",")] if s else []
+
+
+def weight_value(op: str, args: tuple, value: Callable[[str], Any], constants: dict,
+                 meta: bool) -> torch.Tensor:
+    """The tensor of a ``W`` node whose operand classes have the tensors ``value(cls)``."""
+    if op == "W":
+        t = constants[args[0]]
+        return torch.empty_like(t, device="meta") if meta else t
+    if op == "W.zeros":
+        return torch.zeros(args[0], device="meta" if meta else "cpu")
+    if op == "W.cat":
+        return torch.cat([value(args[0]), value(args[1])])
+    if op == "W.scale":
+        return value(args[0]) * args[1]
+    w = value(args[0])
+    if op == "W.pad":
+        return F.pad(w, (args[2], args[2], args[1], args[1]))
+    if op == "W.bn_weight":
+        g, var = value(args[1]), value(args[2])
+        return w * (g / torch.sqrt(var + args[3])).reshape(-1, *[1] * (w.dim() - 1))
+    if op == "W.bn_bias":
+        g, beta, mean, var = (value(a) for a in args[1:5])
+        return (w - mean) * (g / torch.sqrt(var + args[5])) + beta
+    raise RewriteError(f"unknown weight constructor {op!r}")
+
+
+def call_of(op: str, args: tuple, value: Callable[[str], Any], tr: Translation
+            ) -> tuple[Any, tuple]:
+    """``(target, args)`` of the ATen call of a ``T`` node; ``value(cls)`` gives the
+    operand of an e-class (a tensor, a meta tensor or an fx node)."""
+    v = value
+    if op == "T.const":
+        return None, (v(args[0]),)
+    if op == "T.linear":
+        return _aten.linear.default, (v(args[0]), v(args[1]), v(args[2]))
+    if op == "T.conv":
+        kh, kw, ph, pw, sd, groups = args[3:9]
+        sh, sw, dh, dw = _ints(sd)
+        return _aten.conv2d.default, (v(args[0]), v(args[1]), v(args[2]), [sh, sw], [ph, pw],
+                                      [dh, dw], groups)
+    if op == "T.bn":
+        return _aten.batch_norm.default, (v(args[0]), *(v(a) for a in args[1:5]), False, 0.0,
+                                          args[5], True)
+    if op in ("T.matmul", "T.add", "T.mul"):
+        target = {"T.matmul": _aten.matmul.default, "T.add": _aten.add.Tensor,
+                  "T.mul": _aten.mul.Tensor}[op]
+        return target, (v(args[0]), v(args[1]))
+    if op == "T.muls":
+        return _aten.mul.Tensor, (v(args[0]), args[1])
+    if op == "T.un":
+        return UNARY[args[0]], (v(args[1]),)
+    if op == "T.permute":
+        return _aten.permute.default, (v(args[0]), _ints(args[1]))
+    if op == "T.reshape":
+        return _aten.reshape.default, (v(args[0]), _ints(args[1]))
+    if op == "T.slice":
+        dim, start, n = args[1:4]
+        return _aten.slice.Tensor, (v(args[0]), -dim, start, start + n)
+    if op == "T.cat":
+        return _aten.cat.default, ([v(args[0]), v(args[1])], -args[2])
+    if op == "T.item":
+        return operator.getitem, (v(args[0]), args[1])
+    if op == "T.op":
+        target, template, kwargs = tr.table[args[0]]
+        operands = v(args[1])
+        fill = lambda a: operands[a.index] if isinstance(a, Slot) else a  # noqa: E731
+        return target, (_map(template, fill), _map(kwargs, fill))
+    raise RewriteError(f"unknown tensor constructor {op!r}")
+
+
+def _map(a: Any, fn: Callable) -> Any:
+    if isinstance(a, (list, tuple)):
+        return type(a)(_map(x, fn) for x in a) if not isinstance(a, fx.immutable_collections
+                                                                   .immutable_list) \
+            else [_map(x, fn) for x in a]
+    if isinstance(a, dict):
+        return {k: _map(x, fn) for k, x in a.items()}
+    return fn(a)
+
+
+def run_call(target: Any, args: tuple, op: str) -> Any:
+    """Execute the call :func:`call_of` made (on tensors or meta tensors)."""
+    if op == "T.const":
+        return args[0]
+    if op == "T.op":
+        return target(*args[0], **args[1])
+    return target(*args)
+
+
+def _set_nested(root: nn.Module, name: str, value: nn.Parameter | torch.Tensor) -> None:
+    *path, leaf = name.split(".")
+    mod = root
+    for part in path:
+        if not hasattr(mod, part):
+            mod.add_module(part, nn.Module())
+        mod = getattr(mod, part)
+    if isinstance(value, nn.Parameter):
+        mod.register_parameter(leaf, value)
+    else:
+        mod.register_buffer(leaf, value)
+
+
+def build_module(choice: dict[str, ENode], root: str, tr: Translation,
+                 original: fx.GraphModule) -> fx.GraphModule:
+    """The program that computes the terms chosen for each e-class, from ``root``.
+
+    Parameters
+    ----------
+    choice : dict
+        E-class → the e-node chosen for it (an acyclic choice covering what ``root``
+        needs).
+    root : str
+        The e-class of ``T.output``.
+    tr : Translation
+        Inputs, constants and the op table of the original program.
+    original : torch.fx.GraphModule
+        The original program: its input and output structure and parameters are kept.
+
+    Notes
+    -----
+    Weights the rules made (``W.cat``, ``W.bn_weight``, ...) are computed here once and
+    stored as buffers ``rewritten.w0``, ``rewritten.w1``, ...; parameters kept as they
+    were keep their names. O(chosen nodes).
+    """
+    graph = fx.Graph()
+    mod = nn.Module()
+    placeholders = {n.name: graph.placeholder(n.name) for n in original.graph.nodes
+                    if n.op == "placeholder"}
+    done: dict[str, Any] = {}
+    weights: dict[str, torch.Tensor] = {}
+    derived: dict[str, fx.Node | None] = {}
+
+    def wvalue(c: str) -> torch.Tensor:
+        if c not in weights:
+            node = choice[c]
+            weights[c] = weight_value(node.op, node.args, wvalue, tr.constants, meta=False)
+        return weights[c]
+
+    def weight_node(c: str) -> fx.Node | None:
+        if c in derived:
+            return derived[c]
+        node = choice[c]
+        if node.op == "W":
+            name = node.args[0]
+            if not _has(mod, name):
+                orig = operator.attrgetter(name)(original)
+                _set_nested(mod, name, orig if isinstance(orig, nn.Parameter) else orig.detach())
+            derived[c] = graph.get_attr(name)
+        elif node.op == "W.zeros":
+            derived[c] = None  # an absent bias
+        else:
+            name = f"rewritten.w{sum(n.startswith('rewritten.') for n in derived_names)}"
+            derived_names.append(name)
+            _set_nested(mod, name, wvalue(c).detach().clone())
+            derived[c] = graph.get_attr(name)
+        return derived[c]
+
+    derived_names: list[str] = []
+
+    def value(c: str) -> Any:
+        return weight_node(c) if choice[c].op.startswith("W") else done[c]
+
+    # iterative post-order over the chosen nodes (programs are deep: no recursion)
+    stack = [(root, False)]
+    while stack:
+        c, ready = stack.pop()
+        if c in done:
+            continue
+        node = choice[c]
+        if not ready:
+            stack.append((c, True))
+            stack.extend((k, False) for k in node.children
+                         if k not in done and not choice[k].op.startswith("W"))
+            continue
+        op = node.op
+        if op == "T":
+            done[c] = placeholders[node.args[0]]
+        elif op == "L.nil":
+            done[c] = []
+        elif op == "L.cons":
+            done[c] = [done[node.args[0]], *done[node.args[1]]]
+        elif op == "T.output":
+            done[c] = graph.output(tuple(done[node.args[0]]))
+        else:
+            target, args = call_of(op, node.args, value, tr)
+            if op == "T.const":
+                done[c] = args[0]
+            elif op == "T.op":
+                done[c] = graph.call_function(target, tuple(args[0]), dict(args[1]))
+            elif op == "T.cat":
+                # cat(cat(a, b), c) is one n-ary cat: each extra one would copy again
+                parts = [p for part in args[0] for p in (
+                    part.args[0] if isinstance(part, fx.Node) and part.target is target
+                    and part.args[1] == args[1] else [part])]
+                done[c] = graph.call_function(target, (parts, args[1]))
+            else:
+                done[c] = graph.call_function(target, tuple(args))
+    graph._codegen = copy.deepcopy(original.graph._codegen)
+    graph.eliminate_dead_code()
+    return fx.GraphModule(mod, graph, class_name="Rewritten")
+
+
+def _has(mod: nn.Module, name: str) -> bool:
+    try:
+        operator.attrgetter(name)(mod)
+    except AttributeError:
+        return False
+    return True
+

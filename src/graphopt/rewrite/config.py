@@ -1,0 +1,43 @@
+"""The options of a rewrite (imports nothing heavy: the command line builds its options
+from these fields)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["RewriteConfig"]
+
+
+@dataclass
+class RewriteConfig:
+    """Limits, extractor and cost model of a rewrite. Defaults are Tensat's."""
+
+    iterations: int = field(default=15, metadata={"min": 1,
+        "help": "Saturation iterations at most (Tensat: 15). Example: --iterations 5"})
+    node_limit: int = field(default=50_000, metadata={"min": 1,
+        "help": "Stop saturating once the e-graph holds this many e-nodes (Tensat: 50000)."})
+    time_limit: float = field(default=3600.0, metadata={"gt": 0,
+        "help": "Stop saturating after this many seconds (Tensat: 3600). Example: 5"})
+    multi_iterations: int = field(default=1, metadata={"min": 0,
+        "help": "Iterations in which the multi-pattern rules (merge two linears or "
+                "convolutions of one input) run; Tensat's k_multi (1): more grows the "
+                "e-graph fast."})
+    extractor: str = field(default="ilp", metadata={"choices": ("ilp", "greedy"),
+        "help": "ilp: Tensat's ILP with cycle constraints (OR-Tools CP-SAT); greedy: each "
+                "e-class's cheapest tree. Example: --extractor greedy"})
+    ilp_time_limit: float = field(default=10.0, metadata={"gt": 0,
+        "help": "Seconds for the ILP solver (Tensat: 10); the best program found by then "
+                "is used."})
+    cluster: str = field(default="cpu:1", metadata={
+        "help": "Cluster preset whose first device prices ops by roofline. Example: h100:1"})
+    cost: str = field(default="roofline", metadata={"choices": ("roofline", "measured"),
+        "help": "roofline: the cluster's roofline; measured: time each distinct op on this "
+                "CPU (graphopt's measured profile), as Tensat prices e-nodes."})
+    check: bool = field(default=True, metadata={
+        "help": "Run both programs on the example inputs and refuse a result whose outputs "
+                "differ beyond rtol/atol."})
+    rtol: float = field(default=1e-3, metadata={"gt": 0,
+        "help": "Relative tolerance of the output check."})
+    atol: float = field(default=1e-4, metadata={"gt": 0,
+        "help": "Absolute tolerance of the output check, relative to the largest output."})
+    seed: int = field(default=0, metadata={"help": "Seed of the ILP solver."})
