@@ -134,3 +134,14 @@ def test_checkpoint_resume_is_exact(prob, tmp_path):
     c, _ = load_regal_policy(tmp_path / "c")
     for x, y in zip(a.state_dict().values(), c.state_dict().values()):
         assert torch.equal(x, y)
+
+
+def test_shipped_policy_loads_and_says_how_it_was_made(prob):
+    head, info = load_regal_policy(None)
+    assert info["command"].startswith("graphopt train regal") and info["updates"] > 0
+    assert info["objective"] == "memory" and "wavenet-2x18-quick" not in info["corpus"]
+    space = RegalSpace(prob, TASK)
+    with torch.no_grad():
+        g = gene_params(head, head(*regal_inputs(prob)), space.unit_of, space.num_units, 2, True,
+                        0.5)
+    assert all(np.isfinite(v).all() for v in g.values()) and (g["alpha"] > 0).all()
