@@ -136,3 +136,18 @@ def test_learned_policy_trains_on_repaired_partitions(prob):
     assert stats["updates"] == 2 and stats["valid_after_repair"] == 1.0
     assert check_partition(prob, plan.placement) == []
     assert stats["interval"] == pytest.approx(pipeline_cost(prob, plan.placement).interval[0])
+
+
+def test_chiplet_prior_starts_at_the_contiguous_partition(prob):
+    import torch
+
+    from graphopt.optim.learned.mcm import MCMEnv, new_policy
+
+    env = MCMEnv(prob, PLACE)
+    policy = new_policy(0, dim=16)
+    with torch.no_grad():
+        chips = policy(*env.inputs(), tasks=("placement",))["placement"].argmax(1).numpy()
+    assert chips[0] == 0 and chips[-1] == prob.num_devices - 1
+    assert (np.diff(chips) >= -1).all()  # close to a staircase: the repair keeps most of it
+    out = env.repairer.repair(chips[None])
+    assert out.valid[0] and out.changed[0] <= env.num_units // 4

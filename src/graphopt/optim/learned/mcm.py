@@ -13,8 +13,9 @@ mcm-one        a fresh policy trained by PPO on this graph alone (from scratch)
 =============  ==========================================================================
 
 The policy is GO's network (:class:`graphopt.nn.GOPolicy`: GraphSAGE, segment-recurrent
-attention with FiLM) whose placement head is the chiplet head, one logit per chip up to
-``max_devices`` (16), on the units of
+attention with FiLM) with a chiplet head (:class:`graphopt.nn.chiplet.ChipletPolicy`: a
+logit per chip up to 16, plus a learned positional prior that starts it at the balanced
+contiguous partition), on the units of
 :func:`~graphopt.optim.partition.constraints.pipeline_units`. A sampled proposal is
 usually invalid; CP-SAT repairs it into the nearest valid partition, each unit weighted
 by the policy's probability of the chip it drew
@@ -36,9 +37,10 @@ import numpy as np
 import torch
 
 from graphopt.errors import GraphoptError
-from graphopt.nn import GOPolicy, GOPolicyConfig
+from graphopt.ir.ops import OP_VOCAB
+from graphopt.nn.chiplet import ChipletPolicy, ChipletPolicyConfig
 from graphopt.optim.base import Budget, register
-from graphopt.optim.learned.go import _ppo_field, new_policy
+from graphopt.optim.learned.go import _ppo_field
 from graphopt.optim.partition.constraints import pipeline_units, valid_partitions
 from graphopt.optim.partition.methods import PartitionSearch, _check_task, fraction
 from graphopt.optim.partition.repair import RepairModel
@@ -107,17 +109,32 @@ class MCMEnv(GOEnv):
         return place[:k], None, None, res, self.bound
 
 
-def load_mcm_policy(folder: str | Path | None = None) -> tuple[GOPolicy, dict]:
+def new_policy(seed: int, **config) -> ChipletPolicy:
+    """A freshly initialized chiplet policy (``config``: :class:`ChipletPolicyConfig`
+    fields)."""
+    torch.manual_seed(seed)
+    position = (UNIT_FEATURES.index("cum_compute_start"), UNIT_FEATURES.index("cum_compute_end"))
+    return ChipletPolicy(ChipletPolicyConfig(in_dim=len(UNIT_FEATURES), num_op_types=len(OP_VOCAB),
+                                             position_columns=position, **config))
+
+
+def _build(config: dict) -> ChipletPolicy:
+    config = dict(config)
+    config["position_columns"] = tuple(config.get("position_columns", (1, 2)))
+    return ChipletPolicy(ChipletPolicyConfig(**config))
+
+
+def load_mcm_policy(folder: str | Path | None = None) -> tuple[ChipletPolicy, dict]:
     """A saved MCM policy and its provenance; ``None`` loads the shipped one."""
     folder = folder or SHIPPED
-    policy, info = load_policy(folder, lambda c: GOPolicy(GOPolicyConfig(**c)))
+    policy, info = load_policy(folder, _build)
     if policy.config.in_dim != len(UNIT_FEATURES):
         raise GraphoptError(f"{folder}: policy reads {policy.config.in_dim} features, "
                             f"this graphopt makes {len(UNIT_FEATURES)}")
     return policy, info
 
 
-def _check(problem: Problem, task: frozenset[str], policy: GOPolicy, name: str) -> None:
+def _check(problem: Problem, task: frozenset[str], policy: ChipletPolicy, name: str) -> None:
     _check_task(task, name)
     if problem.num_devices > policy.config.max_devices:
         raise GraphoptError(f"{name}: the policy's chiplet head serves at most "
@@ -187,7 +204,7 @@ class MCMOne:
     update_epochs: int = _ppo_field("update_epochs")
     clip_coef: float = _ppo_field("clip_coef")
     ent_coef: float = _ppo_field("ent_coef", PRETRAIN_PPO)
-    dim: int = field(default=GOPolicyConfig.dim, metadata={"min": 1, "max": 8192,
+    dim: int = field(default=ChipletPolicyConfig.dim, metadata={"min": 1, "max": 8192,
         "help": "Width of the fresh policy (mcm-one only; a loaded policy keeps its own)."})
     repair_seconds: float = field(default=0.5, metadata={"gt": 0,
         "help": "CP-SAT seconds per repair."})
@@ -196,7 +213,7 @@ class MCMOne:
         "help": "Folder to checkpoint the run in and resume it from."})
     progress: bool = field(default=True, metadata={"help": "Show a progress bar."})
 
-    def _policy(self, seed: int) -> GOPolicy:
+    def _policy(self, seed: int) -> ChipletPolicy:
         return new_policy(seed, dim=self.dim, max_devices=MAX_CHIPS)
 
     def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,
@@ -246,7 +263,7 @@ class MCMFinetune(MCMOne):
     checkpoint: str | None = field(default=None, metadata={
         "help": "Folder of the pre-trained policy (None: the one shipped in the package)."})
 
-    def _policy(self, seed: int) -> GOPolicy:
+    def _policy(self, seed: int) -> ChipletPolicy:
         return load_mcm_policy(self.checkpoint)[0]
 
 
