@@ -12,10 +12,10 @@ needs per input:
   link once per destination chip, carrying the largest of its edges to that chip, for
   ``latency + bytes / bandwidth`` (DESIGN.md §3: one transfer at a time per link).
 
-**Weights are stationary**: a weight (an op without inputs that holds persistent bytes)
-is loaded once into the SRAM of every chip that consumes it and never crosses a link
-per input, as an MCM compiler lays weights out before the stream starts (a weight
-shared by ops on two chips, like BERT's tied embedding, is held twice).
+**Weights are stationary** (:func:`stationary`): a weight is loaded once into the SRAM
+of every chip that reads it and never crosses a link per input, as an MCM compiler
+lays weights out before the stream starts (a weight read on two chips, like BERT's tied
+embedding, is held twice).
 
 ``stage[d] = max(compute[d], occupancy of d's busiest outgoing link)`` — chips compute
 while their links send — and ``interval = max(stage)``; ``throughput = 1 / interval``
@@ -42,12 +42,41 @@ from graphopt.ir import Graph
 from graphopt.sim.plan import Plan
 from graphopt.sim.problem import Problem, simulate
 
-__all__ = ["PipelineCost", "pipeline_cost", "simulated_interval", "stationary", "stream_graph"]
+__all__ = ["PipelineCost", "pipeline_cost", "simulated_interval", "stationary", "stationary_bytes",
+           "stream_graph"]
 
 
 def stationary(graph: Graph) -> np.ndarray:
-    """Which ops are stationary weights: no inputs, persistent bytes (bool (N,))."""
-    return (graph.in_degree == 0) & (graph.persistent_bytes > 0)
+    """Which ops are stationary weights (bool (N,)): an op without inputs that holds
+    persistent bytes, and an op without FLOPs whose every input is stationary (a
+    transpose or reshape of a weight, as tied embeddings read theirs). ``O(N + E)``.
+
+    >>> from graphopt.ir import GraphBuilder
+    >>> b = GraphBuilder("tied")
+    >>> w = b.add_node("w", "parameter", out_bytes=8, persistent_bytes=8)
+    >>> t = b.add_node("t", "transpose", inputs=[w], out_bytes=8)
+    >>> x = b.add_node("x", "matmul", inputs=[t], flops=16, out_bytes=8)
+    >>> stationary(b.build()).tolist()
+    [True, True, False]
+    """
+    n = graph.num_nodes
+    out = (graph.in_degree == 0) & (graph.persistent_bytes > 0)
+    ptr, idx = graph.pred[0], graph.pred[1]
+    for i in np.flatnonzero((graph.in_degree > 0) & (graph.flops == 0)):
+        out[i] = bool(out[idx[ptr[i]:ptr[i + 1]]].all())
+    return out if n else np.zeros(0, dtype=bool)
+
+
+def stationary_bytes(graph: Graph) -> np.ndarray:
+    """SRAM bytes a stationary op takes on each chip that reads it, 0 for every other op
+    (float64 (N,)): a weight's persistent bytes; for a view of weights, the largest of
+    its output and the weights it views (a view may own no bytes of its own)."""
+    still = stationary(graph)
+    out = np.where(still, np.maximum(graph.persistent_bytes, graph.out_bytes), 0.0)
+    ptr, idx = graph.pred[0], graph.pred[1]
+    for i in np.flatnonzero(still & (graph.in_degree > 0)):
+        out[i] = max(out[i], out[idx[ptr[i]:ptr[i + 1]]].max())
+    return out
 
 
 @dataclass

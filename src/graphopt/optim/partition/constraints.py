@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from graphopt.sim import Problem
-from graphopt.sim.pipeline import stationary
+from graphopt.sim.pipeline import stationary, stationary_bytes
 from graphopt.sim.problem import format_bytes
 
 __all__ = ["chip_memory", "check_partition", "memory_need", "pipeline_units", "valid_partitions"]
@@ -51,21 +51,22 @@ def chip_memory(problem: Problem, placements: np.ndarray) -> np.ndarray:
     rows = np.repeat(np.arange(b), n)
     mem = np.bincount(rows * d + place.ravel(), np.tile(memory_need(problem), b), b * d)
     g = problem.graph
-    w = stationary(g)[g.src]
+    still = stationary(g)
+    w = still[g.src] & ~still[g.dst]  # a weight and an op that computes with it
     if w.any():
         src, dst = g.src[w], g.dst[w]
         held = np.zeros((b, n, d), dtype=bool)  # weight u held on chip c
         bi = np.repeat(np.arange(b), len(src))
         held[bi, np.tile(src, b), place[:, dst].ravel()] = True
         bb, u, c = np.nonzero(held)
-        mem += np.bincount(bb * d + c, problem.persistent[u], b * d)
+        mem += np.bincount(bb * d + c, stationary_bytes(g)[u], b * d)
     return mem.reshape(b, d)
 
 
 def pipeline_units(problem: Problem, max_share: float = 1 / 128) -> np.ndarray:
     """Units a partition keeps whole: each op with one consumer joins its consumer's unit
-    while the unit's compute stays within ``max_share`` of the graph's, and each source
-    op (a weight, an input) joins its first consumer's unit. Returns the unit of every op
+    while the unit's compute stays within ``max_share`` of the graph's, and each
+    stationary weight joins its first consumer's unit. Returns the unit of every op
     (int64 (N,), numbered in topological order of their roots).
 
     Each unit is an in-tree (every member but its root has its only consumer inside it)
@@ -86,13 +87,13 @@ def pipeline_units(problem: Problem, max_share: float = 1 / 128) -> np.ndarray:
     cap = max_share * t.sum()
     root = np.arange(n)
     size = t.copy()
-    out_deg, in_deg = np.diff(problem.succ_ptr), np.diff(problem.pred_ptr)
+    out_deg, still = np.diff(problem.succ_ptr), stationary(problem.graph)
     for u in range(n - 1, -1, -1):  # consumers before producers
         cons = problem.succ_idx[problem.succ_ptr[u]:problem.succ_ptr[u + 1]]
         if not len(cons):
             continue
         r = root[cons.min()]
-        if (out_deg[u] == 1 and size[r] + t[u] <= cap) or (in_deg[u] == 0 and t[u] == 0):
+        if (out_deg[u] == 1 and size[r] + t[u] <= cap) or still[u]:
             root[u] = r
             size[r] += t[u]
     return np.unique(root, return_inverse=True)[1].astype(np.int64)

@@ -39,7 +39,7 @@ import numpy as np
 from graphopt.errors import GraphoptError
 from graphopt.optim.partition.constraints import memory_need
 from graphopt.sim import Problem
-from graphopt.sim.pipeline import stationary
+from graphopt.sim.pipeline import stationary, stationary_bytes
 
 __all__ = ["RepairModel", "RepairResult", "solve_throughput"]
 
@@ -106,19 +106,21 @@ class _Encoding:
         # a weight is held once on every chip that reads it: added to its reader's unit
         # when one unit reads it, else a Boolean per chip (held there if a reader is)
         shared = []  # (KiB, [Boolean per chip])
-        w = stationary(g)[g.src]
+        still = stationary(g)
+        w = still[g.src] & ~still[g.dst]  # a weight and an op that computes with it
+        size = stationary_bytes(g)
         readers: dict[int, set[int]] = {}
         for s, t in zip(g.src[w].tolist(), self.unit[g.dst[w]].tolist()):
             readers.setdefault(s, set()).add(t)
         for s, units_read in readers.items():
             if len(units_read) == 1:
-                need[next(iter(units_read))] += problem.persistent[s]
+                need[next(iter(units_read))] += size[s]
                 continue
             held = [m.new_bool_var(f"h{s}_{c}") for c in range(d)]
             for t in units_read:
                 for c in range(d):
                     m.add(held[c] >= self.on[t][c])
-            shared.append((int(np.ceil(problem.persistent[s] / kib)), held))
+            shared.append((int(np.ceil(size[s] / kib)), held))
         need = np.ceil(need / kib).astype(np.int64)
         cap = np.floor(problem.capacity / kib).astype(np.int64)  # KiB
         if need.max(initial=0) > cap.max():
