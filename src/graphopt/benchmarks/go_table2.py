@@ -20,6 +20,7 @@ import json
 import math
 import platform
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from graphopt.benchmarks import geomean, replace_section, save_json
@@ -50,7 +51,7 @@ def run(cluster: str = "p100", methods: tuple[str, ...] = METHODS, budget: int =
         seed: int = 0, quick: bool = False, rows: tuple[str, ...] = ROWS,
         out: Path | None = None, resume: bool = False, progress: bool = True,
         params: dict[str, dict] | None = None, redo: tuple[str, ...] = (),
-        command: str | None = None) -> dict:
+        command: str | None = None, tasks: Callable | None = None) -> dict:
     """Run the benchmark; return (and, with ``out``, checkpoint after every row) its results.
 
     Parameters
@@ -68,6 +69,10 @@ def run(cluster: str = "p100", methods: tuple[str, ...] = METHODS, budget: int =
         of an earlier run of the baselines, and an interrupted run continues.
     command : str, optional
         The command line that ran this, appended to the results' ``commands``.
+    tasks : callable, optional
+        ``tasks(fn, jobs)`` yields ``fn(*job)`` for each job in order: each row then runs
+        as one job, e.g. a Ray task (:func:`graphopt.dist.ray.map_tasks`); default one
+        row after another here.
 
     Notes
     -----
@@ -77,9 +82,6 @@ def run(cluster: str = "p100", methods: tuple[str, ...] = METHODS, budget: int =
     2% of its final value.
     """
     from rich.progress import Progress
-
-    from graphopt.hardware import load_cluster
-    from graphopt.zoo import build
 
     params = {m: p for m, p in (params or {}).items() if p}
     settings = {"cluster": cluster, "budget": budget, "seed": seed, "quick": quick}
@@ -106,34 +108,27 @@ def run(cluster: str = "p100", methods: tuple[str, ...] = METHODS, budget: int =
         return [m for m in methods if m not in have or m in redo
                 or have[m].get("params", {}) != params.get(m, {})]
 
+    jobs = [(name, todo(name), cluster, quick, budget, seed, params) for name in rows
+            if todo(name)]
     with Progress(disable=not progress, transient=True) as bar:
-        task = bar.add_task("go-table2", total=sum(len(todo(n)) for n in rows))
-        for name in rows:
-            run_now = todo(name)
-            if not run_now:
-                continue
-            entry = row_entry(name, quick)
-            t0 = time.perf_counter()
-            graph = build(entry)
-            build_s = time.perf_counter() - t0
-            prob = Problem(graph, load_cluster(f"{cluster}:{entry.num_devices}"))
-            row = by_name.get(name) or {
-                "model": name, "ops": graph.num_nodes, "devices": entry.num_devices,
-                "build_seconds": build_s, "lower_bound": prob.lower_bound,
-                "reported": None if entry.reported is None else {
-                    "go_one": entry.reported.go_one, "human_expert": entry.reported.human_expert,
-                    "metis": entry.reported.metis, "hdp": entry.reported.hdp},
-                "methods": {}}
-            if name not in by_name:
-                by_name[name] = row
+        task = bar.add_task("go-table2", total=sum(len(job[1]) for job in jobs))
+
+        def on_method(name: str, method: str) -> None:
+            bar.update(task, description=f"{name}: {method}")
+            bar.advance(task)
+
+        rows_done = (tasks(_run_row, jobs) if tasks else
+                     (_run_row(*job, on_method=on_method) for job in jobs))
+        for (name, run_now, *_), (head, records) in zip(jobs, rows_done):
+            row = by_name.get(name)
+            if row is None:
+                row = by_name[name] = {**head, "methods": {}}
                 result["rows"].append(row)
-            for m in run_now:
-                bar.update(task, description=f"{name}: {m}")
-                res = compare(prob, [m], "placement", Budget(budget), seed, params=params)[0]
-                row["methods"][m] = _method_record(res, params.get(m, {}))
-                bar.advance(task)
-                if out:
-                    save_json(result, out)
+            row["methods"].update(records)
+            if tasks:
+                bar.advance(task, len(run_now))
+            if out:
+                save_json(result, out)
     order = {n: i for i, n in enumerate(ROWS)}
     result["rows"].sort(key=lambda r: order.get(r["model"], len(order)))
     result["geomean_speedup_vs_expert"] = {m: geomean(_speedups(result, m))
@@ -141,6 +136,34 @@ def run(cluster: str = "p100", methods: tuple[str, ...] = METHODS, budget: int =
     if out:
         save_json(result, out)
     return result
+
+
+def _run_row(name: str, methods: list[str], cluster: str, quick: bool, budget: int, seed: int,
+             params: dict[str, dict], on_method: Callable[[str, str], None] | None = None
+             ) -> tuple[dict, dict]:
+    """Run ``methods`` on row ``name``: the row's figures without its methods, and each
+    method's record. A job of its own (a Ray task with ``run(tasks=...)``): it builds its
+    graph and problem where it runs."""
+    from graphopt.hardware import load_cluster
+    from graphopt.zoo import build
+
+    entry = row_entry(name, quick)
+    t0 = time.perf_counter()
+    graph = build(entry)
+    build_s = time.perf_counter() - t0
+    prob = Problem(graph, load_cluster(f"{cluster}:{entry.num_devices}"))
+    head = {"model": name, "ops": graph.num_nodes, "devices": entry.num_devices,
+            "build_seconds": build_s, "lower_bound": prob.lower_bound,
+            "reported": None if entry.reported is None else {
+                "go_one": entry.reported.go_one, "human_expert": entry.reported.human_expert,
+                "metis": entry.reported.metis, "hdp": entry.reported.hdp}}
+    records = {}
+    for m in methods:
+        res = compare(prob, [m], "placement", Budget(budget), seed, params=params)[0]
+        records[m] = _method_record(res, params.get(m, {}))
+        if on_method:
+            on_method(name, m)
+    return head, records
 
 
 def _method_record(res, params: dict) -> dict:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import typer
 
 from graphopt.cli import (bench, costmodel, export, graphs, optimize, rewrite, run, simulate,
-                          train)
+                          train, tune)
 from graphopt.cli._common import method_params
 
 __all__ = ["app", "method_params"]
@@ -21,7 +21,7 @@ __all__ = ["app", "method_params"]
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Optimize ML computation graphs: placement, scheduling and fusion.\n\n"
                        "Example: graphopt simulate graph.npz --cluster dgx1-v100:4 --gantt g.png")
-for _group in (graphs, simulate, optimize, run, export, rewrite):
+for _group in (graphs, simulate, optimize, run, export, tune, rewrite):
     app.add_typer(_group.app)
 app.add_typer(train.app, name="train")
 app.add_typer(bench.app, name="bench")

@@ -23,7 +23,8 @@ from rich.markup import escape
 
 from graphopt.errors import GraphoptError
 
-__all__ = ["GRAPH_HELP", "PARAM_HELP", "check_output", "compile_simulator", "console", "fail",
+__all__ = ["ADDRESS_HELP", "BACKEND_HELP", "GRAPH_HELP", "PARAM_HELP", "check_output",
+           "compile_simulator", "console", "evaluation_backend", "fail",
            "field_help", "method_params", "mib", "options_from_fields", "parse_field"]
 
 # Tables are wide; when output goes to a file or a pipe, do not squeeze them to 80 columns.
@@ -36,8 +37,17 @@ GRAPH_HELP = ("Graph file (.npz or .json saved by graphopt), a zoo model 'zoo:NA
               "tuning .pb. Example: zoo:gnmt-4")
 
 PARAM_HELP = ("Set a method's hyperparameter, METHOD.KEY=VALUE (repeatable; 'graphopt methods "
-              "METHOD' lists the keys, their types, defaults and help). Example: "
-              "-p rl-lstm.lr=0.01 -p hdp.checkpoint_dir=runs/ckpt")
+              "METHOD' lists the keys, their types, defaults and help), or every one in a "
+              ".json file written by 'graphopt tune'. Example: "
+              "-p rl-lstm.lr=0.01 -p hdp.checkpoint_dir=runs/ckpt -p runs/tune/best.json")
+
+BACKEND_HELP = ("Where the simulations run: 'local' (this process) or 'ray' (a pool of Ray "
+                "actors, one per CPU, on a local Ray started for the run or the cluster of "
+                "--address; see docs/distributed.md). Example: --backend ray")
+
+ADDRESS_HELP = ("With --backend ray, the Ray cluster to join: 'auto' (the one this node "
+                "belongs to), HOST:6379 or ray://HOST:10001; default a local Ray started for "
+                "the run. Example: --address auto")
 
 
 def fail(err: Exception) -> NoReturn:
@@ -114,6 +124,32 @@ def check_plan(plan, problem, path: Path | None) -> None:
         raise type(err)(f"{path}: {err}") from None
 
 
+def evaluation_backend(backend: str, address: str | None, *, pool: bool = True):
+    """The block a command runs its methods in: nothing for ``local``; for ``ray``, Ray
+    started or joined at ``address`` and, with ``pool``, every method's evaluator on a
+    pool of Ray actors (:func:`graphopt.dist.ray.ray_backend`). Ray is imported only here.
+
+    Raises
+    ------
+    GraphoptError
+        An unknown backend, ``--address`` without ``ray``, or Ray not installed.
+    """
+    import contextlib
+
+    if backend not in ("local", "ray"):
+        raise GraphoptError(f"--backend {backend!r}: expected local or ray")
+    if backend == "local":
+        if address:
+            raise GraphoptError(f"--address {address}: only with --backend ray")
+        return contextlib.nullcontext()
+    try:
+        from graphopt.dist import ray as dist_ray
+    except ModuleNotFoundError as err:
+        raise GraphoptError(f"--backend ray needs {err.name}: pip install 'graphopt[ray]'"
+                            ) from None
+    return dist_ray.ray_backend(address) if pool else dist_ray.ray_session(address)
+
+
 def mib(x: float) -> str:
     """Bytes shown as MiB with one decimal."""
     return f"{x / 2**20:,.1f}"
@@ -173,7 +209,7 @@ def method_params(specs: list[str], methods: list[str]) -> dict[str, dict]:
     from graphopt.optim import get_optimizer
 
     out: dict[str, dict] = {}
-    for spec in specs:
+    for spec in [one for given in specs for one in _param_file(given)]:
         target, eq, text = spec.partition("=")
         method, dot, key = target.rpartition(".")
         if not (eq and dot and method and key):
@@ -196,6 +232,24 @@ def method_params(specs: list[str], methods: list[str]) -> dict[str, dict]:
     for method, kwargs in out.items():  # a value out of range fails now, not after loading
         get_optimizer(method, **kwargs)
     return out
+
+
+def _param_file(spec: str) -> list[str]:
+    """``spec`` itself, or when it names a .json file (``graphopt tune``'s output: its
+    ``params``, ``{METHOD: {KEY: VALUE}}``) one METHOD.KEY=VALUE per value there."""
+    import json
+
+    if "=" in spec or not spec.endswith(".json"):
+        return [spec]
+    try:
+        params = json.loads(Path(spec).read_text())["params"]
+        return [f"{method}.{key}={'none' if value is None else value}"
+                for method, values in params.items() for key, value in values.items()]
+    except OSError as err:
+        raise GraphoptError(f"--param {spec}: {err.strerror}") from None
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise GraphoptError(f"--param {spec}: not a parameter file (JSON with \"params\": "
+                            "{METHOD: {KEY: VALUE}}, as 'graphopt tune' writes)") from None
 
 
 def options_from_fields(cls: type, *, unset_default: str | None = None) -> Callable:

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import typer
 
-from graphopt.cli._common import PARAM_HELP, compile_simulator, console, fail, method_params
+from graphopt.cli._common import (ADDRESS_HELP, PARAM_HELP, compile_simulator, console,
+                                  evaluation_backend, fail, method_params)
 from graphopt.cli.mcm import bench_mcm
 from graphopt.cli.regal import bench_regal
 from graphopt.errors import GraphoptError
@@ -40,6 +41,12 @@ def bench_go_table2(
     redo: str = typer.Option("", help="With --resume, run these methods again even where "
                                       "present, comma-separated. Example: sa,brkga"),
     param: list[str] = typer.Option([], "--param", "-p", help=PARAM_HELP),
+    backend: str = typer.Option("local", "--backend",
+                                help="Where the rows run: 'local' (one after another here) or "
+                                     "'ray' (each row a Ray task, on a local Ray started for "
+                                     "the run or the cluster of --address; results gathered "
+                                     "into the same file and table). Example: --backend ray"),
+    address: str | None = typer.Option(None, "--address", help=ADDRESS_HELP),
 ) -> None:
     """GO's Table 2 on our zoo: every baseline on the 14 models, equal budgets; the learned
     placers (rl-lstm, hdp) added on chosen rows with --resume.
@@ -60,9 +67,13 @@ def bench_go_table2(
     try:
         params = method_params(param, list(names))
         compile_simulator()
-        res = go_table2.run(cluster, names, budget, seed, quick, chosen, out, resume,
-                            params=params, command=command,
-                            redo=tuple(m.strip() for m in redo.split(",") if m.strip()))
+        with evaluation_backend(backend, address, pool=False):
+            tasks = None
+            if backend == "ray":
+                from graphopt.dist.ray import map_tasks as tasks
+            res = go_table2.run(cluster, names, budget, seed, quick, chosen, out, resume,
+                                params=params, command=command, tasks=tasks,
+                                redo=tuple(m.strip() for m in redo.split(",") if m.strip()))
     except GraphoptError as err:
         fail(err)
     console.print(go_table2.to_markdown(res))

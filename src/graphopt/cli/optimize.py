@@ -7,8 +7,9 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from graphopt.cli._common import (GRAPH_HELP, PARAM_HELP, check_output, compile_simulator,
-                                  console, fail, field_help, method_params)
+from graphopt.cli._common import (ADDRESS_HELP, BACKEND_HELP, GRAPH_HELP, PARAM_HELP,
+                                  check_output, compile_simulator, console, evaluation_backend,
+                                  fail, field_help, method_params)
 from graphopt.errors import GraphoptError
 from graphopt.frontends import load_source
 
@@ -57,6 +58,8 @@ def optimize(
     measure_steps: int = typer.Option(3, "--measure-steps", min=1,
                                       help="Timed steps per plan with --measure, after one "
                                            "warm-up step. Example: 10"),
+    backend: str = typer.Option("local", "--backend", help=BACKEND_HELP),
+    address: str | None = typer.Option(None, "--address", help=ADDRESS_HELP),
 ) -> None:
     """Compare optimization methods on a graph: a table of step time, speed-ups,
     memory and search cost, and a plan, Chrome trace and Gantt chart per method.
@@ -85,7 +88,7 @@ def optimize(
             raise GraphoptError(f"--devices {devices}: only with --measure")
         compile_simulator()
         prob = Problem(g, c)
-        with console.status("") as status:
+        with evaluation_backend(backend, address), console.status("") as status:
             results = compare(prob, names, task, Budget(budget, seconds, objective), seed, init,
                               on_start=lambda m: status.update(f"running {m} on {g.name} ..."),
                               params=params)

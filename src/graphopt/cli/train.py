@@ -7,7 +7,8 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from graphopt.cli._common import check_output, console, fail, options_from_fields
+from graphopt.cli._common import (ADDRESS_HELP, BACKEND_HELP, check_output, console,
+                                  evaluation_backend, fail, options_from_fields)
 from graphopt.errors import GraphoptError, check_fields
 from graphopt.frontends import load_source, split_source
 from graphopt.cli.mcm import train_mcm
@@ -45,6 +46,9 @@ def train(
                                   "Example: placement,scheduling,fusion"),
     seed: int = typer.Option(0, min=0, help="Seed of the policy's initialization and sampling."),
     threads: int = typer.Option(1, min=1, help="torch CPU threads."),
+    backend: str = typer.Option("local", "--backend",
+                                help=BACKEND_HELP + " (the rollouts' simulations go to the pool)"),
+    address: str | None = typer.Option(None, "--address", help=ADDRESS_HELP),
     **ppo,
 ) -> None:
     """Pre-train GO's policy with PPO on a corpus of graphs; the result is what the 'go'
@@ -84,9 +88,10 @@ def train(
             graph, where = split_source(item, cluster)
             with console.status(f"loading {graph} ..."):
                 problems.append(Problem(load_source(graph), load_cluster(where)))
-        res = pretrain(problems, out, task=parse_task(task), updates=updates,
-                       seconds=None if minutes is None else minutes * 60, seed=seed, ppo=ppo,
-                       command=command)
+        with evaluation_backend(backend, address):
+            res = pretrain(problems, out, task=parse_task(task), updates=updates,
+                           seconds=None if minutes is None else minutes * 60, seed=seed,
+                           ppo=ppo, command=command)
     except GraphoptError as err:
         fail(err)
     t = Table(title=f"pre-training: {res['updates']} updates, {res['total_evals']:,} plans "

@@ -13,7 +13,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -23,7 +23,8 @@ from graphopt.errors import GraphoptError
 from graphopt.sim import BatchResult, Plan, Problem, SimResult, simulate, simulate_batch
 
 __all__ = ["OBJECTIVES", "INVALID_PENALTY", "LocalEvaluator", "BudgetExhausted", "check_objective",
-           "objective_values", "runtime_bound", "stop_on_interrupt", "stop_requested"]
+           "objective_values", "runtime_bound", "stop_on_interrupt", "stop_requested",
+           "make_evaluator", "use_evaluator"]
 
 #: What a search may minimise: step time, or the highest peak memory over devices.
 OBJECTIVES = ("runtime", "memory")
@@ -35,6 +36,44 @@ INVALID_PENALTY = 10.0
 
 _stop = threading.Event()
 _active = threading.Lock()
+# What LocalEvaluator.from_budget builds while use_evaluator blocks are open (innermost
+# last): methods never name a backend, so they run unchanged on any of them.
+_backend: list[Callable[..., LocalEvaluator]] = []
+
+
+@contextlib.contextmanager
+def use_evaluator(make: Callable[..., LocalEvaluator]) -> Iterator[None]:
+    """Within this block every evaluator made by :meth:`LocalEvaluator.from_budget` (so by
+    every method) is ``make(problem, max_evals, max_seconds, **options)``, e.g. a
+    :class:`graphopt.dist.ray.RayEvaluator` on a pool of Ray actors.
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace
+    >>> from graphopt.hardware import load_cluster
+    >>> from graphopt.ir.generate import mlp_training_graph
+    >>> class Counting(LocalEvaluator): ...
+    >>> prob = Problem(mlp_training_graph(), load_cluster("dgx1-v100:2"))
+    >>> with use_evaluator(Counting):
+    ...     ev = LocalEvaluator.from_budget(prob, SimpleNamespace(evals=8, seconds=None))
+    >>> type(ev).__name__
+    'Counting'
+    """
+    _backend.append(make)
+    try:
+        yield
+    finally:
+        _backend.remove(make)
+
+
+def make_evaluator(problem: Problem, max_evals: int | None = None,
+                   max_seconds: float | None = None, *, default: type | None = None,
+                   **options) -> LocalEvaluator:
+    """An evaluator of the backend in use (:func:`use_evaluator`), else of ``default``
+    (:class:`LocalEvaluator`): what trainers call where they bound a run by hand rather
+    than by a ``Budget``."""
+    make = _backend[-1] if _backend else (default or LocalEvaluator)
+    return make(problem, max_evals, max_seconds, **options)
 
 
 def stop_requested() -> bool:
@@ -197,9 +236,10 @@ class LocalEvaluator:
     @classmethod
     def from_budget(cls, problem: Problem, budget: _Bounds) -> LocalEvaluator:
         """An evaluator bounded by a :class:`graphopt.optim.Budget` (``evals``, ``seconds``)
-        and minimising its ``objective``, its clock started now."""
-        return cls(problem, budget.evals, budget.seconds,
-                   objective=getattr(budget, "objective", "runtime"))
+        and minimising its ``objective``, its clock started now: of the backend in use
+        (:func:`use_evaluator`, e.g. a Ray pool), else of ``cls``."""
+        return make_evaluator(problem, budget.evals, budget.seconds, default=cls,
+                              objective=getattr(budget, "objective", "runtime"))
 
     @property
     def bound(self) -> float:
@@ -278,6 +318,13 @@ class LocalEvaluator:
         if value < self.best_value:
             self.best_value, self.best_time, self.best_plan = float(value), float(step_time), plan
 
+    def _simulate_batch(self, problem: Problem, placements: np.ndarray,
+                        priorities: np.ndarray | None, fusion: np.ndarray | None) -> BatchResult:
+        """How an admitted batch is simulated: here, in this process. The one thing a
+        backend (:class:`graphopt.dist.ray.RayEvaluator`) replaces; the budget, the
+        objective and the best plan stay in :meth:`evaluate`."""
+        return simulate_batch(problem, placements, priorities, fusion)
+
     def evaluate(self, placements: np.ndarray, priorities: np.ndarray | None = None,
                  fusion: np.ndarray | None = None, problem: Problem | None = None
                  ) -> BatchResult:
@@ -295,7 +342,7 @@ class LocalEvaluator:
         priorities = None if priorities is None else np.atleast_2d(priorities)[:b]
         fusion = None if fusion is None else np.atleast_2d(fusion)[:b]
         try:
-            res = simulate_batch(problem or self.problem, placements, priorities, fusion)
+            res = self._simulate_batch(problem or self.problem, placements, priorities, fusion)
         except SystemError as err:
             # Ctrl-C outside stop_on_interrupt reaches numba's dispatcher as a SystemError
             if isinstance(err.__cause__, KeyboardInterrupt):

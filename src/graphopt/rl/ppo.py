@@ -42,7 +42,7 @@ import torch
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from torch import Tensor
 
-from graphopt.dist.local import BudgetExhausted, LocalEvaluator, stop_on_interrupt, stop_requested
+from graphopt.dist.local import BudgetExhausted, make_evaluator, stop_on_interrupt, stop_requested
 from graphopt.nn import GOPolicy
 from graphopt.rl.checkpoint import load_checkpoint, save_checkpoint
 from graphopt.rl.config import PPOConfig
@@ -140,8 +140,9 @@ def train(policy: GOPolicy, envs: list[GOEnv], cfg: PPOConfig, *, seed: int,
                 embedded[i] = policy.embed(*env.inputs())
         return policy.decide(*embedded[i], env.problem.num_devices, env.tasks)
 
-    # the evaluator owns this call's evals and seconds; updates count over the whole run
-    ev = LocalEvaluator(envs[0].problem, evals, seconds)
+    # the evaluator owns this call's evals and seconds; updates count over the whole run.
+    # make_evaluator: the rollouts' simulations run on the backend in use (a Ray pool)
+    ev = make_evaluator(envs[0].problem, evals, seconds)
 
     def done() -> bool:
         return ev.exhausted() or (updates is not None and state["update"] >= updates)
