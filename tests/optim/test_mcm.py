@@ -151,3 +151,19 @@ def test_chiplet_prior_starts_at_the_contiguous_partition(prob):
     assert (np.diff(chips) >= -1).all()  # close to a staircase: the repair keeps most of it
     out = env.repairer.repair(chips[None])
     assert out.valid[0] and out.changed[0] <= env.num_units // 4
+
+
+def test_pretrained_policy_zero_shot_and_finetuned(prob, tmp_path_factory):
+    from graphopt.optim.learned.mcm import load_mcm_policy, pretrain
+
+    folder = tmp_path_factory.mktemp("mcm")
+    pretrain([prob], folder, updates=2, progress=False, dim=16, command="test")
+    policy, info = load_mcm_policy(folder)
+    assert info["command"] == "test" and info["updates"] == 2 and policy.config.max_devices == 16
+    plan, zero = optimize(prob, "mcm", "placement", Budget(8), seed=0, checkpoint=str(folder),
+                          samples=4)
+    assert zero["evals"] == 4 and check_partition(prob, plan.placement) == []
+    plan, tuned = optimize(prob, "mcm-finetune", "placement", Budget(8), seed=0,
+                           checkpoint=str(folder), num_samples=4, progress=False)
+    assert tuned["evals"] == 8 and tuned["updates"] == 2
+    assert check_partition(prob, plan.placement) == []
