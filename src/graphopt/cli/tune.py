@@ -19,9 +19,10 @@ app = typer.Typer()
 
 @app.command()
 def tune(
-    graphs: str = typer.Argument(..., help="Graphs to tune on, comma-separated GRAPH[@CLUSTER] "
-                                           "(GRAPH as for 'optimize'; without @CLUSTER, "
-                                           "--cluster). Example: zoo:gnmt-2@p100:2,example:mlp"),
+    graphs: str = typer.Argument(..., help="Graphs to tune on, comma-separated GRAPH@CLUSTER "
+                                           "items, or GRAPH alone for one on --cluster (GRAPH "
+                                           "as for 'optimize'). Example: "
+                                           "zoo:gnmt-2@p100:2,example:mlp"),
     method: str = typer.Option("brkga", "--method", "-m",
                                help="The method whose hyperparameters to tune ('graphopt "
                                     "methods METHOD' lists them). Example: sa"),
