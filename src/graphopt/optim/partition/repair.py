@@ -31,13 +31,13 @@ the pipeline cost like every other method's.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 
 import numpy as np
 
 from graphopt.errors import GraphoptError
 from graphopt.optim.partition.constraints import memory_need
+from graphopt.optim.search.cpsat import _solve  # Ctrl-C stops the search, keeps its best
 from graphopt.sim import Problem
 from graphopt.sim.pipeline import stationary, stationary_bytes
 
@@ -253,7 +253,7 @@ class RepairModel:
             solver.parameters.max_time_in_seconds = self.time_limit
             solver.parameters.num_workers = self.workers
             solver.parameters.random_seed = seed % 2**31
-            status = _solve(solver, m)
+            status, _ = _solve(solver, m)
             seconds[r] = solver.wall_time
             if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
                 out[r], ok[r] = self.base.decode(solver), True
@@ -272,27 +272,6 @@ def _weighted_median(pool: list[tuple[int, int]]) -> int:
         if acc >= half:
             return chip
     return pool[-1][0]
-
-
-def _solve(solver, model) -> int:
-    """Solve in a worker thread, so that Ctrl-C reaches Python and stops the search (its
-    best solution is kept)."""
-    out, done = {}, threading.Event()
-
-    def work():
-        try:
-            out["status"] = solver.solve(model)
-        finally:
-            done.set()
-
-    threading.Thread(target=work, daemon=True).start()
-    try:
-        while not done.wait(0.05):
-            pass
-    except KeyboardInterrupt:
-        solver.stop_search()
-        done.wait()
-    return out["status"]
 
 
 def solve_throughput(problem: Problem, units: np.ndarray | None = None,
@@ -342,7 +321,7 @@ def solve_throughput(problem: Problem, units: np.ndarray | None = None,
     solver.parameters.max_time_in_seconds = float(time_limit)
     solver.parameters.num_workers = int(workers)
     solver.parameters.random_seed = seed % 2**31
-    status = _solve(solver, m)
+    status, _ = _solve(solver, m)
     stats = {"status": solver.status_name(status), "solver_seconds": solver.wall_time}
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None, stats
