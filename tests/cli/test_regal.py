@@ -36,8 +36,8 @@ def test_bench_regal_writes_results_and_its_docs_section(tmp_path):
     res, docs = tmp_path / "r.json", tmp_path / "b.md"
     r = runner.invoke(app, ["bench", "regal", "--objectives", "memory", "--evals", "60",
                             "--seeds", "1", "--graphs", "layered:4x3:101", "--methods",
-                            "GP+DFS,BRKGA-5K,REGAL untrained", "--out", str(res), "--docs",
-                            str(docs)])
+                            "GP+DFS,BRKGA-5K,REGAL untrained", "--no-train-check", "--out",
+                            str(res), "--docs", str(docs)])
     assert r.exit_code == 0, r.output
     rows = json.loads(res.read_text())["results"]["memory"]["layered-4x3-s101"]
     assert set(rows) == {"GP+DFS", "BRKGA-5K", "REGAL untrained"}

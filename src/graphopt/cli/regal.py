@@ -106,6 +106,9 @@ def bench_regal(
     out: Path = typer.Option(Path("bench/results/regal.json"), help="Results JSON."),
     docs: Path | None = typer.Option(Path("docs/benchmarks.md"),
                                      help="Markdown file whose regal section is rewritten."),
+    train_check: bool = typer.Option(True, help="Also price the shipped policy against uniform "
+                                                "BRKGA on every training graph at the training "
+                                                "budget (did it learn what it was rewarded for?)."),
 ) -> None:
     """REGAL's Table 1 on held-out graphs: peak memory (and step time) of every method at
     equal evaluations, % improvement over BRKGA-5K, % gap from the best known, time per run.
@@ -119,7 +122,8 @@ def bench_regal(
         m.strip() for m in methods.split(",") if m.strip())
     command = " ".join(["graphopt bench regal", f"--objectives {objectives}", f"--evals {evals}",
                         f"--seeds {seeds}", *([f"--graphs {graphs}"] if graphs != "default" else []),
-                        *([f"--methods {methods}"] if methods != "all" else [])])
+                        *([f"--methods {methods}"] if methods != "all" else []),
+                        *([] if train_check else ["--no-train-check"])])
     try:
         check_output(out, "--out")
         bad = [m for m in labels if m not in bench.METHODS]
@@ -136,6 +140,10 @@ def bench_regal(
             res = bench.run(objs, evals, seeds, TEST_GRAPHS if graphs == "default" else tuple(
                 g.strip() for g in graphs.split(",") if g.strip()), labels, out,
                 on_step=lambda text: status.update(text + " ..."))
+            if train_check:
+                status.update("the shipped policy on the training graphs ...")
+                res["train_check"] = bench.train_check()
+                bench.save_json(res, out)
     except GraphoptError as err:
         fail(err)
     console.print(bench.to_markdown(res))
