@@ -167,3 +167,18 @@ def test_pretrained_policy_zero_shot_and_finetuned(prob, tmp_path_factory):
                            checkpoint=str(folder), num_samples=4, progress=False)
     assert tuned["evals"] == 8 and tuned["updates"] == 2
     assert check_partition(prob, plan.placement) == []
+
+
+@pytest.mark.parametrize("args, fault", [
+    (["bench", "mcm", "--methods", "sa"], "--methods: sa"),
+    (["train", "mcm", "--corpus", "resnet-50"], "GRAPH@PRESET"),
+    (["train", "mcm", "--corpus", "resnet-50@nope"], "unknown cluster preset 'nope'"),
+])
+def test_cli_refuses_bad_input_in_one_line(args, fault, tmp_path):
+    from typer.testing import CliRunner
+
+    from graphopt.cli import app
+
+    res = CliRunner().invoke(app, args + (["--out", str(tmp_path / "o")] if "train" in args
+                                          else []))
+    assert res.exit_code == 2 and fault in res.output and "Traceback" not in res.output

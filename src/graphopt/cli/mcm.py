@@ -135,6 +135,11 @@ def bench_mcm(
                         *([f"--scratch-budget {scratch_budget}"] if scratch_budget else []),
                         f"--seed {seed}", *(f"-p {p}" for p in param)])
     try:
+        known = (*mcm.METHODS, "mcm-one")
+        unknown = [m for m in names if m not in known]
+        if unknown:
+            raise GraphoptError(f"--methods: {', '.join(unknown)} not a multi-chip "
+                                f"partitioning method; known: {', '.join(known)}")
         check_output(out, "--out")
         params = method_params(param, list(names) + ["mcm-one"])
         compile_simulator()
