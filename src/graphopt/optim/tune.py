@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
+import sys
 import tempfile
 import typing
 from collections.abc import Sequence
@@ -33,6 +35,10 @@ __all__ = ["Knob", "score", "search_space", "tune"]
 
 #: An invalid plan's step time counts this many times over (as REGAL scores infeasible plans).
 INVALID_FACTOR = 10.0
+
+# A refused setting's score inside Tune: the largest float, finite (Tune's loggers refuse
+# infinities); None in the result.
+_NO_SCORE = sys.float_info.max
 
 
 @dataclass(frozen=True)
@@ -137,7 +143,7 @@ def _trial(config: dict, problems, method: str, budget: int, seeds: list[int],
     try:
         get_optimizer(method, **config)
     except GraphoptError as err:  # a setting the method refuses as a whole (BRKGA's
-        return {"ratio": math.inf, "refused": str(err)}  # elites + mutants > 1)
+        return {"ratio": _NO_SCORE, "refused": str(err)}  # elites + mutants > 1)
     return {"ratio": score(problems, method, config, budget, seeds, task), "refused": None}
 
 
@@ -158,6 +164,9 @@ def tune(problems: Sequence[Problem], method: str, *, trials: int = 16, budget: 
         setting with its score, best first; None and the reason for a setting the
         method refuses).
     """
+    # Tune's status box and its "results here" line (a folder removed after the run) are
+    # not shown: the command prints its own table; the returned dict holds every trial
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     from ray import tune as rt
     from ray.tune.search.basic_variant import BasicVariantGenerator
 
@@ -186,8 +195,8 @@ def tune(problems: Sequence[Problem], method: str, *, trials: int = 16, budget: 
     rows.sort(key=lambda r: r["ratio"])
     default = next(r["ratio"] for r in rows
                    if r["config"] == {k: _plain(v) for k, v in defaults.items()})
-    for r in rows:  # JSON has no infinity: a refused setting has no score
-        r["ratio"] = None if math.isinf(r["ratio"]) else r["ratio"]
+    for r in rows:
+        r["ratio"] = None if r["ratio"] == _NO_SCORE else r["ratio"]
     return {"method": method, "params": {method: rows[0]["config"]}, "ratio": rows[0]["ratio"],
             "default_ratio": default, "budget": budget, "seeds": list(seeds), "task": task,
             "seed": seed, "graphs": [f"{p.graph.name}@{p.cluster.name}" for p in problems],
