@@ -196,14 +196,15 @@ def to_markdown(result: dict) -> str:
     baselines = s.get("baselines", list(BASELINES))
     at_time = [AT_TIME] if any(AT_TIME in r["methods"] for r in result["placement"]) else []
     methods = baselines + prior + s["learned"] + at_time
+    vs_cols = [m for m in _VS if m in s["learned"]]
     out = ["**Placement** (step time in ms, speed-up over `expert` in brackets; "
            "\\* held-out family" + ("; " + ", ".join(prior) + " from go-table2's run with the "
                                     "same settings, - where it has none" if prior else "")
            + "):", "",
            "| model | ops | dev | " + " | ".join(methods) + " | " + " | ".join(
-               f"{m} vs best non-learned" for m in _VS) + " |",
-           "|" + "---|" * (len(methods) + 3 + len(_VS))]
-    vs_best: dict[str, list[float]] = {m: [] for m in _VS}
+               f"{m} vs best non-learned" for m in vs_cols) + " |",
+           "|" + "---|" * (len(methods) + 3 + len(vs_cols))]
+    vs_best: dict[str, list[float]] = {m: [] for m in vs_cols}
     for row in result["placement"]:
         ms = row["methods"]
         e = ms["expert"]["step_time"]
@@ -215,7 +216,7 @@ def to_markdown(result: dict) -> str:
         best = min((ms[m]["step_time"] for m in baselines if m in ms and ms[m]["step_time"]),
                    default=None)
         vs = []
-        for m in _VS:
+        for m in vs_cols:
             t = ms.get(m, {}).get("step_time")
             if best and t:
                 vs_best[m].append(best / t)
