@@ -29,6 +29,7 @@ import dataclasses
 import functools
 import logging
 import os
+import socket
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -205,6 +206,28 @@ class RayEvaluator(LocalEvaluator):
         return self.pool.simulate(problem, placements, priorities, fusion)
 
 
+def _check_reachable(address: str | None, timeout: float = 5.0) -> None:
+    """Refuse a ``HOST:PORT`` or ``ray://HOST:PORT`` address where nothing listens: Ray
+    itself would retry such an address for ever, printing a warning every few seconds.
+
+    >>> _check_reachable("127.0.0.1:1")
+    Traceback (most recent call last):
+    graphopt.errors.GraphoptError: --address 127.0.0.1:1: no Ray cluster answers there (Connection refused)
+    """
+    if not address or address == "auto":
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise GraphoptError(f"--address {address}: expected auto, HOST:PORT or "
+                            "ray://HOST:PORT")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as err:
+        reason = err.strerror or type(err).__name__
+        raise GraphoptError(f"--address {address}: no Ray cluster answers there ({reason})"
+                            ) from None
+
+
 @contextlib.contextmanager
 def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iterator[None]:
     """Ray for the block: a local Ray started for it and stopped after it (no
@@ -219,6 +242,7 @@ def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iter
     if ray.is_initialized():
         yield
         return
+    _check_reachable(address)
     try:
         ray.init(address=address, num_cpus=None if address else num_cpus,
                  include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
