@@ -16,6 +16,7 @@ from graphopt.ir import Graph, GraphBuilder
 from graphopt.ir.generate import layered_graph, mlp_training_graph
 from graphopt.ir.ops import FUSIBLE_CONSUMER, FUSIBLE_PRODUCER, op_class
 from graphopt.sim import Plan, Problem, SimResult, simulate, simulate_batch
+from graphopt.sim.problem import DUPLICABLE, EXPENSIVE
 from tests.conftest import CLUSTER_SPECS, cluster, coloc_respecting, graphs, placements
 
 REL = 1e-9
@@ -66,6 +67,35 @@ def assert_same_result(a: SimResult, b: SimResult) -> None:
             assert x.dtype == y.dtype and x.tobytes() == y.tobytes(), k
 
 
+def kernel_edges(prob: Problem, tl) -> list[tuple[int, int, int]]:
+    """``(u, ku, kv)`` for every edge between kernels: node u's output, of kernel ku, read
+    in kernel kv. An edge into a duplicated op counts once per kernel holding a copy; a
+    duplicated op's own output never leaves the kernels its copies are in."""
+    g, group, dup = prob.graph, tl.group, tl.duplicated
+    out = []
+    for u, v in zip(g.src.tolist(), g.dst.tolist()):
+        if dup[u]:
+            continue
+        ku = int(group[u])
+        kvs = {int(group[c]) for c in g.successors(v)} if dup[v] else {int(group[v])}
+        out += [(u, ku, kv) for kv in sorted(kvs) if kv != ku]
+    return out
+
+
+def kernel_members(prob: Problem, tl) -> dict[int, list[int]]:
+    """Each kernel's members: the nodes of its group and a copy of each duplicated op one
+    of them reads."""
+    g, group, dup = prob.graph, tl.group, tl.duplicated
+    members: dict[int, list[int]] = {int(k): [] for k in tl.kernel}
+    for i in range(g.num_nodes):
+        if not dup[i]:
+            members[int(group[i])].append(i)
+    for u in np.flatnonzero(dup):
+        for k in sorted({int(group[c]) for c in g.successors(u)}):
+            members[k].append(int(u))
+    return members
+
+
 def check_timeline(prob: Problem, plan: Plan, r: SimResult) -> None:
     """Every timing rule of DESIGN.md §1, §3 and §6 on one simulated plan."""
     tl = r.timeline
@@ -108,11 +138,7 @@ def check_timeline(prob: Problem, plan: Plan, r: SimResult) -> None:
     assert r.bytes_moved == pytest.approx(tl.transfer_bytes.sum(), rel=REL)
     # a kernel starts once every input is on its device
     needed = set()
-    for u, v in zip(g.src.tolist(), g.dst.tolist()):
-        ku, kv = int(group[u]), int(group[v])
-        if ku == kv:
-            continue
-        assert ku == u, "only a kernel's root is consumed outside it"
+    for _, ku, kv in kernel_edges(prob, tl):
         if place[ku] == place[kv]:
             assert kstart[kv] >= kend[ku]
         else:
@@ -124,22 +150,58 @@ def check_timeline(prob: Problem, plan: Plan, r: SimResult) -> None:
     assert r.step_time == (max(ends) if ends else 0.0)
 
 
-def check_fusion(prob: Problem, plan: Plan, group: np.ndarray) -> None:
-    """Fused groups respect devices, op classes, size and shape (DESIGN.md §5)."""
-    g, place = prob.graph, placement_of(prob, plan)
+def check_fusion(prob: Problem, plan: Plan, tl) -> None:
+    """Fused kernels respect devices, op classes, size and shape, and never make a cycle
+    (DESIGN.md §5, docs/simulator.md "Fusion")."""
+    g, place, group, dup = prob.graph, placement_of(prob, plan), tl.group, tl.duplicated
     n = g.num_nodes
     assert ((group >= np.arange(n)) & (group < n)).all(), "a root comes last in its group"
     assert np.array_equal(group[group], group), "roots are their own group"
     assert np.array_equal(place[group], place), "a group never spans devices"
-    sizes = np.bincount(group, minlength=n)
-    assert sizes.max(initial=0) <= prob.max_fusion_size
-    for i in np.flatnonzero(group != np.arange(n)):
-        succ = g.successors(i)
-        assert len(succ) == 1 and group[succ[0]] == group[i], "a member feeds only its group"
-        assert op_class(str(g.op[i])) in FUSIBLE_PRODUCER
-        assert op_class(str(g.op[succ[0]])) in FUSIBLE_CONSUMER
-        if plan.fusion is not None:
-            assert plan.fusion[i] > 0, "a fusion priority <= 0 never fuses"
+    members = kernel_members(prob, tl)
+    assert max(map(len, members.values()), default=0) <= prob.max_fusion_size
+    edges = kernel_edges(prob, tl)
+    leaves = {u for u, _, _ in edges} | set(np.flatnonzero(g.out_degree == 0).tolist())
+    cls = [op_class(str(o)) for o in g.op]
+    for u in np.flatnonzero(dup):
+        assert cls[u] in DUPLICABLE and str(g.op[u]) not in EXPENSIVE
+        succ = g.successors(u)
+        assert len(succ) >= 2 and not dup[succ].any(), "a copy goes into ops that are kept"
+        assert (place[succ] == place[u]).all() and all(cls[c] in FUSIBLE_CONSUMER for c in succ)
+    fused = (group != np.arange(n)) & ~dup
+    for k, ms in members.items():
+        exits = [m for m in ms if m in leaves and not dup[m]]
+        assert exits and max(exits) == k and len({int(prob.level[m]) for m in exits}) == 1, \
+            "a kernel's exits share one level, its root the last"
+        for m in ms:
+            if dup[m] or m in leaves:
+                continue
+            succ = g.successors(m)  # inside: its one consumer took it
+            assert len(succ) == 1 and group[succ[0]] == k and cls[m] in FUSIBLE_PRODUCER
+            assert cls[succ[0]] in FUSIBLE_CONSUMER
+    if plan.fusion is not None and fused.any():
+        # every duplicated op, every producer fused into its consumer, and every shared
+        # input of merged siblings had a positive fusion priority
+        assert (plan.fusion[dup] > 0).all()
+        inner = [m for m in np.flatnonzero(fused) if m not in leaves]
+        assert (plan.fusion[inner] > 0).all(), "a fusion priority <= 0 never fuses"
+    # no cycle between kernels: Kahn's algorithm empties the kernel graph
+    succ_k: dict[int, set[int]] = {k: set() for k in members}
+    indeg = dict.fromkeys(members, 0)
+    for _, ku, kv in edges:
+        if kv not in succ_k[ku]:
+            succ_k[ku].add(kv)
+            indeg[kv] += 1
+    todo = [k for k, d in indeg.items() if d == 0]
+    seen = 0
+    while todo:
+        k = todo.pop()
+        seen += 1
+        for c in succ_k[k]:
+            indeg[c] -= 1
+            if indeg[c] == 0:
+                todo.append(c)
+    assert seen == len(members), "fusion made a cycle between kernels"
 
 
 # -- the lower bound ----------------------------------------------------------------------
@@ -252,21 +314,24 @@ def reference_peak(prob: Problem, plan: Plan, r: SimResult) -> np.ndarray:
     allocation of the same instant.
     """
     g, tl = prob.graph, r.timeline
-    place, group, n = placement_of(prob, plan), tl.group, prob.num_nodes
+    place = placement_of(prob, plan)
     kstart = dict(zip(tl.kernel.tolist(), tl.start.tolist()))
     kend = dict(zip(tl.kernel.tolist(), tl.end.tolist()))
-    temp = np.bincount(group, weights=g.temp_bytes, minlength=n)
+    members = kernel_members(prob, tl)
+    edges = kernel_edges(prob, tl)
     consumers: dict[int, set[int]] = {k: set() for k in kstart}
-    for u, v in zip(g.src.tolist(), g.dst.tolist()):
-        if group[u] != group[v]:
-            consumers[int(group[u])].add(int(group[v]))
+    for _, ku, kv in edges:
+        consumers[ku].add(kv)
+    # a kernel's output: its exits' outputs (read outside it, or by no one), freed together
+    leaves = {u for u, _, _ in edges} | set(np.flatnonzero(g.out_degree == 0).tolist())
     spans = []  # (device, allocated, released, bytes)
     for k, start in kstart.items():
         d = place[k]
         local = [kend[c] for c in consumers[k] if place[c] == d]
         sent = tl.transfer_end[tl.transfer_kernel == k].tolist()
-        spans.append((d, start, max([kend[k], *local, *sent]), g.out_bytes[k]))
-        spans.append((d, start, kend[k], temp[k]))
+        out = sum(g.out_bytes[m] for m in members[k] if m in leaves and not tl.duplicated[m])
+        spans.append((d, start, max([kend[k], *local, *sent]), out))
+        spans.append((d, start, kend[k], sum(g.temp_bytes[m] for m in members[k])))
     for j, (k, b) in enumerate(zip(tl.transfer_kernel.tolist(), tl.transfer_dst.tolist())):
         release = max(kend[c] for c in consumers[k] if place[c] == b)
         spans.append((b, tl.transfer_start[j], release, tl.transfer_bytes[j]))
@@ -304,22 +369,21 @@ def test_devices_never_idle_while_a_kernel_is_ready_and_pick_by_priority(pp):
     prob, plan = pp
     prob = without_free_ops(prob)  # one dispatch round per instant: no zero-time kernels
     r = simulate(prob, plan, timeline=True)
-    g, tl = prob.graph, r.timeline
-    place, group = placement_of(prob, plan), tl.group
+    tl = r.timeline
+    place = placement_of(prob, plan)
     kstart = dict(zip(tl.kernel.tolist(), tl.start.tolist()))
     kend = dict(zip(tl.kernel.tolist(), tl.end.tolist()))
     arrive = {(int(k), int(b)): e for k, b, e in zip(tl.transfer_kernel, tl.transfer_dst,
                                                     tl.transfer_end)}
     ready = dict.fromkeys(kstart, 0.0)
-    for u, v in zip(g.src.tolist(), g.dst.tolist()):
-        ku, kv = int(group[u]), int(group[v])
-        if ku != kv:
-            t = kend[ku] if place[ku] == place[kv] else arrive[(ku, int(place[kv]))]
-            ready[kv] = max(ready[kv], t)
+    for _, ku, kv in kernel_edges(prob, tl):
+        t = kend[ku] if place[ku] == place[kv] else arrive[(ku, int(place[kv]))]
+        ready[kv] = max(ready[kv], t)
     prio = None
     if plan.priority is not None:  # a kernel's priority is its members' highest
         prio = np.full(prob.num_nodes, -np.inf)
-        np.maximum.at(prio, group, plan.priority)
+        for k, ms in kernel_members(prob, tl).items():
+            prio[k] = plan.priority[ms].max()
     for d in range(prob.num_devices):
         ks = sorted((k for k in kstart if place[k] == d), key=lambda k: kstart[k])
         idle = [(0.0, kstart[ks[0]])] if ks else []
@@ -522,7 +586,7 @@ def test_timeline_obeys_every_rule(pp):
     prob, plan = pp
     r = simulate(prob, plan, timeline=True)
     check_timeline(prob, plan, r)
-    check_fusion(prob, plan, r.timeline.group)
+    check_fusion(prob, plan, r.timeline)
     assert_same_result(simulate(prob, plan), r.__class__(**{**vars(r), "timeline": None}))
 
 
@@ -535,7 +599,7 @@ def test_fusion_off_gives_one_kernel_per_node_and_default_no_more(prob, seed):
     assert np.array_equal(off.timeline.group, np.arange(n))
     default = simulate(prob, Plan(placement=place), timeline=True)
     assert default.num_kernels <= n
-    check_fusion(prob, Plan(placement=place), default.timeline.group)
+    check_fusion(prob, Plan(placement=place), default.timeline)
     one = simulate(prob, Plan(), timeline=True)
     assert one.num_kernels <= default.num_kernels or d == 1, "splitting devices never fuses more"
 
@@ -544,7 +608,7 @@ def test_fusion_off_gives_one_kernel_per_node_and_default_no_more(prob, seed):
 def test_max_fusion_size_bounds_every_group(prob, size):
     small = Problem(prob.graph, prob.cluster, max_fusion_size=size)
     r = simulate(small, Plan(), timeline=True)
-    check_fusion(small, Plan(), r.timeline.group)
+    check_fusion(small, Plan(), r.timeline)
     if size == 1:
         assert r.num_kernels == prob.num_nodes
 
@@ -576,7 +640,7 @@ def test_fusion_never_crosses_devices():
     prob = Problem(b.build(), toy_cluster(2))
     plan = Plan(placement=[0, 0, 0, 1, 1])
     r = simulate(prob, plan, timeline=True)
-    check_fusion(prob, plan, r.timeline.group)
+    check_fusion(prob, plan, r.timeline)
     assert r.num_kernels == 3  # the input launches no kernel but is not fused either
     assert r.timeline.group.tolist() == [0, 2, 2, 4, 4]
 

@@ -8,6 +8,7 @@ import typer
 
 from graphopt.cli._common import (ADDRESS_HELP, PARAM_HELP, compile_simulator, console,
                                   evaluation_backend, fail, method_params)
+from graphopt.cli.fusion import bench_fusion
 from graphopt.cli.mcm import bench_mcm
 from graphopt.cli.regal import bench_regal
 from graphopt.errors import GraphoptError
@@ -16,6 +17,7 @@ app = typer.Typer(no_args_is_help=True, help="Benchmarks; results go to bench/re
                                              "and docs/benchmarks.md.")
 app.command("regal")(bench_regal)
 app.command("mcm")(bench_mcm)
+app.command("fusion")(bench_fusion)
 
 
 @app.command("go-table2")

@@ -60,6 +60,12 @@ def optimize(
                                            "warm-up step. Example: 10"),
     backend: str = typer.Option("local", "--backend", help=BACKEND_HELP),
     address: str | None = typer.Option(None, "--address", help=ADDRESS_HELP),
+    memory_fraction: float | None = typer.Option(
+        None, "--memory-fraction", min=0.0,
+        help="Give every device the persistent bytes (weights, optimizer state) of the "
+             "compiler defaults (one device, first ready first run, XLA's fusion) plus only "
+             "this fraction of the rest of their peak memory, so that below 1 the default "
+             "plan no longer fits and the order decides what does. Example: 0.8"),
 ) -> None:
     """Compare optimization methods on a graph: a table of step time, speed-ups,
     memory and search cost, and a plan, Chrome trace and Gantt chart per method.
@@ -88,6 +94,9 @@ def optimize(
             raise GraphoptError(f"--devices {devices}: only with --measure")
         compile_simulator()
         prob = Problem(g, c)
+        if memory_fraction is not None:
+            prob = prob.with_memory_fraction(memory_fraction)
+            c = prob.cluster
         with evaluation_backend(backend, address), console.status("") as status:
             results = compare(prob, names, task, Budget(budget, seconds, objective), seed, init,
                               on_start=lambda m: status.update(f"running {m} on {g.name} ..."),

@@ -1,20 +1,24 @@
 """The simulation engine: an event-driven list scheduler compiled with numba.
 
 Everything here works on plain arrays in node-index space. A *kernel* is identified
-by its root node: the node whose output leaves the fused group (every node, when
-nothing is fused). The fusion pass only builds in-trees, so every edge entering a
-kernel comes from another kernel's root, and the engine can walk the node-level
-adjacency directly: a kernel waits for one arrival per external in-edge of its
-members, and counts references per edge. No kernel-level graph is ever built.
+by its root node: its highest-index node whose output leaves the fused group (every
+node, when nothing is fused). When the fusion pass builds only in-trees (producers
+fused into their one consumer), every edge entering a kernel comes from another
+kernel's root, and the engine walks the node-level adjacency directly: a kernel waits
+for one arrival per external in-edge of its members, and counts references per edge.
+Only when it duplicates an op into its consumers or merges siblings into a
+multi-output kernel is a kernel-level graph built (:func:`kernel_graph`), in the same
+index space, and run by the same loop.
 Semantics are those of DESIGN.md "Simulator semantics"; this module adds no policy.
 
 All jitted code lives in this one module on purpose: numba's on-disk cache is keyed
 by the file that defines a function, and would not notice a change to a callee in
 another module.
 
-Hot path: one call of :func:`evaluate` per plan: :func:`fuse`, :func:`kernel_costs`,
-:func:`run`, in work arrays from a :func:`workspace` kept per thread (one per chunk of
-plans in batches); the engine writes each before reading it, so no result depends on
+Hot path: one call of :func:`evaluate` per plan: :func:`fuse`, :func:`kernel_costs`
+(or, where fusion duplicated an op or merged siblings, :func:`kernel_graph`), :func:`run`,
+in work arrays from a :func:`workspace` kept per thread (one per chunk of plans in
+batches); the engine writes each before reading it, so no result depends on
 an earlier call. The engine keeps a FIFO (or a priority heap) of ready kernels per
 device, a FIFO per directed link, and the events of what runs now (at most one kernel
 per device and one transfer per link) in a list sorted by end time.
@@ -108,11 +112,13 @@ def _ready_pop(buf, base, size, key):
 # -- the engine ---------------------------------------------------------------------------
 @_jit()
 def workspace(n, ndev, nedges):
-    """Work arrays for :func:`fuse`, :func:`kernel_costs` and :func:`run`, uninitialized:
-    each function writes what it reads before reading it, so a result never depends on
-    what an earlier call left behind."""
+    """Work arrays for :func:`fuse`, :func:`kernel_costs`, :func:`kernel_graph` and
+    :func:`run`, uninitialized: each function writes what it reads before reading it, so a
+    result never depends on what an earlier call left behind. ``nedges`` bounds the edges
+    of a kernel graph (:attr:`Problem.edge_capacity`), at least the graph's edges."""
     m = nedges + 1
     i32 = np.int32  # the event loop's indices, half the cache footprint of int64
+    i64 = np.int64
     return (
         # run: start, end, pending, out_ref, first transfer, references to a transfer's
         # tensor on its destination, ready buffer
@@ -124,64 +130,291 @@ def workspace(n, ndev, nedges):
         # kernel_costs: duration, scratch, priority, compute sum, memory sum, launch,
         # member lists (head per kernel, next per node)
         np.empty(n), np.empty(n), np.empty(n), np.empty(n), np.empty(n), np.empty(n),
-        np.empty(n, np.int64), np.empty(n, np.int64),
+        np.empty(n, i64), np.empty(n, i64),
         # fuse: union-find parent, group size, group
-        np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int64),
+        np.empty(n, i64), np.empty(n, i64), np.empty(n, i64),
         # run, per edge: producer's device (-1 inside a kernel) in pred order; consumer's
         # kernel and device in succ order
         np.empty(m, i32), np.empty(m, i32), np.empty(m, i32),
+        # fuse: operands of each group, state (1 duplicated, 2 holds a copy), bytes a
+        # sibling no longer reads, exits (members whose output leaves) of each group
+        np.empty(n, i64), np.empty(n, i64), np.empty(n), np.empty(n, i64),
+        # kernel_graph: output bytes, kernel of each kernel (-1 elsewhere), member lists of
+        # one, successor CSR (ptr, kernel, bytes), predecessor CSR (ptr, kernel), per-kernel
+        # slot and last producer while merging edges, kernel size, last copy's node
+        np.empty(n), np.empty(n, i64), np.empty(n, i64), np.empty(n, i64),
+        np.empty(n + 1, i64), np.empty(m, i64), np.empty(m), np.empty(n + 1, i64),
+        np.empty(m, i64), np.empty(n, i64), np.empty(n, i64), np.empty(n, i64),
+        np.empty(n, i64),
     )
 
 
-@_jit()
-def fuse(dev, fprio, use_default, cand_consumer, max_size, ws):
-    """The fusion pass: returns ``group[N]``, the root node of each node's kernel.
+@_jit(inline="always")
+def _find(parent, x):
+    while parent[x] != x:
+        x = parent[x]
+    return x
 
-    A producer u may fuse into its consumer v only when v is u's only consumer
-    (``cand_consumer[u] = v``, else -1: the op classes allow it and u has one consumer)
-    and both run on one device. Groups are then in-trees whose only external output
-    is the root's, so no fusion can create a cycle between kernels. Candidates are
-    taken in order of fusion priority (higher first; ties: later node first, as XLA
-    walks consumers before producers); a priority <= 0 never fuses; a group never
-    exceeds ``max_size`` nodes. ``use_default`` ignores ``fprio`` and takes every
-    candidate in reverse topological order (the compiler's greedy pass).
+
+@_jit()
+def fuse(dev, fprio, use_default, cand_consumer, fflags, level, succ_ptr, succ_idx, succ_bytes,
+         pred_ptr, spb, cls, max_size, max_ops, ws):
+    """The fusion pass: returns ``(group[N], any duplicated, any multi-output)``.
+
+    ``group[i]`` is the kernel (its root: its highest-index exit) of node i; a duplicated
+    node has no kernel of its own and gets its first consumer's. Nodes are taken in
+    order of fusion priority (higher first; ties: later node first, as XLA walks
+    consumers before producers); a priority <= 0 never fuses; ``use_default`` ignores
+    ``fprio`` and takes every node in reverse topological order (XLA's greedy pass). A
+    node u taken:
+
+    1. with one consumer v (``cand_consumer[u] = v``: the classes allow it): fuses into
+       v's kernel when both are on one device, u's kernel has u as its only exit, v is
+       not duplicated, and the merged kernel keeps to ``max_size`` ops and ``max_ops``
+       operands plus outputs;
+    2. else, cheap with several consumers (``fflags & 1``): is duplicated into every
+       consumer's kernel, or into none: all on u's device, none duplicated, u alone in
+       its kernel and holding no copy, each kernel within the limits;
+    3. else, read by several sibling-fusible consumers (``fflags & 2``): the kernels of
+       those consumers (``fflags & 4``) on one device whose exits have one level
+       (longest path from a source) merge into one multi-output kernel, which then
+       reads u's output once (the bytes saved are kept in ``sav``).
+
+    Why no fusion can create a cycle: every kernel's exits share one level, and an edge
+    between two kernels leaves an exit of the first at a level below that of every exit
+    it reaches in the second, so levels rise strictly along any path of kernels.
     """
     n = dev.shape[0]
     parent, size, group = ws[21:24]
+    nops, state, sav, exits = ws[27:31]
     for i in range(n):
         parent[i] = i
         size[i] = 1
+        nops[i] = pred_ptr[i + 1] - pred_ptr[i] + 1
+        state[i] = 0
+        sav[i] = 0.0
+        exits[i] = 1
     if not use_default:
         # stable sort by descending priority, ties by descending index
         order = n - 1 - np.argsort(-fprio[::-1], kind="mergesort")
+    anydup = False
+    multi = False
     for q in range(n):
         u = n - 1 - q if use_default else order[q]
-        v = cand_consumer[u]
-        if v < 0 or dev[u] != dev[v]:
-            continue
         if not use_default and fprio[u] <= 0.0:
+            break  # sorted: every later one is <= 0 too
+        if state[u] & 1:
             continue
-        rv = v
-        while parent[rv] != rv:
-            rv = parent[rv]
-        if size[u] + size[rv] > max_size:
+        d = dev[u]
+        v = cand_consumer[u]
+        if v >= 0:
+            if dev[v] != d or state[v] & 1 or parent[u] != u or exits[u] != 1:
+                continue
+            rv = _find(parent, v)
+            if size[u] + size[rv] > max_size or nops[u] + nops[rv] - 1 > max_ops:
+                continue
+            parent[u] = rv
+            size[rv] += size[u]
+            nops[rv] += nops[u] - 1
             continue
-        parent[u] = rv
-        size[rv] += size[u]
+        lo, hi = succ_ptr[u], succ_ptr[u + 1]
+        if fflags[u] & 1 and parent[u] == u and size[u] == 1 and exits[u] == 1 and state[u] == 0:
+            ok = True
+            for j in range(lo, hi):
+                c = succ_idx[j]
+                rc = _find(parent, c)
+                if (dev[c] != d or state[c] & 1 or size[rc] + 1 > max_size
+                        or nops[rc] + nops[u] - 2 > max_ops):
+                    ok = False
+                    break
+            if ok:
+                state[u] = 1
+                anydup = True
+                for j in range(lo, hi):
+                    c = succ_idx[j]
+                    state[c] |= 2
+                    rc = _find(parent, c)
+                    size[rc] += 1
+                    nops[rc] += nops[u] - 2
+                continue
+        if fflags[u] & 2:
+            for j in range(lo + 1, hi):
+                c = succ_idx[j]
+                if not fflags[c] & 4 or state[c] & 1:
+                    continue
+                rc = _find(parent, c)
+                for j2 in range(lo, j):
+                    c2 = succ_idx[j2]
+                    if not fflags[c2] & 4 or state[c2] & 1 or dev[c2] != dev[c]:
+                        continue
+                    r2 = _find(parent, c2)
+                    if r2 == rc:
+                        break  # already together: u's output is read once already
+                    if (level[r2] != level[rc] or size[r2] + size[rc] > max_size
+                            or nops[r2] + nops[rc] - 1 > max_ops):
+                        continue
+                    a, b = min(r2, rc), max(r2, rc)
+                    parent[a] = b
+                    size[b] += size[a]
+                    nops[b] += nops[a] - 1
+                    exits[b] += exits[a]
+                    sav[c] += succ_bytes[j] * spb[cls[c], dev[c]]
+                    multi = True
+                    break
     for i in range(n - 1, -1, -1):  # parents have higher indices: resolve from the end
         p = parent[i]
         group[i] = i if p == i else group[p]
-    return group
+        if state[i] & 1:  # consumers come later: theirs is resolved
+            group[i] = group[succ_idx[succ_ptr[i]]]
+    return group, anydup, multi
+
+
+@_jit(inline="always")
+def _slowdown(size, large_ops, large_slope):
+    """How much slower than the sum of its parts a kernel of ``size`` ops runs."""
+    return 1.0 + large_slope * max(size - large_ops, 0)
+
+
+@_jit()
+def kernel_graph(group, dev, prio, time, flop_t, mem_t, launch, spb, cls, temp_bytes, out_bytes,
+                 succ_ptr, succ_idx, succ_bytes, large_ops, large_slope, ws):
+    """Kernels and the graph between them, where fusion duplicated ops or merged siblings.
+
+    A kernel's members are the nodes of its group and a copy of each duplicated node
+    read by one of them. It takes ``max(launch) + max(Σ flop time, Σ memory time −
+    savings) × slowdown``: a copy recomputes its FLOPs and reads its inputs again; an
+    edge inside the kernel is neither written nor read back (a copy's output is written
+    nowhere); siblings read a shared input once (``sav``). Its output bytes are those of
+    its exits (members read outside it, or by no one), freed together. Between kernels,
+    one edge per pair, carrying the sum of the distinct tensors. Returns ``(group2,
+    kdur, kout, ktemp, kprio, mhead, mnext, pred_ptr, pred_idx, succ_ptr, succ_idx,
+    succ_bytes)`` for :func:`run`: kernels are their own group, every other node has
+    group -1 and no edges; member lists hold the kernel alone. Views into ``ws``."""
+    n = group.shape[0]
+    kdur, ktemp, kprio, fsum, msum, lmax, mhead, mnext = ws[13:21]
+    state, sav = ws[28], ws[29]
+    (kout, g2, mh2, mn2, cptr, cidx, cbytes, pptr, pidx, slot, lastp, ksize,
+     mark) = ws[31:44]
+    for i in range(n):
+        kout[i] = 0.0
+        ktemp[i] = 0.0
+        kprio[i] = -np.inf
+        fsum[i] = 0.0
+        msum[i] = 0.0
+        lmax[i] = 0.0
+        mhead[i] = -1
+        ksize[i] = 0
+        slot[i] = -1
+        mark[i] = -1
+        g2[i] = -1
+    for i in range(n - 1, -1, -1):
+        d = dev[i]
+        if state[i] & 1:  # a copy in each kernel of its consumers
+            wrote = succ_bytes[succ_ptr[i]] * spb[cls[i], d]
+            for j in range(succ_ptr[i], succ_ptr[i + 1]):
+                c = succ_idx[j]
+                k = group[c]
+                msum[k] -= succ_bytes[j] * spb[cls[c], d]
+                if mark[k] == i:
+                    continue
+                mark[k] = i
+                ksize[k] += 1
+                fsum[k] += flop_t[i, d]
+                msum[k] += mem_t[i, d] - wrote
+                if launch[i, d] > lmax[k]:
+                    lmax[k] = launch[i, d]
+                ktemp[k] += temp_bytes[i]
+                if prio[i] > kprio[k]:
+                    kprio[k] = prio[i]
+            continue
+        # written out like the copy's sums above and kernel_costs' rather than in an inlined
+        # helper: numba counts references to every array handed to one, which made this
+        # function half as slow again
+        g = group[i]
+        ksize[g] += 1
+        fsum[g] += flop_t[i, d]
+        msum[g] += mem_t[i, d] - sav[i]
+        if launch[i, d] > lmax[g]:
+            lmax[g] = launch[i, d]
+        ktemp[g] += temp_bytes[i]
+        if prio[i] > kprio[g]:
+            kprio[g] = prio[i]
+        mnext[i] = mhead[g]
+        mhead[g] = i
+    # edges between kernels, merged per pair, in one walk of each kernel's members'
+    # out-edges; on the way, edges inside the kernel (neither written nor read back) and
+    # exits (members read outside it, or by no one: their output is the kernel's)
+    ne = 0
+    cptr[0] = 0
+    for a in range(n):
+        if group[a] == a and not state[a] & 1:
+            g2[a] = a
+            mh2[a] = a
+            mn2[a] = -1
+            d = dev[a]
+            first = ne
+            m = mhead[a]
+            while m >= 0:
+                lo, hi = succ_ptr[m], succ_ptr[m + 1]
+                exit_ = lo == hi
+                for j in range(lo, hi):
+                    v = succ_idx[j]
+                    jlo, jhi = j, j + 1
+                    if state[v] & 1:  # read by copies: leaves unless every copy is here
+                        jlo, jhi = succ_ptr[v], succ_ptr[v + 1]
+                    elif group[v] == a:
+                        msum[a] -= succ_bytes[j] * (spb[cls[m], d] + spb[cls[v], d])
+                        continue
+                    for j2 in range(jlo, jhi):
+                        b = group[v] if jhi == j + 1 else group[succ_idx[j2]]
+                        if b == a:
+                            continue
+                        exit_ = True
+                        if slot[b] < 0:
+                            slot[b] = ne
+                            lastp[b] = m
+                            cidx[ne] = b
+                            cbytes[ne] = succ_bytes[j]
+                            ne += 1
+                        elif lastp[b] != m:
+                            lastp[b] = m
+                            cbytes[slot[b]] += succ_bytes[j]
+                if exit_:
+                    kout[a] += out_bytes[m]
+                m = mnext[m]
+            for e in range(first, ne):
+                slot[cidx[e]] = -1
+            if ksize[a] == 1:
+                kdur[a] = time[a, d]
+            else:
+                kdur[a] = lmax[a] + max(fsum[a], max(msum[a], 0.0)) * _slowdown(
+                    ksize[a], large_ops, large_slope)
+        cptr[a + 1] = ne
+    # predecessors: a counting sort of the edges by destination
+    for i in range(n + 1):
+        pptr[i] = 0
+    for e in range(ne):
+        pptr[cidx[e] + 1] += 1
+    for i in range(n):
+        pptr[i + 1] += pptr[i]
+        slot[i] = pptr[i]
+    for a in range(n):
+        for e in range(cptr[a], cptr[a + 1]):
+            b = cidx[e]
+            pidx[slot[b]] = a
+            slot[b] += 1
+    return g2, kdur, kout, ktemp, kprio, mh2, mn2, pptr, pidx, cptr, cidx[:ne], cbytes[:ne]
 
 
 @_jit()
 def kernel_costs(group, dev, prio, fused, time, flop_t, mem_t, launch, spb, cls, temp_bytes,
-                 single_eb, cand_consumer, ws):
+                 single_eb, cand_consumer, large_ops, large_slope, ws):
     """Duration, scratch bytes and priority of every kernel, and its member lists.
 
-    A fused kernel on device d takes ``max(launch) + max(sum flop_t, sum mem_t - bytes
-    of internal edges priced at both ends)``: tensors inside the group are neither
-    written nor read back. Its scratch is the members' sum, its priority their highest.
+    For groups that are in-trees (no duplicated op, no sibling merged): a fused kernel on
+    device d takes ``max(launch) + max(sum flop_t, sum mem_t - bytes of internal edges
+    priced at both ends) * slowdown`` (:func:`_slowdown`): tensors inside the group are
+    neither written nor read back. Its scratch is the members' sum, its priority their highest.
     A kernel of one node, fused or not, takes ``time[i, dev[i]]``: the same figure, and
     the only cost array it reads. Returns views into ``ws``: kdur, ktemp, kprio (N,), mhead (N,), mnext (N,).
     """
@@ -223,9 +456,11 @@ def kernel_costs(group, dev, prio, fused, time, flop_t, mem_t, launch, spb, cls,
             kprio[g] = prio[i]
         mnext[i] = mhead[g]
         mhead[g] = i
+    size = ws[22]
     for k in range(n):
         if group[k] == k and mnext[k] >= 0:
-            kdur[k] = lmax[k] + max(fsum[k], max(msum[k], 0.0))
+            kdur[k] = lmax[k] + max(fsum[k], max(msum[k], 0.0)) * _slowdown(
+                size[k], large_ops, large_slope)
     return kdur, ktemp, kprio, mhead, mnext
 
 
@@ -613,47 +848,65 @@ _scratch = threading.local()
 
 def evaluate(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ_ptr, succ_idx,
              succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes, temp_bytes,
-             persistent, coloc, capacity, bw, lat, cand, single_eb, max_fuse, shared, host,
-             slope):
+             persistent, coloc, capacity, bw, lat, cand, single_eb, fflags, level, max_fuse,
+             max_ops, large_ops, large_slope, shared, host, slope, ecap):
     """:func:`evaluate_in` in this thread's work arrays.
 
     Its result depends on its arguments alone (the engine writes every work array before
     reading it) and threads never share work arrays; but arrays in the result are views
     into them, valid until this thread's next call.
     """
-    key = (place.shape[0], capacity.shape[0], succ_idx.shape[0])
+    key = (place.shape[0], capacity.shape[0], ecap)
     if getattr(_scratch, "key", None) != key:
         _scratch.ws = workspace(*key)
         _scratch.key = key
     return evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ_ptr,
                        succ_idx, succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes,
-                       temp_bytes, persistent, coloc, capacity, bw, lat, cand, single_eb,
-                       max_fuse, shared, host, slope, _scratch.ws)
+                       temp_bytes, persistent, coloc, capacity, bw, lat, cand, single_eb, fflags,
+                       level, max_fuse, max_ops, large_ops, large_slope, shared, host, slope,
+                       _scratch.ws)
 
 
 @_jit()
 def evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ_ptr,
                 succ_idx, succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes,
-                temp_bytes, persistent, coloc, capacity, bw, lat, cand, single_eb, max_fuse, shared,
-                host, slope, ws):
+                temp_bytes, persistent, coloc, capacity, bw, lat, cand, single_eb, fflags, level,
+                max_fuse, max_ops, large_ops, large_slope, shared, host, slope, ws):
     """Fuse, cost the kernels, run, check validity, in the work arrays ``ws``.
     ``fusion_mode``: 0 none, 1 the compiler's default, 2 by ``fprio``. Returns ``(run's
-    result, group, number of kernels, validity code, device or colocation group at
-    fault)``; arrays in it may be views into ``ws``."""
+    result, group, state (bit 1: duplicated), number of kernels, validity code, device or
+    colocation group at fault)``; arrays in it may be views into ``ws``. Groups that are in-trees run on the
+    node graph itself; with a duplicated op or merged siblings, on the kernel graph of
+    :func:`kernel_graph`."""
     n = place.shape[0]
     ndev = capacity.shape[0]
     fused = fusion_mode != 0
+    general = False
     if fused:
-        group = fuse(place, fprio, fusion_mode == 1, cand, max_fuse, ws)
+        group, anydup, multi = fuse(place, fprio, fusion_mode == 1, cand, fflags, level,
+                                    succ_ptr, succ_idx, succ_bytes, pred_ptr, spb, cls, max_fuse,
+                                    max_ops, ws)
+        general = anydup or multi
     else:
         group = ws[23]
+        state = ws[28]
         for i in range(n):
             group[i] = i
-    kdur, ktemp, kprio, mhead, mnext = kernel_costs(group, place, prio, fused, time, flop_t,
-                                                    mem_t, launch, spb, cls, temp_bytes,
-                                                    single_eb, cand, ws)
-    res = run(group, place, kdur, out_bytes, ktemp, kprio, use_fifo, mhead, mnext, pred_ptr,
-              pred_idx, succ_ptr, succ_idx, succ_bytes, bw, lat, ndev, shared, host, slope, ws)
+            state[i] = 0
+    if general:
+        g2, kdur, kout, ktemp, kprio, mh, mn, kpp, kpi, ksp, ksi, ksb = kernel_graph(
+            group, place, prio, time, flop_t, mem_t, launch, spb, cls, temp_bytes, out_bytes,
+            succ_ptr, succ_idx, succ_bytes, large_ops, large_slope, ws)
+        res = run(g2, place, kdur, kout, ktemp, kprio, use_fifo, mh, mn, kpp, kpi, ksp, ksi,
+                  ksb, bw, lat, ndev, shared, host, slope, ws)
+    else:
+        kdur, ktemp, kprio, mhead, mnext = kernel_costs(group, place, prio, fused, time, flop_t,
+                                                        mem_t, launch, spb, cls, temp_bytes,
+                                                        single_eb, cand, large_ops, large_slope,
+                                                        ws)
+        res = run(group, place, kdur, out_bytes, ktemp, kprio, use_fifo, mhead, mnext, pred_ptr,
+                  pred_idx, succ_ptr, succ_idx, succ_bytes, bw, lat, ndev, shared, host, slope,
+                  ws)
     nk = 0
     ngroups = 0
     peak = res[1]
@@ -678,14 +931,14 @@ def evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, s
             if peak[d] > capacity[d]:
                 code, arg = OOM, d
                 break
-    return res, group, nk, code, arg
+    return res, group, ws[28], nk, code, arg
 
 
 @_jit(parallel=True)
 def evaluate_batch(places, prios, fifo, fprios, mode, pred_ptr, pred_idx, succ_ptr, succ_idx,
                    succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes, temp_bytes,
-                   persistent, coloc, capacity, bw, lat, cand, single_eb, max_fuse, shared, host,
-                   slope, nthreads):
+                   persistent, coloc, capacity, bw, lat, cand, single_eb, fflags, level, max_fuse,
+                   max_ops, large_ops, large_slope, shared, host, slope, ecap, nthreads):
     """:func:`evaluate_in` for B plans in chunks of plans, one workspace per chunk.
 
     There are a few chunks per thread, handed out one at a time (the caller sets numba's
@@ -700,18 +953,31 @@ def evaluate_batch(places, prios, fifo, fprios, mode, pred_ptr, pred_idx, succ_p
     arg = np.zeros(b, np.int64)
     nchunks = max(1, min(b, 4 * nthreads))
     for c in prange(nchunks):
-        ws = workspace(n, capacity.shape[0], succ_idx.shape[0])
+        ws = workspace(n, capacity.shape[0], ecap)
         for i in range(c * b // nchunks, (c + 1) * b // nchunks):
-            res, _, _, cd, a = evaluate_in(places[i], prios[i], fifo, fprios[i], mode, pred_ptr,
+            res, _, _, _, cd, a = evaluate_in(places[i], prios[i], fifo, fprios[i], mode, pred_ptr,
                                            pred_idx, succ_ptr, succ_idx, succ_bytes, time,
                                            flop_t, mem_t, launch, spb, cls, out_bytes,
                                            temp_bytes, persistent, coloc, capacity, bw, lat,
-                                           cand, single_eb, max_fuse, shared, host, slope, ws)
+                                           cand, single_eb, fflags, level, max_fuse, max_ops,
+                                           large_ops, large_slope, shared, host, slope, ws)
             step[i] = res[0]
             peak[i, :] = res[1]
             code[i] = cd
             arg[i] = a
     return step, peak, code, arg
+
+
+@_jit()
+def levels(pred_ptr, pred_idx):
+    """Longest path (in edges) from a source to each node, nodes in topological order."""
+    n = pred_ptr.shape[0] - 1
+    lev = np.zeros(n, np.int64)
+    for v in range(n):
+        for j in range(pred_ptr[v], pred_ptr[v + 1]):
+            if lev[pred_idx[j]] + 1 > lev[v]:
+                lev[v] = lev[pred_idx[j]] + 1
+    return lev
 
 
 def ensure_compiled() -> bool:
@@ -736,7 +1002,7 @@ def ensure_compiled() -> bool:
     from graphopt.sim.plan import Plan
     from graphopt.sim.problem import Problem, simulate, simulate_batch
 
-    fns = (evaluate_in, evaluate_batch, critical_path)
+    fns = (evaluate_in, evaluate_batch, critical_path, levels)
 
     def misses() -> int:
         return sum(sum(f.stats.cache_misses.values()) for f in fns)

@@ -3,6 +3,7 @@ public entry points :func:`simulate` and :func:`simulate_batch`."""
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -22,6 +23,19 @@ __all__ = ["BatchResult", "Problem", "SimResult", "Timeline", "format_bytes", "s
 
 _OK, _OOM, _COLOC = engine.OK, engine.OOM, engine.COLOC
 
+#: Classes of op XLA may duplicate into several consumers (cheap, elementwise-like ops;
+#: ``instruction_fusion.cc``: producers that are not expensive).
+DUPLICABLE = frozenset({"elementwise", "data_movement", "view"})
+#: Ops of those classes XLA counts as expensive (``HloInstruction``'s ``IsExpensive``:
+#: transcendental and division), never duplicated.
+EXPENSIVE = frozenset({"div", "divide", "exp", "exponential", "log", "tanh", "tanh_", "pow",
+                       "power", "sqrt", "rsqrt", "erf", "sin", "cos", "sine", "cosine", "tan",
+                       "atan2", "log-plus-one", "exponential-minus-one", "sigmoid", "logistic",
+                       "gelu", "silu", "rem", "remainder", "cbrt"})
+#: Classes that may merge with siblings into a multi-output kernel (XLA's loop and
+#: reduction input fusions, ``gpu/multi_output_fusion.cc``).
+SIBLING = frozenset({"elementwise", "data_movement", "reduction", "norm", "softmax"})
+
 
 class Problem:
     """A graph on a cluster with op costs, compiled once and simulated many times.
@@ -34,6 +48,14 @@ class Problem:
         Measured op times that replace the roofline formula where they apply.
     max_fusion_size : int
         Largest number of ops the fusion pass puts in one kernel.
+    max_fusion_operands : int
+        Largest number of operands plus outputs of a fused kernel (XLA's GPU
+        ``FusionFitsInBudget`` caps them at 96: a kernel's parameter space and register
+        pressure).
+    fusion_efficient_ops, fusion_slowdown_per_op : int, float
+        A fused kernel of more than ``fusion_efficient_ops`` ops runs ``1 +
+        fusion_slowdown_per_op * (ops - fusion_efficient_ops)`` times slower than the
+        sum of its parts (register pressure lowers occupancy); see docs/simulator.md.
 
     Examples
     --------
@@ -45,10 +67,15 @@ class Problem:
     True
     """
 
-    def __init__(self, graph: Graph, cluster: Cluster, profile=None, max_fusion_size: int = 64):
+    def __init__(self, graph: Graph, cluster: Cluster, profile=None, max_fusion_size: int = 64,
+                 max_fusion_operands: int = 96, fusion_efficient_ops: int = 16,
+                 fusion_slowdown_per_op: float = 0.02):
         self.graph = graph.validate()
         self.cluster = cluster
         self.max_fusion_size = int(max_fusion_size)
+        self.max_fusion_operands = int(max_fusion_operands)
+        self.fusion_efficient_ops = int(fusion_efficient_ops)
+        self.fusion_slowdown_per_op = float(fusion_slowdown_per_op)
         self.costs = op_costs(graph, cluster, profile)
         n, g = graph.num_nodes, graph
         self.num_nodes, self.num_devices = n, cluster.num_devices
@@ -75,7 +102,20 @@ class Problem:
         self.coloc = np.array(g.coloc)
         self.out_bytes = np.array(g.out_bytes)
         self.temp_bytes = np.array(g.temp_bytes)
-        # fusion candidates: u -> its only consumer v, when the classes allow it
+        self._fusion_candidates()
+
+    def _fusion_candidates(self) -> None:
+        """What the fusion pass may do at each node (docs/simulator.md, "Fusion").
+
+        ``cand_consumer[u]``: u's only consumer when the classes allow fusing u into it
+        (else -1). ``fusion_flags[u]``: 1, u is cheap and has several consumers, all
+        able to take it: it may be duplicated into them; 2, u has several consumers:
+        they may merge as siblings; 4, u may be such a sibling. ``level``: longest path
+        from a source, in edges. ``fusion_choice``: the nodes whose fusion priority
+        changes anything. ``fusible``: every node fusion could put in a kernel with
+        another (the lower bound counts their FLOP time only).
+        """
+        g, n = self.graph, self.num_nodes
         cls = np.array(OP_CLASSES)[self.costs.class_id]
         prod = np.isin(cls, list(FUSIBLE_PRODUCER))
         cons = np.isin(cls, list(FUSIBLE_CONSUMER))
@@ -87,9 +127,57 @@ class Problem:
         self.cand_consumer = np.where(ok, only, -1)
         self.single_edge_bytes = np.zeros(n)
         self.single_edge_bytes[single] = self.succ_bytes[self.succ_ptr[:-1][single]]
+        many = g.out_degree >= 2
+        src = np.repeat(np.arange(n), np.diff(self.succ_ptr))
+        # every consumer of u can take it: count the consumers that cannot
+        refuse = np.bincount(src[~cons[self.succ_idx]], minlength=n)
+        cheap = np.isin(cls, list(DUPLICABLE)) & ~np.isin(g.op, list(EXPENSIVE))
+        dup = many & cheap & (refuse == 0)
+        sib_member = np.isin(cls, list(SIBLING))
+        nsib = np.bincount(src[sib_member[self.succ_idx]], minlength=n)
+        sib = many & (nsib >= 2)
+        self.fusion_flags = (dup * 1 + sib * 2 + sib_member * 4).astype(np.int64)
+        self.level = engine.levels(self.pred_ptr, self.pred_idx)
+        self.fusion_choice = (self.cand_consumer >= 0) | dup | sib
         fusible = self.cand_consumer >= 0
         fusible[self.cand_consumer[fusible]] = True
+        fusible |= dup
+        fusible[self.succ_idx[dup[src]]] = True
+        fusible[self.succ_idx[sib[src] & sib_member[self.succ_idx]]] = True
         self.fusible = fusible
+        # a duplicated op turns its in-edges x out-edges into edges between kernels
+        deg = g.in_degree.astype(np.int64) * g.out_degree.astype(np.int64)
+        self.edge_capacity = int(len(self.succ_idx) + deg[dup].sum())
+
+    def with_memory_fraction(self, fraction: float) -> Problem:
+        """This problem with every device's memory set to what the compiler's defaults
+        (one device, first ready first run, XLA's fusion) need for their persistent bytes
+        (weights, optimizer state) plus ``fraction`` of the rest of their peak: below 1
+        that plan no longer fits, and the order, the placement or the fusion must make
+        room. Costs are shared, not recomputed.
+
+        Raises
+        ------
+        PlanError
+            ``fraction`` is not a positive finite number.
+
+        Examples
+        --------
+        >>> from graphopt.hardware import load_cluster
+        >>> from graphopt.ir.generate import mlp_training_graph
+        >>> prob = Problem(mlp_training_graph(), load_cluster("dgx1-v100:2"))
+        >>> tight = prob.with_memory_fraction(0.9)
+        >>> simulate(tight, Plan()).valid, simulate(prob, Plan()).valid
+        (False, True)
+        """
+        if not (np.isfinite(fraction) and fraction > 0):
+            raise PlanError(f"memory fraction {fraction}: expected a number > 0, e.g. 0.8")
+        keep = float(self.persistent.sum())
+        cap = keep + float(fraction) * (float(simulate(self, Plan()).peak_memory[0]) - keep)
+        tight = copy.copy(self)
+        tight.cluster = self.cluster.with_memory(max(cap, 1.0))
+        tight.capacity = tight.cluster.memory
+        return tight
 
     def __repr__(self) -> str:
         return (f"Problem(graph={self.graph.name!r}, nodes={self.num_nodes}, "
@@ -147,7 +235,9 @@ class Problem:
                 c.time, c.flop_time, c.mem_time, c.launch, c.sec_per_byte, c.class_id,
                 self.out_bytes, self.temp_bytes, self.persistent, self.coloc, self.capacity,
                 self.bandwidth, self.latency, self.cand_consumer, self.single_edge_bytes,
-                self.max_fusion_size, self.shared, self.host, self.slope)
+                self.fusion_flags, self.level, self.max_fusion_size, self.max_fusion_operands,
+                self.fusion_efficient_ops, self.fusion_slowdown_per_op, self.shared, self.host,
+                self.slope, self.edge_capacity)
 
 
 @dataclass
@@ -155,6 +245,8 @@ class Timeline:
     """Every kernel and transfer of a simulated plan, with start and end in seconds.
 
     Kernels are named by their root node; ``group[i]`` is the root of node i's kernel.
+    A duplicated op (``duplicated[i]``) has no kernel of its own: a copy of it runs in the
+    kernel of each of its consumers, and ``group[i]`` names its first consumer's.
     """
 
     kernel: np.ndarray
@@ -168,6 +260,7 @@ class Timeline:
     transfer_start: np.ndarray
     transfer_end: np.ndarray
     transfer_bytes: np.ndarray
+    duplicated: np.ndarray
 
 
 @dataclass
@@ -270,14 +363,16 @@ def simulate(problem: Problem, plan: Plan | None = None, timeline: bool = False)
     """
     plan = plan or Plan()
     place, prio, fifo, fprio, mode = _plan_arrays(problem, plan)
-    res, group, nk, code, arg = engine.evaluate(place, prio, fifo, fprio, mode, *problem.arrays())
+    res, group, state, nk, code, arg = engine.evaluate(place, prio, fifo, fprio, mode,
+                                                       *problem.arrays())
     (step, peak, busy, moved, start, end, ntr, tk, tdst, ts, te, tb) = res
     tl = None
     if timeline:
         ks = np.flatnonzero(group == np.arange(problem.num_nodes))
         tl = Timeline(kernel=ks, device=place[ks], start=start[ks], end=end[ks], group=group.copy(),
                       transfer_kernel=tk.copy(), transfer_src=place[tk], transfer_dst=tdst.copy(),
-                      transfer_start=ts.copy(), transfer_end=te.copy(), transfer_bytes=tb.copy())
+                      transfer_start=ts.copy(), transfer_end=te.copy(), transfer_bytes=tb.copy(),
+                      duplicated=(state & 1).astype(bool))
     return SimResult(step_time=float(step), valid=code == _OK,
                      reason=_reason(problem, code, arg, peak), peak_memory=peak, busy=busy,
                      bytes_moved=float(moved), num_kernels=int(nk),

@@ -109,7 +109,8 @@ class SearchSpace:
         where a choice exists (placement with two devices or more, fusion with a
         fusible node). Empty: there is nothing to search.
     fusible : int64 array
-        Nodes the fusion pass may fuse into their consumer (their fusion priority matters).
+        Nodes whose fusion priority matters (``Problem.fusion_choice``): fused into their
+        consumer, duplicated into their consumers, or their consumers merged as siblings.
     upper_bound : float
         No valid plan takes longer: every kernel and every transfer one after another
         (:func:`~graphopt.dist.local.runtime_bound`).
@@ -131,7 +132,7 @@ class SearchSpace:
         n, d = problem.num_nodes, problem.num_devices
         self.unit_of, self.num_units = units(problem.coloc)
         self.first_node = np.unique(self.unit_of, return_index=True)[1]
-        self.fusible = np.flatnonzero(problem.cand_consumer >= 0)
+        self.fusible = np.flatnonzero(problem.fusion_choice)
         self.searches = {"placement": "placement" in task and d > 1,
                          "scheduling": "scheduling" in task and n > 1,
                          "fusion": "fusion" in task and len(self.fusible) > 0}

@@ -1,0 +1,77 @@
+"""``graphopt bench fusion``: fusion and scheduling decisions (docs/simulator.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from graphopt.cli._common import check_output, compile_simulator, console, fail
+from graphopt.errors import GraphoptError
+
+
+def _rows(text: str, default: tuple[str, ...]) -> tuple[str, ...]:
+    if text == "none":
+        return ()
+    return tuple(r.strip() for r in text.split(",") if r.strip()) if text else default
+
+
+def bench_fusion(
+    cluster: str = typer.Option("p100", help="Preset whose first N devices each row uses. "
+                                             "Example: dgx1-v100"),
+    budget: int = typer.Option(500, min=1, help="Evaluations of every search. Example: 2000"),
+    full: bool = typer.Option(False, "--full", help="The full-size models (default: their "
+                                                    "quick versions, minutes in all)."),
+    table3_rows: str = typer.Option("", help="Rows of GO's Table 3 (default: GNMT, RNNLM and "
+                                             "Transformer-XL on 2-8 devices; 'none': skip). "
+                                             "Example: gnmt-2,rnnlm-4"),
+    memory_rows: str = typer.Option("", help="Rows of the tight-memory scheduling table "
+                                             "('none': skip). Example: gnmt-2"),
+    fractions: str = typer.Option("0.95,0.9", help="Memory fractions there: each device keeps "
+                                                   "its persistent bytes and this fraction of "
+                                                   "the rest of the first-ready peak. "
+                                                   "Example: 0.9,0.8"),
+    multitask_rows: str = typer.Option("", help="Rows of the multi-task table ('none': skip). "
+                                                "Example: rnnlm-2"),
+    method: str = typer.Option("sa", help="Search of the multi-task table. Example: brkga"),
+    learned: bool = typer.Option(False, help="Also GO (go-one) on the first two tables; see "
+                                             "docs/benchmarks.md for why it is off."),
+    seed: int = typer.Option(0, help="Seed of every method."),
+    out: Path = typer.Option(Path("bench/results/fusion.json"), help="Results JSON."),
+    docs: Path = typer.Option(Path("docs/benchmarks.md"),
+                              help="Markdown file whose fusion section is rewritten."),
+) -> None:
+    """GO's Table 3 (fusion: none, XLA's default, sa, GO), scheduling under tight memory
+    against XLA's memory schedulers, and placement + scheduling + fusion jointly.
+
+    Example: graphopt bench fusion --table3-rows rnnlm-4 --memory-rows gnmt-2 --multitask-rows none
+    """
+    from graphopt.benchmarks import fusion as bench
+
+    command = " ".join(["graphopt bench fusion", f"--budget {budget}",
+                        *(["--full"] if full else []),
+                        *([f"--table3-rows {table3_rows}"] if table3_rows else []),
+                        *([f"--memory-rows {memory_rows}"] if memory_rows else []),
+                        *([f"--fractions {fractions}"] if fractions != "0.95,0.9" else []),
+                        *([f"--multitask-rows {multitask_rows}"] if multitask_rows else []),
+                        *([f"--method {method}"] if method != "sa" else []),
+                        *(["--learned"] if learned else [])])
+    try:
+        check_output(out, "--out")
+        try:
+            fr = tuple(float(f) for f in fractions.split(",") if f.strip())
+        except ValueError:
+            raise GraphoptError(f"--fractions {fractions!r}: expected numbers, e.g. 0.9,0.8") \
+                from None
+        if not fr or not all(0 < f <= 1 for f in fr):
+            raise GraphoptError(f"--fractions {fractions!r}: expected numbers in (0, 1], "
+                                "e.g. 0.9,0.8")
+        compile_simulator()
+        res = bench.run(cluster, budget, seed, not full, _rows(table3_rows, bench.TABLE3_ROWS),
+                        _rows(memory_rows, bench.MEMORY_ROWS), fr,
+                        _rows(multitask_rows, bench.MULTITASK_ROWS), method, learned, out)
+    except GraphoptError as err:
+        fail(err)
+    console.print(bench.to_markdown(res))
+    bench.update_docs(res, docs, command)
+    console.print(f"results: {out}; tables written into {docs}")
