@@ -213,3 +213,26 @@ def to_markdown(res: dict) -> str:
 def update_docs(res: dict, docs: str | Path) -> None:
     """Write :func:`to_markdown` into the ``mcm`` section of ``docs``."""
     replace_section(docs, "mcm", to_markdown(res))
+
+
+def long_markdown(finetune: dict, searches: dict) -> str:
+    """BERT-base at the scratch budget: ``searches`` (``run`` with mcm-random and mcm-sa at
+    that budget) beside the fine-tuned and from-scratch policies of ``finetune`` (``run``
+    with ``scratch_budget``), and the fine-tuning speed-up."""
+    lines = ["| chips | mcm-random | mcm-sa | mcm-finetune | mcm-one (scratch) | best learned / "
+             "random | best learned / sa |", "|---:|---:|---:|---:|---:|---:|---:|"]
+    by_chips = {r["chips"]: r for r in searches["rows"]}
+    for r in finetune["rows"]:
+        s = by_chips.get(r["chips"], {"methods": {}})["methods"]
+        tp = {"mcm-random": s.get("mcm-random", {}).get("throughput"),
+              "mcm-sa": s.get("mcm-sa", {}).get("throughput"),
+              "mcm-finetune": r.get("finetune_long", {}).get("throughput"),
+              "mcm-one": r.get("scratch", {}).get("throughput")}
+        learned = max((x for x in (tp["mcm-finetune"], tp["mcm-one"]) if x), default=None)
+        lines.append(f"| {r['chips']} | " + " | ".join(f"{x:,.0f}" if x else "-" for x in
+                                                       tp.values()) + " | " +
+                     " | ".join(f"{learned / tp[b]:.3f}" if learned and tp[b] else "-"
+                                for b in ("mcm-random", "mcm-sa")) + " |")
+    ft = to_markdown(finetune).split("Fine-tuning against training from scratch")
+    return "\n".join(lines) + ("\n\nFine-tuning against training from scratch" + ft[1]
+                               if len(ft) > 1 else "")
