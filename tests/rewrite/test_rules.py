@@ -82,7 +82,11 @@ CASES = {
                                                   "b": nn.Conv2d(4, 3, 3, padding=1)}, IMG),
     "enlarge-conv": (lambda m, x: m.a(x) + m.b(x), {"a": nn.Conv2d(4, 3, 1),
                                                     "b": nn.Conv2d(4, 3, 3, padding=1)}, IMG),
-    # bookkeeping: derived weights keep their place in the merge order
+    # bookkeeping: weights concatenated in any grouping are one; derived weights keep
+    # their place in the merge order
+    "weight-cat-associate": (lambda m, x: m.a(x) + m.b(x) + m.c(x),
+                             {"a": nn.Linear(4, 3), "b": nn.Linear(4, 3), "c": nn.Linear(4, 3)},
+                             V),
     "order-scale": (lambda m, x: m.a(x) * 0.5 + m.b(x), {"a": nn.Linear(4, 3),
                                                           "b": nn.Linear(4, 3)}, V),
     "order-bn": (lambda m, x: m.bn(m.a(x)) + m.b(x), {"a": nn.Conv2d(4, 5, 1), "bn": _bn(5),
@@ -90,8 +94,9 @@ CASES = {
 }
 
 
-HELPERS = {"permute-identity": ("permute-compose",), "reshape-identity": ("reshape-compose",),
-           "order-bn": ("bn-fold", "merge-conv"), "order-scale": ("scale-linear", "merge-linear")}
+HELPERS = {"weight-cat-associate": ("merge-linear",), "permute-identity": ("permute-compose",),
+           "reshape-identity": ("reshape-compose",), "order-bn": ("bn-fold", "merge-conv"),
+           "order-scale": ("scale-linear", "merge-linear")}
 
 
 def test_every_rule_has_a_case():

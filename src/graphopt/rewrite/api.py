@@ -27,7 +27,7 @@ from graphopt.rewrite import rules as R
 from graphopt.rewrite.codegen import ARGS, ENode, build_module
 from graphopt.rewrite.extract import (Costs, EClasses, dag_cost, extract_greedy, extract_ilp,
                                       read_egraph)
-from graphopt.rewrite.terms import L, RewriteError, T, Translation, W, to_terms
+from graphopt.rewrite.terms import L, RewriteError, T, Translation, W, _Lets, to_terms
 
 __all__ = ["RewriteConfig", "RewriteResult", "export_module", "load_model", "rewrite",
            "sequential_rewrite"]
@@ -225,8 +225,11 @@ def _program_cost(tr: Translation, costs: Costs, cfg: RewriteConfig) -> float:
     return dag_cost(extract_greedy(ec, cost), ec.root, cost)
 
 
-def _terms_of(choice: dict[str, ENode], root: str) -> T:
-    """The egglog term of the program ``choice`` names (to start a new e-graph from)."""
+def _terms_of(choice: dict[str, ENode], root: str, prefix: str) -> tuple[T, list]:
+    """The egglog term of the program ``choice`` names (to start a new e-graph from), and
+    the let bindings it refers to."""
+    lets: list = []
+    bind = _Lets(prefix, lets)
     made: dict[str, Any] = {}
     stack = [(root, False)]
     while stack:
@@ -242,8 +245,8 @@ def _terms_of(choice: dict[str, ENode], root: str) -> T:
         fn = {"T": T, "W": W, "L": L}[owner]
         fn = getattr(fn, name) if name else fn
         args = [made[a] if k in "TWL" else a for a, k in zip(node.args, ARGS[node.op])]
-        made[c] = fn(*args)
-    return made[root]
+        made[c] = bind(fn(*args)) if c != root else fn(*args)
+    return made[root], lets
 
 
 def sequential_rewrite(module: torch.nn.Module, example_inputs: tuple,
@@ -296,9 +299,9 @@ def sequential_rewrite(module: torch.nn.Module, example_inputs: tuple,
             value = dag_cost(cand, cand_ec.root, cand_cost)
             if value < best * (1 - 1e-9):
                 best, ec, cost, choice = value, cand_ec, cand_cost, cand
-                current = Translation(_terms_of(cand, cand_ec.root), tr.inputs, tr.constants,
-                                      tr.table, tr.out_spec, tr.facts, tr.input_values,
-                                      tr.num_ops, tr.shape_cache)
+                root, lets = _terms_of(cand, cand_ec.root, f"$s{steps}_")
+                # the original's terms stay: its facts (shapes) refer to them
+                current = replace(tr, root=root, lets=tr.lets + lets)
                 eg = current.egraph()
                 steps += 1
                 improved = True

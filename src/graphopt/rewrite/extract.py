@@ -19,6 +19,7 @@ answer when the time runs out).
 from __future__ import annotations
 
 import heapq
+import os
 import json
 import math
 import time
@@ -26,6 +27,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 from egglog import EGraph
 
@@ -125,6 +127,7 @@ def _infer(ec: EClasses, tr: Translation) -> None:
                 ready.append(n)
     values = ec.values
     ok: dict[str, list[ENode]] = defaultdict(list)
+    failed: list[str] = []
     while ready:
         n = ready.pop()
         try:
@@ -134,6 +137,7 @@ def _infer(ec: EClasses, tr: Translation) -> None:
                     o.op in ("T.op", "T") for o in ec.nodes[n.eclass]):
                 raise RewriteError(f"op {n.args[0]!r} cannot run on meta tensors: "
                                    f"{str(err).splitlines()[0]}") from err
+            failed.append(f"{n.op}{n.args}: {str(err).splitlines()[0] if str(err) else err!r}")
             continue
         ok[n.eclass].append(n)
         if n.eclass in values:
@@ -144,7 +148,8 @@ def _infer(ec: EClasses, tr: Translation) -> None:
             if missing[parent] == 0:
                 ready.append(parent)
     if ec.root not in values:
-        raise RewriteError("the rewritten program's outputs have no shape")
+        raise RewriteError("the rewritten program's outputs have no shape"
+                           + (f"; e.g. {failed[0]}" if failed else ""))
     ec.nodes = dict(ok)
 
 
@@ -305,17 +310,41 @@ def extract_greedy(ec: EClasses, cost: dict[ENode, float]) -> dict[str, ENode]:
     return choice
 
 
-def dag_cost(choice: dict[str, ENode], root: str, cost: dict[ENode, float]) -> float:
-    """Seconds of the program ``choice`` names: each e-class reached from ``root`` once."""
-    seen, stack, total = set(), [root], 0.0
+def _reachable(choice: dict[str, ENode], root: str) -> set[str]:
+    """The e-classes the program ``choice`` names needs, from ``root``."""
+    seen, stack = set(), [root]
     while stack:
         c = stack.pop()
-        if c in seen:
-            continue
-        seen.add(c)
-        total += cost[choice[c]]
-        stack.extend(choice[c].children)
-    return total
+        if c not in seen:
+            seen.add(c)
+            stack.extend(choice[c].children)
+    return seen
+
+
+def dag_cost(choice: dict[str, ENode], root: str, cost: dict[ENode, float]) -> float:
+    """Seconds of the program ``choice`` names: each e-class reached from ``root`` once."""
+    return sum(cost[choice[c]] for c in _reachable(choice, root))
+
+
+def _cyclic_components(ec: EClasses, classes: list[str]) -> dict[str, int]:
+    """E-class → its strongly connected component, for the e-classes that lie on a cycle
+    of the class graph (an e-class points to its e-nodes' operand classes). Only these
+    need order variables: elsewhere no choice can close a cycle."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    index = {c: i for i, c in enumerate(classes)}
+    src, dst = [], []
+    for c in classes:
+        for n in ec.nodes[c]:
+            for k in set(n.children):
+                if k in index and k != c:
+                    src.append(index[c])
+                    dst.append(index[k])
+    graph = coo_matrix(([1] * len(src), (src, dst)), shape=(len(classes), len(classes)))
+    _, label = connected_components(graph, directed=True, connection="strong")
+    sizes = np.bincount(label)
+    return {c: int(label[i]) for c, i in index.items() if sizes[label[i]] > 1}
 
 
 def extract_ilp(ec: EClasses, cost: dict[ENode, float], time_limit: float = 10.0,
@@ -327,7 +356,9 @@ def extract_ilp(ec: EClasses, cost: dict[ENode, float], time_limit: float = 10.0
     Variables: ``x[n]`` per e-node, ``a[c]`` per e-class (computed or not), and an
     integer order ``o[c]``; constraints: ``a[root] = 1``, ``a[c] = sum x[n]`` over c's
     e-nodes, ``x[n] <= a[k]`` for each operand class k of n, and ``x[n] => o[c] > o[k]``
-    (no cycles). Weight classes are left out: they cost nothing and never form cycles.
+    (no cycles; only for e-classes on a cycle of the class graph, found as strongly
+    connected components). Weight classes are left out: they cost nothing and never form
+    cycles.
 
     Parameters
     ----------
@@ -349,9 +380,10 @@ def extract_ilp(ec: EClasses, cost: dict[ENode, float], time_limit: float = 10.0
     scale = 1e8  # costs in units of 10 ns: CP-SAT's objective is integral
     m = cp_model.CpModel()
     tensor_classes = [c for c, ns in ec.nodes.items() if not ns[0].op.startswith("W")]
-    order = {c: m.new_int_var(0, len(tensor_classes), f"o{i}")
-             for i, c in enumerate(tensor_classes)}
     active = {c: m.new_bool_var(f"a{i}") for i, c in enumerate(tensor_classes)}
+    cyclic = _cyclic_components(ec, tensor_classes)
+    order = {c: m.new_int_var(0, len(cyclic), f"o{i}") for i, c in enumerate(tensor_classes)
+             if c in cyclic}
     x: dict[ENode, Any] = {}
     filtered = 0
     for c in tensor_classes:
@@ -366,21 +398,27 @@ def extract_ilp(ec: EClasses, cost: dict[ENode, float], time_limit: float = 10.0
             members.append(v)
             for k in kids:
                 m.add_implication(v, active[k])
-                m.add(order[c] > order[k]).only_enforce_if(v)
+                if c in cyclic and cyclic.get(k) == cyclic[c]:
+                    m.add(order[c] > order[k]).only_enforce_if(v)
         m.add(sum(members) == active[c])
     m.add(active[ec.root] == 1)
     m.minimize(sum(int(round(cost[n] * scale)) * v for n, v in x.items()))
     if hint:
+        used = _reachable(hint, ec.root)  # the hint's program: other classes stay off
         for n, v in x.items():
-            m.add_hint(v, hint.get(n.eclass) == n)
+            m.add_hint(v, n.eclass in used and hint[n.eclass] == n)
+        for c, v in active.items():
+            m.add_hint(v, c in used)
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = float(time_limit)
     solver.parameters.random_seed = int(seed)
-    solver.parameters.num_workers = 1  # deterministic; the machine is small
+    solver.parameters.num_workers = int(os.environ.get("GRAPHOPT_ILP_WORKERS", "1"))
+    solver.parameters.interleave_search = os.environ.get("GRAPHOPT_ILP_INTERLEAVE") == "1"
     start = time.perf_counter()
     status = solver.solve(m)
     stats = {"status": solver.status_name(status), "seconds": time.perf_counter() - start,
-             "variables": len(x) + 2 * len(active), "filtered": filtered}
+             "variables": len(x) + len(active) + len(order), "filtered": filtered,
+             "cyclic_classes": len(cyclic)}
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         if hint is None:
             raise RewriteError(f"the ILP found no program ({stats['status']})")

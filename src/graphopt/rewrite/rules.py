@@ -36,9 +36,9 @@ def _rw(name: str, lhs: T, rhs: T):
 
 
 def _ordered() -> tuple:
-    """Facts: every weight of ``w1`` comes before every weight of ``w2``."""
+    """Facts: the weights of ``w2`` follow those of ``w1`` in the merge order."""
     return (eq(l1).to(lo(w1)), eq(h1).to(hi(w1)), eq(l2).to(lo(w2)), eq(h2).to(hi(w2)),
-            h1 < l2)
+            eq(h1 + i64(1)).to(l2))
 
 
 def _order_of(w: W) -> tuple:
@@ -137,6 +137,10 @@ _SINGLE = (
         T.linear(x, w1, b1, n1)),
     _rw("slice-whole-conv", T.slice(_conv(x, w1, b1), i64(3), i64(0), n1),
         _conv(x, w1, b1)),
+    # a weight concatenated in any grouping is one weight: merges reached in different
+    # orders become the same op
+    rule(eq(wv).to(W.cat(W.cat(w1, w2), g)), name="weight-cat-associate").then(
+        union(wv).with_(W.cat(w1, W.cat(w2, g)))),
     # weights derived from one weight keep its place in the merge order
     *(rule(eq(wv).to(derived), eq(l1).to(lo(w1)), eq(h2).to(hi(w1)), name=f"order-{kind}").then(
         *_order_of(wv)) for kind, derived in (("scale", W.scale(w1, s)),

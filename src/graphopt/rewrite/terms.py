@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from egglog import (EGraph, Expr, String, StringLike, f64Like, function, i64, i64Like,
+from egglog import (EGraph, Expr, String, StringLike, f64Like, function, i64, i64Like, let,
                     relation, set_)
 from torch import fx
 
@@ -228,6 +228,8 @@ class Translation:
         The module's output pytree spec (from ``torch.export``), to rebuild outputs.
     facts : list
         egglog facts: shapes of the input program's tensors, permutation compositions.
+    lets : list
+        ``(name, term)`` of every term, each over the names of its operands.
     input_values : list of Tensor
         A meta tensor of each input's shape and dtype.
     num_ops : int
@@ -242,6 +244,7 @@ class Translation:
     table: dict[str, tuple[Any, tuple, dict]] = field(default_factory=dict)
     out_spec: Any = None
     facts: list = field(default_factory=list)
+    lets: list = field(default_factory=list)
     input_values: list[torch.Tensor] = field(default_factory=list)
     num_ops: int = 0
     shape_cache: dict = field(default_factory=dict)
@@ -249,8 +252,24 @@ class Translation:
     def egraph(self) -> EGraph:
         """A new e-graph holding the program and its facts."""
         eg = EGraph()
-        eg.register(self.root, *self.facts)
+        eg.register(*(let(name, term) for name, term in self.lets), self.root, *self.facts)
         return eg
+
+
+class _Lets:
+    """Gives every term of a program a let name, so each term sent to egglog is one
+    constructor over named operands: a program's DAG is never unfolded into a tree
+    (exponential with residual connections), and egglog-python's own let-binding of
+    shared subterms, which in egglog 13.2 sometimes aliased distinct subterms once a
+    process had built many e-graphs, is never needed."""
+
+    def __init__(self, prefix: str, lets: list):
+        self.prefix, self.lets, self.scratch = prefix, lets, EGraph()
+
+    def __call__(self, term: Any) -> Any:
+        name = f"{self.prefix}{len(self.lets)}"
+        self.lets.append((name, term))
+        return self.scratch.let(name, term)
 
 
 def _from_end(dim: int, rank: int) -> int:
@@ -294,6 +313,7 @@ def to_terms(gm: fx.GraphModule) -> Translation:
     weights: dict[fx.Node, W] = {}
     consts: dict[str, torch.Tensor] = {}
     tr = Translation(T("?"), [], consts)
+    bind = _Lets("$v", tr.lets)
     perms: set[str] = set()
     ranks: set[int] = set()
 
@@ -309,7 +329,7 @@ def to_terms(gm: fx.GraphModule) -> Translation:
 
     for n in gm.graph.nodes:
         if n.op == "placeholder":
-            env[n] = T(n.name)
+            env[n] = bind(T(n.name))
             tr.inputs.append(n.name)
             v = _val(n)
             tr.input_values.append(torch.empty(v.shape, dtype=v.dtype, device="meta"))
@@ -318,15 +338,12 @@ def to_terms(gm: fx.GraphModule) -> Translation:
             value = operator.attrgetter(n.target)(gm)
             if isinstance(value, torch.Tensor):
                 consts[n.target] = value.detach()
-                weights[n] = W(n.target)
-                # merges concatenate weights in this order only, so each set of ops
-                # sharing an input is merged one way, not once per ordering
-                tr.facts += [set_(lo(weights[n])).to(i64(len(consts))),
-                             set_(hi(weights[n])).to(i64(len(consts)))]
+                weights[n] = bind(W(n.target))
         elif n.op == "call_module":
             continue  # torch.export's input guards: checked when the program is built
         elif n.op == "call_function":
-            env[n] = _term(n, tensor, weight, tr, perms)
+            term = _term(n, tensor, weight, tr, perms)
+            env[n] = [bind(t) for t in term] if isinstance(term, list) else bind(term)
             tr.num_ops += 1
             v = n.meta.get("val")
             if isinstance(v, torch.Tensor) and n in env and isinstance(env[n], T):
@@ -340,6 +357,8 @@ def to_terms(gm: fx.GraphModule) -> Translation:
                 outs = L.cons(tensor(a), outs)
             tr.root = T.output(outs)
     tr.out_spec = getattr(gm, "_out_spec", None)
+    for i, w in enumerate(_merge_order(gm, weights)):
+        tr.facts += [set_(lo(weights[w])).to(i64(i)), set_(hi(weights[w])).to(i64(i))]
     # permutations the rules may compose: the closure of the graph's under composition
     # is finite but can be large, so pairs of the graph's own and their inverses only
     inv = {_csv(sorted(range(len(p.split(","))), key=lambda i, p=p: int(p.split(",")[i])))
@@ -352,6 +371,22 @@ def to_terms(gm: fx.GraphModule) -> Translation:
     for r in ranks | {len(p.split(",")) for p in known}:
         tr.facts.append(is_identity(String(_csv(range(r)))))
     return tr
+
+
+def _merge_order(gm: fx.GraphModule, weights: dict[fx.Node, W]) -> list[fx.Node]:
+    """Weights numbered so that those of the linears and convolutions reading one tensor
+    are consecutive. Merge rules join only adjacent ranges of this order, so the ops
+    sharing an input are merged in one order (not once per permutation): O(k²) merged
+    ops for k siblings instead of O(2^k)."""
+    order: list[fx.Node] = []
+    seen: set[fx.Node] = set()
+    for n in gm.graph.nodes:
+        for u in n.users:
+            if u.target in (_aten.linear.default, _aten.conv2d.default) and u.args[0] is n \
+                    and u.args[1] in weights and u.args[1] not in seen:
+                seen.add(u.args[1])
+                order.append(u.args[1])
+    return order + [w for w in weights if w not in seen]
 
 
 def _term(n: fx.Node, tensor, weight, tr: Translation, perms: set[str]) -> Any:
