@@ -11,6 +11,7 @@ from graphopt.cli._common import (ADDRESS_HELP, PARAM_HELP, compile_simulator, c
 from graphopt.cli.fusion import bench_fusion
 from graphopt.cli.mcm import bench_mcm
 from graphopt.cli.regal import bench_regal
+from graphopt.cli.rewrite import bench_rewrite
 from graphopt.errors import GraphoptError
 
 app = typer.Typer(no_args_is_help=True, help="Benchmarks; results go to bench/results/ "
@@ -18,6 +19,7 @@ app = typer.Typer(no_args_is_help=True, help="Benchmarks; results go to bench/re
 app.command("regal")(bench_regal)
 app.command("mcm")(bench_mcm)
 app.command("fusion")(bench_fusion)
+app.command("rewrite")(bench_rewrite)
 
 
 @app.command("go-table2")

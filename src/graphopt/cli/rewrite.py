@@ -77,3 +77,48 @@ def rewrite_command(
     console.print(f"search {s['search_s']:.2f} s: {search}; largest output difference "
                   f"{s.get('max_error', float('nan')):.2g} (relative); written to {out}",
                   highlight=False)
+
+
+def bench_rewrite(
+    models: str = typer.Option("", help="Models, comma-separated (default: all six). "
+                                        "Example: nasrnn,bert"),
+    size: str = typer.Option("bench", help="bench, or tiny (seconds; CI)."),
+    repeats: int = typer.Option(30, min=1, help="Timed runs of each program (median kept)."),
+    warmup: int = typer.Option(3, min=0, help="Untimed runs of each program first."),
+    compile_: bool = typer.Option(False, "--compile", help="Also time each program compiled "
+                                                            "with torch.compile (inductor)."),
+    sequential_limit: float = typer.Option(600.0, min=1.0, help="Seconds the sequential "
+                                                                 "rewriter may search per model."),
+    out: Path | None = typer.Option(None, help="Results JSON; default "
+                                               "bench/results/rewrite[-tiny].json"),
+    docs: Path = typer.Option(Path("docs/benchmarks.md"), help="Markdown file whose rewrite "
+                                                               "section is rewritten."),
+) -> None:
+    """Tensat's comparison on this CPU: measured inference time of the original program,
+    the sequential greedy rewriter (TASO-style) and saturation + ILP, with search times.
+
+    Example: graphopt bench rewrite --models nasrnn,squeezenet --repeats 20
+    """
+    from graphopt.benchmarks import rewrite as bench
+    from graphopt.rewrite.models import MODELS
+
+    names = tuple(m.strip() for m in models.split(",") if m.strip()) or tuple(MODELS)
+    out = out or Path(f"bench/results/rewrite{'-tiny' if size == 'tiny' else ''}.json")
+    command = " ".join(["graphopt bench rewrite", *([f"--models {models}"] if models else []),
+                        *([f"--size {size}"] if size != "bench" else []),
+                        f"--repeats {repeats}", *(["--compile"] if compile_ else [])])
+    try:
+        check_output(out, "--out")
+        unknown = [m for m in names if m not in MODELS]
+        if unknown or size not in ("bench", "tiny"):
+            raise GraphoptError(f"--models {','.join(unknown)}: expected some of "
+                                f"{', '.join(MODELS)}" if unknown else
+                                f"--size {size}: expected bench or tiny")
+        res = bench.run(names, size, repeats, warmup, compile_, out,
+                        seq_time_limit=sequential_limit, command=command,
+                        progress=lambda name: console.print(f"{name} done", highlight=False))
+    except GraphoptError as err:
+        fail(err)
+    console.print(bench.to_markdown(res))
+    bench.update_docs(res, docs)
+    console.print(f"results: {out}; table written into {docs}")
