@@ -205,7 +205,7 @@ def to_markdown(res: dict) -> str:
             fi = f.get("finetune_interval")
             lines.append(f"| {r['chips']} | {f['scratch_interval'] * 1e3:.4f} ms, {s0 or 0:.1f} s "
                          f"| {'-' if fi is None else f'{fi * 1e3:.4f} ms'}, "
-                         f"{f['finetune_evals']}, {'-' if s1 is None else f'{s1:.1f} s'} | "
+                         f"{f['finetune_evals'] or '-'}, {'-' if s1 is None else f'{s1:.1f} s'} | "
                          f"{f'{s0 / max(s1, 1e-9):.1f}x' if s0 and s1 is not None else 'not reached'} |")
     return "\n".join(lines)
 
