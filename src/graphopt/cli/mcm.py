@@ -49,6 +49,7 @@ def train_mcm(
     import torch
 
     from graphopt.benchmarks.mcm import forward_graph
+    from graphopt.cli.train import _flag  # PPO options as typed (cli.train imports this module)
     from graphopt.hardware import load_cluster
     from graphopt.optim.learned.mcm import PRETRAIN_CORPUS, PRETRAIN_PPO, pretrain
     from graphopt.sim import Problem
@@ -61,7 +62,7 @@ def train_mcm(
                         *([f"--corpus {corpus}"] if corpus != "default" else []),
                         f"--updates {updates}", *([f"--minutes {minutes:g}"] if minutes else []),
                         f"--repair-seconds {repair_seconds:g}", f"--seed {seed}",
-                        *(f"--{k.replace('_', '-')} {v}" for k, v in given.items())])
+                        *(_flag(k, v) for k, v in given.items())])
     try:
         check_output(out, "--out", folder=True)
         cfg = dataclasses.replace(PRETRAIN_PPO, **given)
