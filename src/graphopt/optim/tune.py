@@ -18,6 +18,7 @@ graphopt's searches follow their papers, so the good region is near them).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import os
@@ -140,6 +141,9 @@ def _trial(config: dict, problems, method: str, budget: int, seeds: list[int],
     import numba
 
     numba.set_num_threads(1)  # a trial takes one CPU; Tune runs one per CPU side by side
+    # the problems come from Ray's object store as read-only arrays, a type numba would
+    # compile the simulator for anew (a minute): writable copies load it from its cache
+    problems = copy.deepcopy(problems)
     try:
         get_optimizer(method, **config)
     except GraphoptError as err:  # a setting the method refuses as a whole (BRKGA's
