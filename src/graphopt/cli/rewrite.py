@@ -90,7 +90,7 @@ def bench_rewrite(
     sequential_limit: float = typer.Option(600.0, min=1.0, help="Seconds the sequential "
                                                                  "rewriter may search per model."),
     out: Path | None = typer.Option(None, help="Results JSON; default "
-                                               "bench/results/rewrite[-tiny].json"),
+                                               "bench/results/rewrite[-compile][-tiny].json"),
     docs: Path = typer.Option(Path("docs/benchmarks.md"), help="Markdown file whose rewrite "
                                                                "section is rewritten."),
 ) -> None:
@@ -103,10 +103,13 @@ def bench_rewrite(
     from graphopt.rewrite.models import MODELS
 
     names = tuple(m.strip() for m in models.split(",") if m.strip()) or tuple(MODELS)
-    out = out or Path(f"bench/results/rewrite{'-tiny' if size == 'tiny' else ''}.json")
+    out = out or Path(f"bench/results/rewrite{'-compile' if compile_ else ''}"
+                      f"{'-tiny' if size == 'tiny' else ''}.json")
     command = " ".join(["graphopt bench rewrite", *([f"--models {models}"] if models else []),
                         *([f"--size {size}"] if size != "bench" else []),
-                        f"--repeats {repeats}", *(["--compile"] if compile_ else [])])
+                        f"--repeats {repeats}", *(["--compile"] if compile_ else []),
+                        *([f"--sequential-limit {sequential_limit:g}"]
+                          if sequential_limit != 600.0 else [])])
     try:
         check_output(out, "--out")
         unknown = [m for m in names if m not in MODELS]

@@ -19,7 +19,6 @@ answer when the time runs out).
 from __future__ import annotations
 
 import heapq
-import os
 import json
 import math
 import time
@@ -110,13 +109,12 @@ def read_egraph(egraph: EGraph, tr: Translation) -> EClasses:
     return ec
 
 
-def _infer(ec: EClasses, tr: Translation) -> None:
-    """Shapes of e-classes bottom-up: an e-node runs on meta tensors once all its operand
-    classes have a value; its class takes the first value found. Calls are cached by
-    their arguments' shapes, so equal e-nodes of different classes run once."""
+def _dependencies(ec: EClasses) -> tuple[dict[str, list[ENode]], dict[ENode, int], list[ENode]]:
+    """For a bottom-up pass: the e-nodes waiting on each e-class, how many operand classes
+    each e-node still waits for, and the e-nodes that wait for none."""
     waiting: dict[str, list[ENode]] = defaultdict(list)
     missing: dict[ENode, int] = {}
-    ready: list[ENode] = []
+    leaves: list[ENode] = []
     for nodes in ec.nodes.values():
         for n in nodes:
             kids = set(n.children)
@@ -124,7 +122,15 @@ def _infer(ec: EClasses, tr: Translation) -> None:
             for k in kids:
                 waiting[k].append(n)
             if not kids:
-                ready.append(n)
+                leaves.append(n)
+    return waiting, missing, leaves
+
+
+def _infer(ec: EClasses, tr: Translation) -> None:
+    """Shapes of e-classes bottom-up: an e-node runs on meta tensors once all its operand
+    classes have a value; its class takes the first value found. Calls are cached by
+    their arguments' shapes, so equal e-nodes of different classes run once."""
+    waiting, missing, ready = _dependencies(ec)
     values = ec.values
     ok: dict[str, list[ENode]] = defaultdict(list)
     failed: list[str] = []
@@ -279,19 +285,10 @@ def extract_greedy(ec: EClasses, cost: dict[ENode, float]) -> dict[str, ENode]:
     e-node becomes a candidate once all its operand classes are settled, so the choice
     is acyclic. O(E log E) for E e-nodes.
     """
-    waiting: dict[str, list[ENode]] = defaultdict(list)
-    missing: dict[ENode, int] = {}
-    heap: list[tuple[float, int, str, ENode]] = []
-    tick = 0
-    for nodes in ec.nodes.values():
-        for n in nodes:
-            kids = set(n.children)
-            missing[n] = len(kids)
-            for k in kids:
-                waiting[k].append(n)
-            if not kids:
-                heapq.heappush(heap, (cost[n], tick, n.eclass, n))
-                tick += 1
+    waiting, missing, leaves = _dependencies(ec)
+    heap = [(cost[n], tick, n.eclass, n) for tick, n in enumerate(leaves)]
+    heapq.heapify(heap)
+    tick = len(heap)
     best: dict[str, float] = {}
     choice: dict[str, ENode] = {}
     while heap:
@@ -412,8 +409,7 @@ def extract_ilp(ec: EClasses, cost: dict[ENode, float], time_limit: float = 10.0
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = float(time_limit)
     solver.parameters.random_seed = int(seed)
-    solver.parameters.num_workers = int(os.environ.get("GRAPHOPT_ILP_WORKERS", "1"))
-    solver.parameters.interleave_search = os.environ.get("GRAPHOPT_ILP_INTERLEAVE") == "1"
+    solver.parameters.num_workers = 1  # deterministic; the machine is small
     start = time.perf_counter()
     status = solver.solve(m)
     stats = {"status": solver.status_name(status), "seconds": time.perf_counter() - start,
