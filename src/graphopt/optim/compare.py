@@ -70,13 +70,15 @@ def compare(problem: Problem, methods: list[str], task: str = "placement",
     ['single']
     """
     tasks = parse_task(task)
-    for m in methods:  # before any runs: a method that cannot take the objective fails fast
-        check_objectives(m, (budget or Budget()).objective)
-    start = None
-    if init:
-        start, _ = optimize(problem, init, "placement", budget, seed)
     out = []
+    # From the start: loading the methods takes seconds, and a Ctrl-C then still ends
+    # with the first method's plan, not a traceback.
     with stop_on_interrupt():
+        for m in methods:  # before any runs: a method that cannot take the objective fails fast
+            check_objectives(m, (budget or Budget()).objective)
+        start = None
+        if init:
+            start, _ = optimize(problem, init, "placement", budget, seed)
         for m in methods:
             if on_start:
                 on_start(m)
