@@ -200,7 +200,7 @@ def to_markdown(result: dict) -> str:
                          f"({_speedup(r, 'sequential', 'compiled_paired_speedup'):.3f}x) | "
                          f"{c['saturation']:.2f} "
                          f"({_speedup(r, 'saturation', 'compiled_paired_speedup'):.3f}x) |")
-    lines += ["", "Targets:", ""]
+    lines += ["", "Targets, from this run's eager timings:" if compiled else "Targets:", ""]
     for met, text in (result.get("targets") or targets(result)).values():
         lines.append(f"- **{'MET' if met else 'MISSED'}**: {text}")
     return "\n".join(lines)
