@@ -24,7 +24,7 @@ from graphopt.errors import check_fields
 from graphopt.rewrite.config import RewriteConfig
 from graphopt.hardware import load_cluster
 from graphopt.rewrite import rules as R
-from graphopt.rewrite.codegen import ARGS, ENode, build_module
+from graphopt.rewrite.codegen import ARGS, ENode, build_module, post_order
 from graphopt.rewrite.extract import (Costs, EClasses, dag_cost, extract_greedy, extract_ilp,
                                       read_egraph)
 from graphopt.rewrite.terms import L, RewriteError, T, Translation, W, _Lets, to_terms
@@ -231,16 +231,8 @@ def _terms_of(choice: dict[str, ENode], root: str, prefix: str) -> tuple[T, list
     lets: list = []
     bind = _Lets(prefix, lets)
     made: dict[str, Any] = {}
-    stack = [(root, False)]
-    while stack:
-        c, ready = stack.pop()
-        if c in made:
-            continue
+    for c in post_order(choice, root):
         node = choice[c]
-        if not ready:
-            stack.append((c, True))
-            stack.extend((k, False) for k in node.children if k not in made)
-            continue
         owner, _, name = node.op.partition(".")
         fn = {"T": T, "W": W, "L": L}[owner]
         fn = getattr(fn, name) if name else fn

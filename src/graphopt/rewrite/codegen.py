@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +21,7 @@ from torch import fx, nn
 
 from graphopt.rewrite.terms import UNARY, RewriteError, Slot, Translation
 
-__all__ = ["ARGS", "ENode", "build_module", "call_of", "weight_value"]
+__all__ = ["ARGS", "ENode", "build_module", "call_of", "post_order", "weight_value"]
 
 _aten = torch.ops.aten
 
@@ -144,6 +144,24 @@ def run_call(target: Any, args: tuple, op: str) -> Any:
     return target(*args)
 
 
+def post_order(choice: dict[str, ENode], root: str,
+               follow: Callable[[str], bool] = lambda c: True) -> Iterator[str]:
+    """The e-classes the program ``choice`` names, operands before users, each once,
+    descending only into the classes ``follow`` accepts. Iterative: programs are deep."""
+    seen: set[str] = set()
+    stack = [(root, False)]
+    while stack:
+        c, ready = stack.pop()
+        if c in seen:
+            continue
+        if ready:
+            seen.add(c)
+            yield c
+            continue
+        stack.append((c, True))
+        stack.extend((k, False) for k in choice[c].children if k not in seen and follow(k))
+
+
 def _set_nested(root: nn.Module, name: str, value: nn.Parameter | torch.Tensor) -> None:
     *path, leaf = name.split(".")
     mod = root
@@ -217,18 +235,8 @@ def build_module(choice: dict[str, ENode], root: str, tr: Translation,
     def value(c: str) -> Any:
         return weight_node(c) if choice[c].op.startswith("W") else done[c]
 
-    # iterative post-order over the chosen nodes (programs are deep: no recursion)
-    stack = [(root, False)]
-    while stack:
-        c, ready = stack.pop()
-        if c in done:
-            continue
+    for c in post_order(choice, root, lambda k: not choice[k].op.startswith("W")):
         node = choice[c]
-        if not ready:
-            stack.append((c, True))
-            stack.extend((k, False) for k in node.children
-                         if k not in done and not choice[k].op.startswith("W"))
-            continue
         op = node.op
         if op == "T":
             done[c] = placeholders[node.args[0]]
