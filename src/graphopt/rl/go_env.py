@@ -12,7 +12,7 @@ from torch import Tensor
 from graphopt.ir.coarsen import colocation_groups
 from graphopt.ir.features import FEATURE_NAMES, MODULE_FEATURE_NAMES, module_features, node_features
 from graphopt.ir.ops import OP_CLASSES, class_ids
-from graphopt.sim import Problem
+from graphopt.sim import Plan, Problem
 
 __all__ = ["GOEnv", "UNIT_FEATURES"]
 
@@ -73,6 +73,8 @@ class GOEnv:
     problem: Problem
     task: frozenset[str]
     units: str | np.ndarray = "groups"
+    #: the decisions of the tasks left out (a fusion-only policy fuses on this placement)
+    init: Plan | None = None
 
     def __post_init__(self) -> None:
         g, p = self.problem.graph, self.problem
@@ -133,12 +135,21 @@ class GOEnv:
     def plans(self, actions: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray | None,
                                                              np.ndarray | None]:
         """Per-op placements, priorities and fusion priorities (B, N_ops) from a choice per
-        node (B, N_units) for each task; a task left out gives None (compiler default)
-        and placement left out puts everything on device 0."""
+        node (B, N_units) for each task; a task left out takes :attr:`init`'s decision,
+        or else the compiler default (None; placement: everything on device 0)."""
         b = len(next(iter(actions.values())))
+        n = self.problem.num_nodes
+
+        def left_out(part: np.ndarray | None, dtype) -> np.ndarray | None:
+            return None if part is None else np.repeat(np.asarray(part, dtype)[None], b, axis=0)
+
+        init = self.init or Plan()
         place = (actions["placement"][:, self.unit] if "placement" in actions
-                 else np.zeros((b, self.problem.num_nodes), np.int64))
-        prio = actions["scheduling"][:, self.unit].astype(np.float64) if "scheduling" in actions \
-            else None
-        fuse = actions["fusion"][:, self.unit].astype(np.float64) if "fusion" in actions else None
+                 else left_out(init.placement, np.int64))
+        if place is None:
+            place = np.zeros((b, n), np.int64)
+        prio = (actions["scheduling"][:, self.unit].astype(np.float64) if "scheduling" in actions
+                else left_out(init.priority, np.float64))
+        fuse = (actions["fusion"][:, self.unit].astype(np.float64) if "fusion" in actions
+                else left_out(init.fusion, np.float64))
         return place, prio, fuse

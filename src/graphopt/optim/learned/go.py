@@ -144,7 +144,7 @@ class GO:
         generator = seed_everything(seed, self.threads)
         policy, _ = load_go_policy(self.checkpoint)
         _check(problem, task, policy, "go")
-        env = GOEnv(problem, task, self.units)
+        env = GOEnv(problem, task, self.units, init)
         k = self.samples if ev.remaining is None else max(1, min(self.samples, ev.remaining))
         with torch.no_grad():
             logits = policy(*env.inputs(), tasks=env.tasks)
@@ -206,7 +206,7 @@ class GOOne:
         seed_everything(seed, self.threads)
         policy = self._policy(seed)
         _check(problem, task, policy, self.name)
-        env = GOEnv(problem, task, self.units)
+        env = GOEnv(problem, task, self.units, init)
         cfg = PPOConfig(**{f.name: getattr(self, f.name) for f in fields(PPOConfig)
                            if hasattr(self, f.name)})
         out = train(policy, [env], cfg, seed=seed, evals=budget.evals, seconds=budget.seconds,
