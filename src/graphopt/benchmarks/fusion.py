@@ -20,10 +20,8 @@ Three measurements, each run side by side in one process, same problems, same se
    and against the compiler defaults (one device, first ready first run, XLA's fusion),
    same method and evaluations for every task set.
 
-GO (``go-one``) joins the first two with ``learned=True``. It is off by default: GO's
-environment decides every task it is not asked for as the compiler default (placement:
-everything on device 0), so with a fixed ``expert`` placement its fusion and
-scheduling runs search a different problem from the other columns.
+GO (``go-one``) joins the first two with ``learned=True``; it is off by default since
+PPO on every row takes far longer than the searches.
 
 Results go to a JSON file (checkpointed after each row) and a section of
 docs/benchmarks.md.

@@ -34,8 +34,8 @@ def bench_fusion(
     multitask_rows: str = typer.Option("", help="Rows of the multi-task table ('none': skip). "
                                                 "Example: rnnlm-2"),
     method: str = typer.Option("sa", help="Search of the multi-task table. Example: brkga"),
-    learned: bool = typer.Option(False, help="Also GO (go-one) on the first two tables; see "
-                                             "docs/benchmarks.md for why it is off."),
+    learned: bool = typer.Option(False, help="Also GO (go-one: PPO on each graph, far slower "
+                                             "than the searches) on the first two tables."),
     seed: int = typer.Option(0, help="Seed of every method."),
     out: Path = typer.Option(Path("bench/results/fusion.json"), help="Results JSON."),
     docs: Path = typer.Option(Path("docs/benchmarks.md"),
