@@ -19,7 +19,7 @@ install: $(STAMP)
 # The main job: compare placement methods, GO's shipped policy among them, on GNMT-2's
 # training step, two V100s of a DGX-1.
 run: $(STAMP)
-	$(BIN)/graphopt optimize zoo:gnmt-2 --methods single,expert,metis,m-etf,heft,sa,brkga,go \
+	$(BIN)/graphopt optimize zoo:gnmt-2 --methods single,expert,metis,m-etf,heft,sa,brkga,portfolio,go \
 		--budget 1000 --out runs/gnmt-2
 
 test: $(STAMP)
