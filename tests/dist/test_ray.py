@@ -203,3 +203,23 @@ def test_tune_writes_a_file_that_p_reads(pool, tmp_path):
     with pytest.raises(GraphoptError, match="not a parameter file"):
         (tmp_path / "bad.json").write_text("[1]")
         method_params([str(tmp_path / "bad.json")], ["sa"])
+
+
+@pytest.mark.parametrize("command", [
+    ["train", "regal", "--corpus", "layered:4x3:0", "--updates", "2", "--samples", "2",
+     "--evals", "20", "--dim", "8"],
+    ["train", "mcm", "--corpus", "rnnlm-2@mcm-ring4", "--updates", "1", "--num-samples", "2",
+     "--repair-seconds", "0.05"],
+])
+def test_train_regal_and_mcm_on_ray_give_local_policy(pool, tmp_path, command):
+    from typer.testing import CliRunner
+
+    from graphopt.cli import app
+
+    runner = CliRunner()
+    ray_run = runner.invoke(app, [*command, "--backend", "ray", "--out", str(tmp_path / "r")])
+    assert ray_run.exit_code == 0, ray_run.output
+    local = runner.invoke(app, [*command, "--out", str(tmp_path / "l")])
+    assert local.exit_code == 0, local.output
+    assert (tmp_path / "r" / "policy.safetensors").read_bytes() == \
+        (tmp_path / "l" / "policy.safetensors").read_bytes()

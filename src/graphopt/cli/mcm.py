@@ -8,8 +8,8 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from graphopt.cli._common import PARAM_HELP, compile_simulator, console, fail, method_params
-from graphopt.cli._common import check_output, options_from_fields
+from graphopt.cli._common import (ADDRESS_HELP, BACKEND_HELP, PARAM_HELP, check_output, compile_simulator,
+                                  console, evaluation_backend, fail, method_params, options_from_fields)
 from graphopt.errors import GraphoptError, check_fields
 from graphopt.rl.config import PPOConfig
 
@@ -36,6 +36,9 @@ def train_mcm(
                                                               "proposal. Example: 0.5"),
     seed: int = typer.Option(0, min=0, help="Seed of the policy's initialization and sampling."),
     threads: int = typer.Option(1, min=1, help="torch CPU threads."),
+    backend: str = typer.Option("local", "--backend",
+                                help=BACKEND_HELP + " (the rollouts' simulations go to the pool)"),
+    address: str | None = typer.Option(None, "--address", help=ADDRESS_HELP),
     **ppo,
 ) -> None:
     """Pre-train the MCM policy (GO's network with a chiplet head) with PPO on repaired
@@ -78,9 +81,10 @@ def train_mcm(
             with console.status(f"loading {graph} ..."):
                 problems.append(Problem(forward_graph(graph), load_cluster(where)))
         compile_simulator()
-        res = pretrain(problems, out, updates=updates,
-                       seconds=None if minutes is None else minutes * 60, seed=seed, ppo=cfg,
-                       repair_seconds=repair_seconds, command=command)
+        with evaluation_backend(backend, address):
+            res = pretrain(problems, out, updates=updates,
+                           seconds=None if minutes is None else minutes * 60, seed=seed, ppo=cfg,
+                           repair_seconds=repair_seconds, command=command)
     except GraphoptError as err:
         fail(err)
     t = Table(title=f"MCM pre-training: {res['updates']} updates, {res['total_evals']:,} "

@@ -7,7 +7,8 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from graphopt.cli._common import check_output, compile_simulator, console, fail, options_from_fields
+from graphopt.cli._common import (ADDRESS_HELP, BACKEND_HELP, check_output, compile_simulator, console,
+                                  evaluation_backend, fail, options_from_fields)
 from graphopt.errors import GraphoptError, check_fields
 from graphopt.rl.config import RegalConfig
 
@@ -34,6 +35,9 @@ def train_regal(
     objective: str = typer.Option("memory", "--objective", help=OBJECTIVE_HELP),
     minutes: float | None = typer.Option(None, min=0.0, help="Stop after this many minutes (the "
                                                             "checkpoint resumes later). Example: 25"),
+    backend: str = typer.Option("local", "--backend",
+                                help=BACKEND_HELP + " (BRKGA's simulations go to the pool)"),
+    address: str | None = typer.Option(None, "--address", help=ADDRESS_HELP),
     **options,
 ) -> None:
     """Train REGAL's policy with REINFORCE: per update one corpus graph, a few sampled sets
@@ -67,8 +71,9 @@ def train_regal(
         with console.status("loading the corpus ..."):
             problems = load_corpus(items, cluster)
         compile_simulator()
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), console=console) as bar, stop_on_interrupt():
+        with evaluation_backend(backend, address), Progress(
+                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                TimeElapsedColumn(), console=console) as bar, stop_on_interrupt():
             job = bar.add_task("REGAL training", total=config.updates)
 
             def step(update: int, row: dict) -> None:
