@@ -115,7 +115,8 @@ def test_in_process_drops_a_value_after_its_last_reader(monkeypatch):
     prog = compile_program(traced, None, 1)
     live = []
     run = runner.run_op
-    monkeypatch.setattr(runner, "run_op", lambda ins, values, *a: live.append(len(values)) or run(ins, values, *a))
+    monkeypatch.setattr(runner, "run_op",
+                        lambda ins, values, *a: live.append(len(values)) or run(ins, values, *a))
     out, state = run_inprocess(prog, 0, _fresh(prog))
     torch.testing.assert_close(out[0], model(x))
     assert len(prog.instrs) >= 40 and max(live) <= len(prog.feeds) + 2

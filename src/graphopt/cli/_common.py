@@ -21,7 +21,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from graphopt.errors import GraphoptError
+from graphopt.errors import GraphoptError, check_fields
 
 __all__ = ["ADDRESS_HELP", "BACKEND_HELP", "GRAPH_HELP", "PARAM_HELP", "check_output",
            "compile_simulator", "console", "evaluation_backend", "fail",
@@ -279,3 +279,21 @@ def options_from_fields(cls: type, *, unset_default: str | None = None) -> Calla
         return fn
 
     return wrap
+
+
+def ppo_options(defaults, options: dict) -> tuple[object, list[str]]:
+    """The PPO settings of a training command: the options given replace ``defaults``
+    (a :class:`graphopt.rl.config.PPOConfig`) and are checked against their ranges; with
+    them, those options as typed, for the run's recorded command.
+
+    Raises
+    ------
+    GraphoptError
+        An option out of its range, named as ``--option``.
+    """
+    given = {k: v for k, v in options.items() if v is not None}
+    config = dataclasses.replace(defaults, **given)
+    check_fields(config, lambda key: "--" + key.replace("_", "-"))
+    flags = [(f"--{k.replace('_', '-')}" if v else f"--no-{k.replace('_', '-')}")
+             if isinstance(v, bool) else f"--{k.replace('_', '-')} {v}" for k, v in given.items()]
+    return config, flags

@@ -9,8 +9,9 @@ import typer
 from rich.table import Table
 
 from graphopt.cli._common import (ADDRESS_HELP, BACKEND_HELP, PARAM_HELP, check_output, compile_simulator,
-                                  console, evaluation_backend, fail, method_params, options_from_fields)
-from graphopt.errors import GraphoptError, check_fields
+                                  console, evaluation_backend, fail, method_params, options_from_fields,
+                                  ppo_options)
+from graphopt.errors import GraphoptError
 from graphopt.rl.config import PPOConfig
 
 __all__ = ["bench_mcm", "train_mcm"]
@@ -47,12 +48,10 @@ def train_mcm(
 
     Example: graphopt train mcm --updates 300 --out runs/mcm
     """
-    import dataclasses
 
     import torch
 
     from graphopt.benchmarks.mcm import forward_graph
-    from graphopt.cli.train import _flag  # PPO options as typed (cli.train imports this module)
     from graphopt.hardware import load_cluster
     from graphopt.optim.learned.mcm import PRETRAIN_CORPUS, PRETRAIN_PPO, pretrain
     from graphopt.sim import Problem
@@ -60,16 +59,13 @@ def train_mcm(
     torch.set_num_threads(threads)
     items = PRETRAIN_CORPUS if corpus == "default" else tuple(
         c.strip() for c in corpus.split(",") if c.strip())
-    given = {k: v for k, v in ppo.items() if v is not None}
-    command = " ".join(["graphopt train mcm", f"--out {out}",
-                        *([f"--corpus {corpus}"] if corpus != "default" else []),
-                        f"--updates {updates}", *([f"--minutes {minutes:g}"] if minutes else []),
-                        f"--repair-seconds {repair_seconds:g}", f"--seed {seed}",
-                        *(_flag(k, v) for k, v in given.items())])
     try:
         check_output(out, "--out", folder=True)
-        cfg = dataclasses.replace(PRETRAIN_PPO, **given)
-        check_fields(cfg, lambda key: "--" + key.replace("_", "-"))
+        cfg, flags = ppo_options(PRETRAIN_PPO, ppo)
+        command = " ".join(["graphopt train mcm", f"--out {out}",
+                            *([f"--corpus {corpus}"] if corpus != "default" else []),
+                            f"--updates {updates}", *([f"--minutes {minutes:g}"] if minutes else []),
+                            f"--repair-seconds {repair_seconds:g}", f"--seed {seed}", *flags])
         if not items:
             raise GraphoptError(f"--corpus {corpus!r}: no GRAPH@PRESET item")
         problems = []

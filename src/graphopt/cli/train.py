@@ -7,9 +7,9 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from graphopt.cli._common import (ADDRESS_HELP, BACKEND_HELP, check_output, console,
+from graphopt.cli._common import (ADDRESS_HELP, BACKEND_HELP, check_output, console, ppo_options,
                                   evaluation_backend, fail, options_from_fields)
-from graphopt.errors import GraphoptError, check_fields
+from graphopt.errors import GraphoptError
 from graphopt.frontends import load_source, split_source
 from graphopt.cli.mcm import train_mcm
 from graphopt.cli.regal import train_regal
@@ -59,7 +59,6 @@ def train(
     """
     if ctx.invoked_subcommand:  # graphopt train regal ...: not GO's run
         return
-    import dataclasses
 
     import torch
 
@@ -71,16 +70,14 @@ def train(
     torch.set_num_threads(threads)
     items = PRETRAIN_CORPUS if corpus == "default" else tuple(
         c.strip() for c in corpus.split(",") if c.strip())
-    given = {k: v for k, v in ppo.items() if v is not None}
-    command = " ".join(["graphopt train", *([f"--corpus {corpus}"] if corpus != "default" else []),
-                        *([f"--cluster {cluster}"] if cluster else []),
-                        f"--updates {updates}", *([f"--minutes {minutes:g}"] if minutes else []),
-                        f"--task {task}", f"--seed {seed}",
-                        *(_flag(k, v) for k, v in given.items())])
     try:
         check_output(out, "--out", folder=True)
-        ppo = dataclasses.replace(PRETRAIN_PPO, **given)
-        check_fields(ppo, lambda key: "--" + key.replace("_", "-"))
+        ppo, flags = ppo_options(PRETRAIN_PPO, ppo)
+        command = " ".join(["graphopt train",
+                            *([f"--corpus {corpus}"] if corpus != "default" else []),
+                            *([f"--cluster {cluster}"] if cluster else []),
+                            f"--updates {updates}", *([f"--minutes {minutes:g}"] if minutes else []),
+                            f"--task {task}", f"--seed {seed}", *flags])
         if not items:
             raise GraphoptError(f"--corpus {corpus!r}: no GRAPH@CLUSTER item")
         problems = []
@@ -108,11 +105,3 @@ def train(
                       rows[-1]["charts/best_ratio"] if rows else None)))
     console.print(t)
     console.print(f"policy, checkpoint, log.csv and curve.png in {out}/")
-
-
-def _flag(key: str, value) -> str:
-    """A PPO option as typed on the command line, for the run's recorded command."""
-    name = key.replace("_", "-")
-    if isinstance(value, bool):
-        return f"--{name}" if value else f"--no-{name}"
-    return f"--{name} {value}"
