@@ -9,7 +9,9 @@ from typer.testing import CliRunner
 
 from graphopt.errors import GraphoptError
 from graphopt.rewrite import RewriteConfig, RewriteError, rewrite, sequential_rewrite
+from graphopt.rewrite import codegen, extract
 from graphopt.rewrite.api import export_module, saturate
+from graphopt.rewrite.codegen import fused_kernels
 from graphopt.rewrite.extract import (Costs, dag_cost, extract_greedy, extract_ilp,
                                       read_egraph)
 from graphopt.rewrite.models import make_model
@@ -107,3 +109,69 @@ def test_cli_rewrites_and_round_trips(tmp_path):
                  ["nasrnn", "--size", "tiny", "-o", str(out), "--ilp-time-limit", "0"]):
         r = CliRunner().invoke(app, ["rewrite", *args])
         assert r.exit_code == 2 and "error:" in r.output, (args, r.output)
+
+
+_FUSED_OPS = ("mkldnn._convolution_pointwise.default", "mkldnn._linear_pointwise.default")
+
+
+def _targets(gm):
+    return [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+
+
+@pytest.mark.skipif(not fused_kernels(), reason="this PyTorch has no oneDNN fused kernels")
+@pytest.mark.parametrize("name", ["vgg-19", "squeezenet", "resnext-50"])
+def test_activations_fuse_into_kernels(name):
+    """conv + relu (after BN folding on ResNeXt) and linear + relu become oneDNN's fused
+    kernels, and the program still computes the original's outputs."""
+    model, inputs = make_model(name, "tiny")
+    res = rewrite(model, inputs)
+    targets = _targets(res.module)
+    assert _FUSED_OPS[0] in targets
+    assert "aten.batch_norm.default" not in targets
+    if name == "vgg-19":
+        assert _FUSED_OPS[1] in targets
+        assert "aten.relu.default" not in targets
+    assert res.stats["rule_matches"]["conv-relu-fuse"] > 0
+    assert res.stats["max_error"] < 1e-4
+
+
+def test_fused_ops_fall_back_to_pairs(monkeypatch):
+    """Without oneDNN a fused op is built as the op and its activation."""
+    monkeypatch.setattr(codegen, "fused_kernels", lambda: False)
+    model, inputs = make_model("vgg-19", "tiny")
+    res = rewrite(model, inputs)
+    targets = _targets(res.module)
+    assert not set(_FUSED_OPS) & set(targets)
+    assert res.stats["rule_matches"]["conv-relu-fuse"] > 0
+    assert targets.count("aten.relu.default") == 16 + 2
+    with torch.no_grad():
+        torch.testing.assert_close(res.module(*inputs), model(*inputs), rtol=1e-4, atol=1e-5)
+
+
+def test_fused_op_is_priced_below_the_pair_and_measured_as_itself(monkeypatch):
+    model, inputs = make_model("vgg-19", "tiny")
+    tr = to_terms(export_module(model, inputs))
+    eg, _ = saturate(tr, RewriteConfig())
+    ec = read_egraph(eg, tr)
+    from graphopt.hardware import load_cluster
+
+    cost = Costs(load_cluster("cpu:1")).of(ec)
+    pairs = 0
+    for nodes in ec.nodes.values():
+        fused = [n for n in nodes if n.op == "T.conv_act"]
+        for f in fused:
+            relu = next(n for n in nodes if n.op == "T.un")
+            conv = next(n for n in ec.nodes[relu.args[1]] if n.op == "T.conv")
+            assert cost[f] < cost[conv] + cost[relu]
+            pairs += 1
+    assert pairs == 16
+    # measured: every op the rules know runs as the rewritten program runs it
+    ran = []
+    real = extract.run_call
+    monkeypatch.setattr(extract, "run_call", lambda t, a, op: ran.append(t) or real(t, a, op))
+    measured = Costs(load_cluster("cpu:1"), measure=True, repeats=1).of(ec)
+    assert all(v >= 0 for v in measured.values())
+    fused_target = codegen.call_of("T.conv_act", next(
+        n for ns in ec.nodes.values() for n in ns if n.op == "T.conv_act").args,
+        lambda c: ec.values[c], tr)[0]
+    assert fused_target in ran

@@ -91,10 +91,21 @@ CASES = {
                                                           "b": nn.Linear(4, 3)}, V),
     "order-bn": (lambda m, x: m.bn(m.a(x)) + m.b(x), {"a": nn.Conv2d(4, 5, 1), "bn": _bn(5),
                                                       "b": nn.Conv2d(4, 5, 1)}, IMG),
+    # the activations of two merged convolutions become the merged one's, then fuse
+    "unary-slice": (lambda m, x: torch.cat([m.a(x).relu(), m.b(x).relu()], 1).exp(),
+                    {"a": nn.Conv2d(4, 3, 3, padding=1), "b": nn.Conv2d(4, 2, 3, padding=1)},
+                    IMG),
 }
+ACTIVATIONS = {"relu": torch.relu, "gelu": nn.functional.gelu, "tanh": torch.tanh,
+               "sigmoid": torch.sigmoid, "silu": nn.functional.silu}
+for _f, _act in ACTIVATIONS.items():
+    CASES[f"conv-{_f}-fuse"] = (lambda m, x, act=_act: act(m.c(x)),
+                                {"c": nn.Conv2d(4, 5, 3, padding=1)}, IMG)
+    CASES[f"linear-{_f}-fuse"] = (lambda m, x, act=_act: act(m.l(x)), {"l": nn.Linear(4, 3)}, V)
 
 
 HELPERS = {"weight-cat-associate": ("merge-linear",), "permute-identity": ("permute-compose",),
+           "unary-slice": ("merge-conv", "conv-relu-fuse"),
            "reshape-identity": ("reshape-compose",), "order-bn": ("bn-fold", "merge-conv"),
            "order-scale": ("scale-linear", "merge-linear")}
 

@@ -5,11 +5,18 @@ used both to infer shapes (on meta tensors) and to build the rewritten program.
 TASO and Tensat do for weight ops); ``T`` nodes become ``call_function`` nodes of ATen
 ops, so the result is a plain :class:`torch.fx.GraphModule` that ``torch.export`` and
 ``torch.compile`` accept.
+
+A linear or convolution with a fused activation (``T.linear_act``, ``T.conv_act``)
+becomes PyTorch's fused CPU kernel (``mkldnn._linear_pointwise``,
+``mkldnn._convolution_pointwise``: oneDNN applies the activation as it writes the
+output, as inductor's CPU backend does) where PyTorch has oneDNN, else the op and its
+activation as two ATen calls, so the program runs everywhere.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import operator
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -19,16 +26,18 @@ import torch
 import torch.nn.functional as F
 from torch import fx, nn
 
-from graphopt.rewrite.terms import UNARY, RewriteError, Slot, Translation
+from graphopt.rewrite.terms import FUSED, UNARY, RewriteError, Slot, Translation
 
-__all__ = ["ARGS", "ENode", "build_module", "call_of", "post_order", "weight_value"]
+__all__ = ["ARGS", "ENode", "Unfused", "build_module", "call_of", "fused_kernels",
+           "post_order", "weight_value"]
 
 _aten = torch.ops.aten
 
 #: Constructor → kinds of its arguments: T, W, L (e-classes) or i, f, s (int, float and
 #: string literals).
 ARGS: dict[str, str] = {
-    "T": "s", "T.const": "W", "T.linear": "TWWi", "T.conv": "TWWiiiisii", "T.bn": "TWWWWf",
+    "T": "s", "T.const": "W", "T.linear": "TWWi", "T.conv": "TWWiiiisii",
+    "T.linear_act": "sTWWi", "T.conv_act": "sTWWiiiisii", "T.bn": "TWWWWf",
     "T.matmul": "TT", "T.add": "TT", "T.mul": "TT", "T.muls": "Tf", "T.un": "sT",
     "T.permute": "Ts", "T.reshape": "Ts", "T.slice": "Tiii", "T.cat": "TTiii", "T.op": "sL",
     "T.item": "Ti", "T.output": "L",
@@ -51,6 +60,22 @@ class ENode:
     def children(self) -> list[str]:
         """The e-classes it takes as operands."""
         return [a for a, k in zip(self.args, ARGS[self.op]) if k in "TWL"]
+
+
+@dataclass(frozen=True)
+class Unfused:
+    """The target of a fused op where PyTorch has no fused kernel: ``act(op(*args))``,
+    built as two calls."""
+
+    op: Any
+    act: Any
+
+
+@functools.cache
+def fused_kernels() -> bool:
+    """Whether this PyTorch has oneDNN's fused convolution and linear kernels."""
+    return torch.backends.mkldnn.is_available() and all(
+        hasattr(torch.ops.mkldnn, k) for k in ("_convolution_pointwise", "_linear_pointwise"))
 
 
 def _ints(s: str) -> list[int]:
@@ -81,10 +106,11 @@ def weight_value(op: str, args: tuple, value: Callable[[str], Any], constants: d
     raise RewriteError(f"unknown weight constructor {op!r}")
 
 
-def call_of(op: str, args: tuple, value: Callable[[str], Any], tr: Translation
+def call_of(op: str, args: tuple, value: Callable[[str], Any], tr: Translation | None
             ) -> tuple[Any, tuple]:
     """``(target, args)`` of the ATen call of a ``T`` node; ``value(cls)`` gives the
-    operand of an e-class (a tensor, a meta tensor or an fx node)."""
+    operand of an e-class (a tensor, a meta tensor or an fx node); ``tr`` is needed for
+    ``T.op`` only (its op table)."""
     v = value
     if op == "T.const":
         return None, (v(args[0]),)
@@ -95,6 +121,19 @@ def call_of(op: str, args: tuple, value: Callable[[str], Any], tr: Translation
         sh, sw, dh, dw = _ints(sd)
         return _aten.conv2d.default, (v(args[0]), v(args[1]), v(args[2]), [sh, sw], [ph, pw],
                                       [dh, dw], groups)
+    if op in ("T.linear_act", "T.conv_act"):
+        fn = args[0]
+        target, call = call_of(op.removesuffix("_act"), args[1:], v, tr)
+        if not fused_kernels():
+            return Unfused(target, UNARY[fn]), call
+        attr, algorithm = FUSED[fn]
+        # [None]: no scalar arguments (an empty list of scalars cannot be serialized by
+        # torch.export.save)
+        if op == "T.linear_act":
+            return torch.ops.mkldnn._linear_pointwise.default, (*call, attr, [None], algorithm)
+        x, w, b, stride, padding, dilation, groups = call
+        return torch.ops.mkldnn._convolution_pointwise.default, (
+            x, w, b, padding, stride, dilation, groups, attr, [None], algorithm)
     if op == "T.bn":
         return _aten.batch_norm.default, (v(args[0]), *(v(a) for a in args[1:5]), False, 0.0,
                                           args[5], True)
@@ -141,6 +180,8 @@ def run_call(target: Any, args: tuple, op: str) -> Any:
         return args[0]
     if op == "T.op":
         return target(*args[0], **args[1])
+    if isinstance(target, Unfused):
+        return target.act(target.op(*args))
     return target(*args)
 
 
@@ -258,6 +299,9 @@ def build_module(choice: dict[str, ENode], root: str, tr: Translation,
                     part.args[0] if isinstance(part, fx.Node) and part.target is target
                     and part.args[1] == args[1] else [part])]
                 done[c] = graph.call_function(target, (parts, args[1]))
+            elif isinstance(target, Unfused):
+                done[c] = graph.call_function(target.act, (graph.call_function(target.op,
+                                                                                tuple(args)),))
             else:
                 done[c] = graph.call_function(target, tuple(args))
     graph._codegen = copy.deepcopy(original.graph._codegen)

@@ -4,8 +4,10 @@ The e-graph is read from egglog's serialized form into e-classes of :class:`ENod
 Every e-class gets a shape by running its e-nodes on meta tensors; every e-node gets a
 cost from graphopt's cost models (:func:`graphopt.cost.op_costs`: the roofline of a
 cluster's device, or a measured :class:`graphopt.cost.Profile`), priced once per
-distinct ``(op, input shapes, output shape)``. Weights, inputs, views and splits cost
-nothing, as in Tensat.
+distinct ``(op, input shapes, output shape, fused activation)``; with ``measure=True``
+the ops the rules know are timed as the rewritten program will run them (a fused
+activation as its fused kernel), the others by the profile's proxy kernels. Weights,
+inputs, views and splits cost nothing, as in Tensat.
 
 Two extractors, as Tensat's: :func:`extract_greedy` (each e-class takes the e-node of
 least tree cost; Knuth's generalization of Dijkstra's algorithm, so it never picks a
@@ -21,6 +23,7 @@ from __future__ import annotations
 import heapq
 import json
 import math
+import statistics
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -43,7 +46,8 @@ __all__ = ["Costs", "EClasses", "dag_cost", "extract_greedy", "extract_ilp", "re
 #: Constructors that cost nothing: views, splits, inputs and everything about weights.
 _FREE = {"T", "T.const", "T.permute", "T.reshape", "T.slice", "T.item", "T.output", "L.nil",
          "L.cons"}
-_IR_OP = {"T.linear": "linear", "T.conv": "conv", "T.bn": "batch_norm", "T.matmul": "matmul",
+_IR_OP = {"T.linear": "linear", "T.conv": "conv", "T.linear_act": "linear", "T.conv_act": "conv",
+          "T.bn": "batch_norm", "T.matmul": "matmul",
           "T.add": "add", "T.mul": "mul", "T.muls": "mul", "T.cat": "cat"}
 
 
@@ -209,24 +213,46 @@ class Costs:
         Whose first device prices the ops (roofline, DESIGN.md §2).
     profile : Profile, optional
         Measured times that replace the roofline where they cover an op (its
-        ``device_kind`` must be the cluster's); with ``measure=True`` the ops met are
-        measured on this machine instead (:func:`graphopt.cost.profile_graph`).
+        ``device_kind`` must be the cluster's).
+    measure : bool
+        Measure on this machine instead: every op the rules know is run as the rewritten
+        program runs it (:func:`graphopt.rewrite.codegen.call_of`, a fused activation as
+        its fused kernel) on seeded random tensors of its shapes, the median of
+        ``repeats`` runs kept; the other ops (``T.op``) by graphopt's measured profile
+        (:func:`graphopt.cost.profile_graph`).
+    repeats : int
+        Timed runs per signature with ``measure``.
+
+    Notes
+    -----
+    In the roofline a fused activation adds its FLOPs to the linear's or convolution's
+    but no bytes: the kernel applies it to the output as it writes it, which saves the
+    activation's pass over memory, so the fused op is priced below the pair.
     """
 
-    def __init__(self, cluster: Cluster, profile=None, measure: bool = False):
+    def __init__(self, cluster: Cluster, profile=None, measure: bool = False, repeats: int = 5):
         self.cluster = cluster
         self.profile = profile
         self.measure = measure
+        self.repeats = repeats
         self._cache: dict[tuple, float] = {}
 
     def of(self, ec: EClasses) -> dict[ENode, float]:
         """The cost of every e-node of ``ec``; new signatures are priced in one batch."""
         sig_of: dict[ENode, tuple | None] = {}
+        example: dict[tuple, ENode] = {}  # signature → an e-node of it, to measure
         for nodes in ec.nodes.values():
             for n in nodes:
-                sig_of[n] = self._signature(n, ec.values)
+                sig_of[n] = s = self._signature(n, ec.values)
+                if s is not None:
+                    example.setdefault(s, n)
         new = sorted({s for s in sig_of.values() if s is not None and s not in self._cache},
                      key=repr)
+        if self.measure:
+            for s in new:
+                if example[s].op != "T.op":
+                    self._cache[s] = _measure(example[s], ec.values, self.repeats)
+            new = [s for s in new if s not in self._cache]
         if new:
             self._price(new)
         return {n: 0.0 if s is None else self._cache[s] for n, s in sig_of.items()}
@@ -234,6 +260,7 @@ class Costs:
     def _signature(self, n: ENode, values: dict) -> tuple | None:
         if n.op in _FREE or n.op.startswith("W"):
             return None
+        act = n.args[0] if n.op in ("T.linear_act", "T.conv_act") else ""
         if n.op == "T.un":
             ir = n.args[0]
         elif n.op == "T.op":
@@ -248,27 +275,53 @@ class Costs:
             v = values[k]
             ins.extend(x for x in (v if isinstance(v, list) else [v]) if isinstance(x, torch.Tensor))
         dtype = str(outs[0].dtype).removeprefix("torch.") if outs else "float32"
-        return (ir, dtype, tuple(tuple(t.shape) for t in ins), tuple(tuple(t.shape) for t in outs))
+        return (ir, dtype, tuple(tuple(t.shape) for t in ins), tuple(tuple(t.shape) for t in outs),
+                act)
 
     def _price(self, sigs: list[tuple]) -> None:
         b = GraphBuilder("rewrite-costs")
-        index = []
-        for j, (ir, dtype, ins, outs) in enumerate(sigs):
+        for j, (ir, dtype, ins, outs, act) in enumerate(sigs):
             srcs = [b.add_node(f"s{j}i{k}", "input", shape=s, dtype=dtype,
                                out_bytes=4 * math.prod(s)) for k, s in enumerate(ins)]
             flops, rd, wr = op_cost(ir, ins, outs or [()], dtype, warn=False)
-            index.append(b.add_node(f"s{j}", ir, shape=outs[0] if outs else (), dtype=dtype,
-                                    flops=flops, bytes_read=rd, bytes_written=wr, inputs=srcs))
+            if act:
+                flops += op_cost(act, outs, outs, dtype, warn=False)[0]
+            b.add_node(f"s{j}", ir, shape=outs[0] if outs else (), dtype=dtype, flops=flops,
+                       bytes_read=rd, bytes_written=wr, inputs=srcs)
         graph = b.build()
         profile = self.profile
         if self.measure:
             from graphopt.cost import profile_graph
-            profile = profile_graph(graph, "cpu", repeats=5, warmup=1, progress=False).for_kind(
-                self.cluster.devices[0].kind)
+            profile = profile_graph(graph, "cpu", repeats=self.repeats, warmup=1,
+                                    progress=False).for_kind(self.cluster.devices[0].kind)
         t = op_costs(graph, self.cluster, profile).time[:, 0]
         order = {name: i for i, name in enumerate(graph.names.tolist())}
         for j, s in enumerate(sigs):
             self._cache[s] = float(t[order[f"s{j}"]])
+
+
+def _measure(n: ENode, values: dict, repeats: int, warmup: int = 1) -> float:
+    """Median seconds of the call of ``n`` (not a ``T.op``) on seeded random tensors of
+    its operands' shapes."""
+    gen = torch.Generator().manual_seed(0)
+    real: dict[str, torch.Tensor] = {}
+
+    def value(c: str) -> torch.Tensor:
+        if c not in real:
+            v = values[c]
+            real[c] = (torch.randn(v.shape, generator=gen, dtype=v.dtype)
+                       if v.is_floating_point() else torch.zeros(v.shape, dtype=v.dtype))
+        return real[c]
+
+    target, args = call_of(n.op, n.args, value, None)
+    times = []
+    with torch.no_grad():
+        for i in range(warmup + repeats):
+            start = time.perf_counter()
+            run_call(target, args, n.op)
+            if i >= warmup:
+                times.append(time.perf_counter() - start)
+    return statistics.median(times)
 
 
 def ir_op_of_key(key: str) -> str:

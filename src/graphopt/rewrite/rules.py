@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from egglog import String, eq, f64, i64, rule, ruleset, set_, union, var
 
-from graphopt.rewrite.terms import T, W, hi, is_identity, lo, perm_compose, shape_of
+from graphopt.rewrite.terms import FUSED, T, W, hi, is_identity, lo, perm_compose, shape_of
 
 __all__ = ["ALL", "BY_NAME", "MULTI", "MULTI_NAMES", "RULES", "SINGLE"]
 
@@ -76,6 +76,12 @@ RULES: dict[str, str] = {
     "merge-conv": "convolutions of one input (same kernel, stride, padding): one, split",
     "enlarge-conv": "convolutions of one input with different kernels: the smaller kernel "
                     "zero-padded to the larger, so merge-conv applies",
+    "unary-slice": "f(slice(x)) = slice(f(x)) for an elementwise f, so that a merged op's "
+                   "activation can be fused",
+    **{f"conv-{f}-fuse": f"{f}(conv(x, w, b)) = conv(x, w, b, activation {f}), one kernel"
+       for f in FUSED},
+    **{f"linear-{f}-fuse": f"{f}(linear(x, w, b)) = linear(x, w, b, activation {f}), one kernel"
+       for f in FUSED},
 }
 
 _SINGLE = (
@@ -149,6 +155,15 @@ _SINGLE = (
         T.un(fn, T.cat(a, b, d, n1, n2))),
     _rw("cat-unary-out", T.un(fn, T.cat(a, b, d, n1, n2)),
         T.cat(T.un(fn, a), T.un(fn, b), d, n1, n2)),
+    # the activation of a merged convolution's part becomes the merged one's, which fuses
+    _rw("unary-slice", T.un(fn, T.slice(x, d, s0, n1)),
+        T.slice(T.un(fn, x), d, s0, n1)),
+    # TASO's activation modes: the activation is applied by the kernel as it writes its
+    # output (one pass over memory less)
+    *(_rw(f"conv-{f}-fuse", T.un(f, _conv(x, w1, b1)),
+          T.conv_act(f, x, w1, b1, kh, kw, ph, pw, sd, grp, n1)) for f in FUSED),
+    *(_rw(f"linear-{f}-fuse", T.un(f, T.linear(x, w1, b1, n1)),
+          T.linear_act(f, x, w1, b1, n1)) for f in FUSED),
 )
 
 _MULTI = (

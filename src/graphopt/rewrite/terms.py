@@ -29,7 +29,7 @@ from torch import fx
 
 from graphopt.errors import GraphoptError
 
-__all__ = ["L", "RewriteError", "T", "Translation", "W", "hi", "is_identity", "lo",
+__all__ = ["FUSED", "L", "RewriteError", "T", "Translation", "W", "hi", "is_identity", "lo",
            "perm_compose", "shape_of", "to_terms"]
 
 
@@ -87,6 +87,17 @@ class T(Expr):
              sd: StringLike, groups: i64Like, n: i64Like) -> T:
         """2-d convolution with a ``kh`` x ``kw`` kernel, padding ``ph``, ``pw``, stride and
         dilation ``sd`` (``"sh,sw,dh,dw"``), ``n`` output channels."""
+
+    @classmethod
+    def linear_act(cls, fn: StringLike, x: T, w: W, b: W, n: i64Like) -> T:
+        """``fn(linear(x, w, b))`` as one kernel (TASO's linear with an activation mode);
+        ``fn`` one of :data:`FUSED`."""
+
+    @classmethod
+    def conv_act(cls, fn: StringLike, x: T, w: W, b: W, kh: i64Like, kw: i64Like, ph: i64Like,
+                 pw: i64Like, sd: StringLike, groups: i64Like, n: i64Like) -> T:
+        """``fn(conv(x, w, b, ...))`` as one kernel (TASO's convolution with an activation
+        mode); ``fn`` one of :data:`FUSED`."""
 
     @classmethod
     def bn(cls, x: T, gamma: W, beta: W, mean: W, var: W, eps: f64Like) -> T:
@@ -180,6 +191,13 @@ is_identity = relation("is_identity", String)
 UNARY = {"relu": torch.ops.aten.relu.default, "gelu": torch.ops.aten.gelu.default,
          "tanh": torch.ops.aten.tanh.default, "sigmoid": torch.ops.aten.sigmoid.default,
          "silu": torch.ops.aten.silu.default}
+
+#: Elementwise functions a convolution or linear kernel can apply to its output before
+#: writing it (oneDNN post-ops): name → ``(attr, algorithm)`` of PyTorch's fused CPU
+#: kernels ``mkldnn._convolution_pointwise`` and ``mkldnn._linear_pointwise`` (``"none"``:
+#: gelu with erf, which is ``aten.gelu``'s default).
+FUSED = {"relu": ("relu", None), "gelu": ("gelu", "none"), "tanh": ("tanh", None),
+         "sigmoid": ("sigmoid", None), "silu": ("swish", None)}
 
 _aten = torch.ops.aten
 # Ops that return their input's values unchanged in inference.
