@@ -463,6 +463,10 @@ def extract_ilp(ec: EClasses, cost: dict[ENode, float], time_limit: float = 10.0
     solver.parameters.max_time_in_seconds = float(time_limit)
     solver.parameters.random_seed = int(seed)
     solver.parameters.num_workers = 1  # deterministic; the machine is small
+    # the full LP relaxation: with many programs of equal cost (an activation fused, or
+    # moved out of a concatenation), the default level took seconds to prove what the
+    # LP bound proves at once
+    solver.parameters.linearization_level = 2
     start = time.perf_counter()
     status = solver.solve(m)
     stats = {"status": solver.status_name(status), "seconds": time.perf_counter() - start,
