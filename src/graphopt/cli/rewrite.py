@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from graphopt.cli._common import check_output, console, fail, options_from_fields
-from graphopt.errors import GraphoptError
+from graphopt.errors import GraphoptError, check_fields
 from graphopt.rewrite.config import RewriteConfig
 
 app = typer.Typer()
@@ -46,8 +46,6 @@ def rewrite_command(
         if out.suffix != ".pt2":
             raise GraphoptError(f"--out {out}: expected a .pt2 file name")
         cfg = RewriteConfig(**options)
-        from graphopt.errors import check_fields
-
         check_fields(cfg, lambda name: f"--{name.replace('_', '-')}")
         import torch
 
@@ -89,6 +87,10 @@ def bench_rewrite(
                                                             "with torch.compile (inductor)."),
     sequential_limit: float = typer.Option(600.0, min=1.0, help="Seconds the sequential "
                                                                  "rewriter may search per model."),
+    cost: str = typer.Option("measured", help="How both rewriters price ops: measured (each "
+                                              "timed on this CPU as the rewritten program runs "
+                                              "it, as Tensat prices e-nodes) or roofline (the "
+                                              "cpu:1 preset). Example: roofline"),
     out: Path | None = typer.Option(None, help="Results JSON; default "
                                                "bench/results/rewrite[-compile][-tiny].json"),
     docs: Path = typer.Option(Path("docs/benchmarks.md"), help="Markdown file whose rewrite "
@@ -109,15 +111,18 @@ def bench_rewrite(
                         *([f"--size {size}"] if size != "bench" else []),
                         f"--repeats {repeats}", *(["--compile"] if compile_ else []),
                         *([f"--sequential-limit {sequential_limit:g}"]
-                          if sequential_limit != 600.0 else [])])
+                          if sequential_limit != 600.0 else []),
+                        *([f"--cost {cost}"] if cost != "measured" else [])])
     try:
         check_output(out, "--out")
+        cfg = RewriteConfig(cost=cost)
+        check_fields(cfg, lambda name: f"--{name}")
         unknown = [m for m in names if m not in MODELS]
         if unknown or size not in ("bench", "tiny"):
             raise GraphoptError(f"--models {','.join(unknown)}: expected some of "
                                 f"{', '.join(MODELS)}" if unknown else
                                 f"--size {size}: expected bench or tiny")
-        res = bench.run(names, size, repeats, warmup, compile_, out,
+        res = bench.run(names, size, repeats, warmup, compile_, out, cfg=cfg,
                         seq_time_limit=sequential_limit, command=command,
                         progress=lambda name: console.print(f"{name} done", highlight=False))
     except GraphoptError as err:
