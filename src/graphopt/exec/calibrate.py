@@ -15,7 +15,11 @@ their cores), never fitted to the plans a benchmark reports:
 - sharing: the workers share this machine's caches, memory bandwidth and (with more
   workers than cores) cores, so an op may run slower while the others compute too:
   independent chains of small ops, all on one worker, then one per worker at once; the
-  cluster's ``shared_slowdown`` is the median op's time together over its time alone.
+  cluster's ``shared_slowdown`` is the median op's time together over its time alone;
+- transfers' host work: gloo moves a message through a socket, copied by the cores of
+  both workers, so a worker computes slower while it sends or receives: a chain of
+  matmuls on one worker alone, then while it receives and while it sends 8 MiB; the
+  extra time per byte is the devices' ``transfer_cpu_gbps``.
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ class Calibration:
     copy_bandwidth: float
     pingpong: dict[int, float]
     shared_slowdown: float = 1.0
+    transfer_cpu: float = 0.0  # seconds of a worker's core per byte it sends or receives
 
     def to_toml(self) -> str:
         """A cluster file :func:`graphopt.hardware.load_cluster` reads."""
@@ -75,7 +80,8 @@ class Calibration:
             f'from ping-pong between two workers ({sizes}); dispatch from a chain of tiny ops '
             f'on one worker; a float32 '
             'matmul and a copy for ops without a measured profile; shared_slowdown from '
-            'chains of small ops, on one worker, then one per worker at once",',
+            'chains of small ops, on one worker, then one per worker at once; transfer_cpu_gbps '
+            'from a chain of matmuls on one worker alone, then while it sends or receives",',
             "]",
             "",
             "[[devices]]",
@@ -89,6 +95,8 @@ class Calibration:
             "launch_overhead_us = 0",
             f"dispatch_overhead_us = {self.dispatch * 1e6:.6g}",
             f"shared_slowdown = {self.shared_slowdown:.6g}",
+            *([f"transfer_cpu_gbps = {1e-9 / self.transfer_cpu:.6g}"] if self.transfer_cpu > 0
+              else []),
             "",
             "[topology]",
             'type = "all_to_all"',
@@ -248,11 +256,12 @@ def calibrate(devices: int = 2, timeout: float = 120.0, chain_ops: int = 300,
                 per_op.append((span[3] - span[2] - sum(e[3] - e[2] for e in ops)) / len(ops))
         slowdown = _shared_slowdown(pool, chain_ops, steps) if devices > 1 else 1.0
         latency = _hop_latency(pool, chain, steps) if devices > 1 else 0.0
+        xcpu = pool.transfer_cpu() if devices > 1 else 0.0
     bandwidth = _bandwidth(pingpong) if pingpong else float("inf")
     threads = len(device_cores(devices)[0])
     flops, copy = _rates(threads)
     return Calibration(devices, threads, latency, bandwidth, statistics.median(per_op), flops, copy,
-                       pingpong, slowdown)
+                       pingpong, slowdown, xcpu)
 
 
 def profile_program(traced: TracedProgram, devices: int = 2, steps: int = 5,

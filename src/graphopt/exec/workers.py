@@ -21,11 +21,13 @@ from __future__ import annotations
 import heapq
 import os
 import queue
+import sys
 import tempfile
 import threading
 import time
 import traceback
 from datetime import timedelta
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -33,6 +35,11 @@ import torch
 from graphopt.errors import ExecutionError
 from graphopt.exec.program import Program, Transfer, refs
 from graphopt.exec.runner import empty_like_spec, pack, run_op, unpack
+
+#: Seconds a worker's op loop may hold the GIL while its receiving thread waits for it.
+_SWITCH_INTERVAL = 1e-4
+#: Threads per worker that wait for arriving values.
+_RECEIVERS = 4
 
 __all__ = ["CPUWorkers", "device_cores"]
 
@@ -153,6 +160,18 @@ class CPUWorkers:
             self._send(r, ("pingpong", (list(sizes), repeats)))
         return self._gather("measuring links")[0]
 
+    def transfer_cpu(self, nbytes: int = 8 << 20, repeats: int = 5) -> float:
+        """Seconds of a core's time per byte that a worker spends sending or receiving
+        (gloo copies messages through sockets on the workers' own cores): device 0 runs a
+        chain of matmuls alone, while device 1 sends it ``nbytes``, and while it sends
+        ``nbytes`` to device 1; the chain's extra time over the bytes, the median over
+        ``repeats`` rounds of both directions (0 where that is below 0)."""
+        if self.devices < 2:
+            raise ExecutionError("measuring transfers needs two devices")
+        for r in range(self.devices):
+            self._send(r, ("transfer_cpu", (nbytes, repeats)))
+        return self._gather("measuring transfers")[0]
+
     def state(self) -> dict[int, torch.Tensor]:
         """The state tensors (parameters and buffers) as the devices hold them now."""
         for r in range(self.devices):
@@ -211,6 +230,10 @@ def _worker(rank: int, world: int, store: str, conn: Any, cores: list[int], time
         if hasattr(os, "sched_setaffinity"):
             os.sched_setaffinity(0, cores)
         torch.set_num_threads(len(cores))
+        # The thread that reports arrived values needs the GIL, which the op loop holds
+        # between ops; at Python's default switch interval (5 ms) an arrival waited that
+        # long to be seen, far longer than the transfer itself.
+        sys.setswitchinterval(_SWITCH_INTERVAL)
         import torch.distributed as dist
 
         import graphopt.frontends.torch  # noqa: F401  (registers graphopt's update ops)
@@ -238,6 +261,8 @@ def _worker(rank: int, world: int, store: str, conn: Any, cores: list[int], time
                 conn.send(("ok", device.step(arg)))
             elif cmd == "pingpong":
                 conn.send(("ok", _pingpong(rank, *arg)))
+            elif cmd == "transfer_cpu":
+                conn.send(("ok", _transfer_cpu(rank, *arg)))
             elif cmd == "state":
                 conn.send(("ok", {n: device.values[n].clone() for n in device.share["state"]}))
         except Exception as err:  # reported to the parent as one line, naming the op
@@ -266,10 +291,14 @@ class _Device:
             for tag in ins.recvs:
                 self.recv_users.setdefault(tag, []).append(k)
         self.incoming = {t.tag: t for t in share["recvs"]}
-        # Receives are awaited in the order their first consumers come in FX order: the
-        # pending receive a worker waits on then always feeds the earliest pending op.
-        self.recv_order = sorted(self.incoming, key=lambda tag: min(
-            self.instrs[k].node for k in self.recv_users[tag]))
+        # Receives are awaited in the order their sends can be posted: by the FX index of
+        # the last op the send waits for (the value's producer, or a writer it follows).
+        # That is about the order they arrive in, so one late value seldom holds back
+        # the report of those behind it; and every op a send waits for comes before,
+        # in FX order, every consumer of a value queued behind it, so no wait can close
+        # a cycle.
+        self.recv_order = sorted(self.incoming, key=lambda tag: (
+            max([self.incoming[tag].node, *self.incoming[tag].after]), tag))
         self.sends_of: dict[int, list[Transfer]] = {}
         self.after_of: dict[int, list[Transfer]] = {}
         for t in share["sends"]:
@@ -302,7 +331,9 @@ class _Device:
         recvs = {t.tag: [dist.irecv(b, src=t.src, tag=_tag(t, i)) for i, b in enumerate(self.buffers[t.tag])]
                  for t in self.share["recvs"]}
         arrived: queue.SimpleQueue = queue.SimpleQueue()
-        threading.Thread(target=_receive, args=(recvs, self.recv_order, arrived), daemon=True).start()
+        order, lock = iter(self.recv_order), threading.Lock()
+        for _ in range(min(_RECEIVERS, len(recvs))):
+            threading.Thread(target=_receive, args=(recvs, order, lock, arrived), daemon=True).start()
         seq = iter(range(1 << 62))  # readiness order, the tie-break of a plan without priorities
         fifo = self.share["fifo"]
 
@@ -410,10 +441,49 @@ def _pingpong(rank: int, sizes: list[int], repeats: int) -> dict[int, float] | N
     return out if rank == 0 else None
 
 
-def _receive(recvs: dict[int, list], order: list[int], arrived: queue.SimpleQueue) -> None:
-    """Wait for each receive in ``order`` and report it (gloo's receives say they are
-    complete only to ``wait``, so one thread waits while the worker computes)."""
-    for tag in order:
+def _transfer_cpu(rank: int, nbytes: int, repeats: int) -> float | None:
+    import statistics
+
+    import torch.distributed as dist
+
+    if rank > 1:
+        return None
+    pieces = [torch.zeros(nbytes // 4 // 16) for _ in range(16)]
+    x, w = torch.randn(256, 256), torch.randn(256, 256)
+    per_byte = []
+    for _ in range(repeats + 1):  # one warm-up round
+        chain = {}
+        for mode in ("alone", "receive", "send"):
+            dist.barrier()
+            sender = {"alone": -1, "receive": 1, "send": 0}[mode]
+            if sender == rank:
+                works = [dist.isend(p, dst=1 - rank, tag=i) for i, p in enumerate(pieces)]
+            elif sender >= 0:
+                works = [dist.irecv(p, src=1 - rank, tag=i) for i, p in enumerate(pieces)]
+            else:
+                works = []
+            start = time.perf_counter()
+            if rank == 0:
+                y = x
+                for _ in range(60):  # ~50 ms: longer than the transfer
+                    y = torch.tanh(y @ w)
+            chain[mode] = time.perf_counter() - start
+            _wait_once(works)
+        per_byte += [(chain[m] - chain["alone"]) / nbytes for m in ("receive", "send")]
+    return max(0.0, statistics.median(per_byte[2:])) if rank == 0 else None
+
+
+def _receive(recvs: dict[int, list], order: Iterator[int], lock: threading.Lock,
+             arrived: queue.SimpleQueue) -> None:
+    """Take the next receive of ``order`` (shared by the receiving threads), wait for it
+    and report it. gloo's receives say they are complete only to ``wait``, so threads
+    wait while the worker computes; with several, a value that comes late holds back
+    the report of at most the values its thread would take next."""
+    while True:
+        with lock:
+            tag = next(order, None)
+        if tag is None:
+            return
         try:
             for w in recvs[tag]:
                 w.wait()

@@ -50,6 +50,11 @@ class Device:
         once than while it computes alone (>= 1; 1: no slowdown). With k of a host's
         c devices busy, each runs at speed ``1 / (1 + (shared_slowdown - 1) * (k - 1)
         / (c - 1))``.
+    transfer_cpu_bw : float
+        Bytes/s at which the device's own core sends or receives a transfer's bytes,
+        on top of the link's time: worker processes that move tensors through sockets
+        copy them on their cores. ``inf`` (every preset): transfers cost the device
+        nothing.
     """
 
     name: str
@@ -62,6 +67,7 @@ class Device:
     dispatch_overhead: float = 0.0
     host: str = ""
     shared_slowdown: float = 1.0
+    transfer_cpu_bw: float = float("inf")
 
     def matrix_flops(self, dtype: str) -> float:
         """Peak matrix FLOP/s for ``dtype``; falls back to float32, then to the vector peak."""
@@ -134,6 +140,9 @@ class Cluster:
             if not x.launch_overhead >= 0:
                 raise ClusterError(f"cluster {self.name!r}: device {x.name!r} has "
                                    f"launch_overhead={x.launch_overhead!r}; expected >= 0")
+            if not x.transfer_cpu_bw > 0:
+                raise ClusterError(f"device {x.name!r}: transfer_cpu_bw={x.transfer_cpu_bw!r}; "
+                                   "expected a positive number of bytes/s (inf: free)")
             if not 1.0 <= x.shared_slowdown < np.inf:
                 raise ClusterError(f"cluster {self.name!r}: device {x.name!r} has "
                                    f"shared_slowdown={x.shared_slowdown!r}; expected a finite "
@@ -185,7 +194,9 @@ class Cluster:
                          "vector_flops": d.vector_flops, "mem_bw": d.mem_bw, "memory": d.memory,
                          "launch_overhead": d.launch_overhead,
                          "dispatch_overhead": d.dispatch_overhead, "host": d.host,
-                         "shared_slowdown": d.shared_slowdown} for d in self.devices],
+                         "shared_slowdown": d.shared_slowdown,
+                         "transfer_cpu_bw": None if np.isinf(d.transfer_cpu_bw) else d.transfer_cpu_bw}
+                        for d in self.devices],
             "bandwidth": np.where(np.isinf(self.bandwidth), 0, self.bandwidth).tolist(),
             "latency": self.latency.tolist(),
         }

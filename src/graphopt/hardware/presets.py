@@ -114,6 +114,10 @@ def cluster_from_toml(data: dict, source: str = "<toml>") -> Cluster:
         if not 1.0 <= slowdown < np.inf:
             raise ClusterError(f"{source}: [[devices]] {g.get('kind')!r}: key 'shared_slowdown' "
                                f"= {slowdown!r}; expected a finite number >= 1")
+        xcpu = _get(g, "transfer_cpu_gbps", source) * _GB if "transfer_cpu_gbps" in g else np.inf
+        if not xcpu > 0:
+            raise ClusterError(f"{source}: [[devices]] {g.get('kind')!r}: key 'transfer_cpu_gbps' "
+                               f"= {xcpu / _GB!r}; expected a positive number")
         prefix = g.get("prefix", "gpu")
         peaks = g.get("peak_tflops", {})
         if not isinstance(peaks, dict) or not peaks:
@@ -129,7 +133,7 @@ def cluster_from_toml(data: dict, source: str = "<toml>") -> Cluster:
                 launch_overhead=float(g.get("launch_overhead_us", 5.0)) * _US,
                 dispatch_overhead=float(g.get("dispatch_overhead_us", 0.0)) * _US,
                 # one table, one host: its shared_slowdown applies among its devices
-                host=f"devices[{table}]", shared_slowdown=slowdown))
+                host=f"devices[{table}]", shared_slowdown=slowdown, transfer_cpu_bw=xcpu))
     n = len(devices)
     t = data.get("topology", {})
     kind = t.get("type")

@@ -508,9 +508,36 @@ def _share_host(t, host, slope, dev_busy, cur, rem, ref, fac, fresh, newpos, nbu
 
 
 @_jit()
+def _with_transfer_work(group, dev, kdur, succ_ptr, succ_idx, succ_bytes, out_kernel, out_dev,
+                        xspb, tmpb, D):
+    """``kdur`` plus the host work of every transfer at both of its ends (see :func:`run`'s
+    ``xspb``): each kernel's output goes once to each other device that reads it, with
+    the largest of its edges there. ``tmpb`` (D,) is all -1 and left so."""
+    kd = kdur.copy()
+    first = np.full(D, -1, np.int64)
+    for i in range(group.shape[0]):
+        if group[i] != i:
+            continue
+        for j in range(succ_ptr[i], succ_ptr[i + 1]):
+            dc = out_dev[j]
+            if dc != dev[i]:
+                if succ_bytes[j] > tmpb[dc]:
+                    tmpb[dc] = succ_bytes[j]
+                if first[dc] < 0 or out_kernel[j] < first[dc]:
+                    first[dc] = out_kernel[j]
+        for dd in range(D):
+            if tmpb[dd] >= 0.0:
+                kd[i] += tmpb[dd] * xspb[dev[i]]
+                kd[first[dd]] += tmpb[dd] * xspb[dd]
+                tmpb[dd] = -1.0
+                first[dd] = -1
+    return kd
+
+
+@_jit()
 def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
         pred_ptr, pred_idx, succ_ptr, succ_idx, succ_bytes, bw, lat, ndev, shared, host, slope,
-        ws):
+        xspb, ws):
     """Simulate one plan. Kernels are the nodes with ``group[i] == i``.
 
     Parameters (N nodes, E edges, D devices)
@@ -531,6 +558,10 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
     host : int64 (D,)            each device's host
     slope : float64 (D,)         how much longer a kernel takes per other busy device of
                                  its host: ``(shared_slowdown - 1) / (host's devices - 1)``
+    xspb : float64 (D,)          seconds of each device's own time per byte it sends or
+                                 receives (its core copies them); 0: transfers are free
+                                 to both ends. A send lengthens its producer, a receive
+                                 the first kernel there that reads it.
     ws : :func:`workspace`
 
     Returns
@@ -578,6 +609,10 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
     base = np.zeros(D, np.int64)
     for d in range(1, D):
         base[d] = base[d - 1] + count[d - 1]
+    tmpb = np.full(D, -1.0)
+    if xspb.max() > 0.0:
+        kdur = _with_transfer_work(group, dev, kdur, succ_ptr, succ_idx, succ_bytes, out_kernel,
+                                   out_dev, xspb, tmpb, D)
     hsize = np.zeros(D, np.int64)
     qhead = np.zeros(D, np.int64)
     ntr = 0
@@ -599,7 +634,6 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
     peak = np.zeros(D)
     busy = np.zeros(D)
     moved = 0.0
-    tmpb = np.full(D, -1.0)
     nrecv = np.zeros(D, np.int64)
     dirty_dev = np.zeros(D, np.bool_)
     dirty_link = np.zeros(D * D, np.bool_)
@@ -849,7 +883,7 @@ _scratch = threading.local()
 def evaluate(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ_ptr, succ_idx,
              succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes, temp_bytes,
              persistent, coloc, capacity, bw, lat, cand, single_eb, fflags, level, max_fuse,
-             max_ops, large_ops, large_slope, shared, host, slope, ecap):
+             max_ops, large_ops, large_slope, shared, host, slope, xspb, ecap):
     """:func:`evaluate_in` in this thread's work arrays.
 
     Its result depends on its arguments alone (the engine writes every work array before
@@ -864,14 +898,14 @@ def evaluate(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ
                        succ_idx, succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes,
                        temp_bytes, persistent, coloc, capacity, bw, lat, cand, single_eb, fflags,
                        level, max_fuse, max_ops, large_ops, large_slope, shared, host, slope,
-                       _scratch.ws)
+                       xspb, _scratch.ws)
 
 
 @_jit()
 def evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ_ptr,
                 succ_idx, succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes,
                 temp_bytes, persistent, coloc, capacity, bw, lat, cand, single_eb, fflags, level,
-                max_fuse, max_ops, large_ops, large_slope, shared, host, slope, ws):
+                max_fuse, max_ops, large_ops, large_slope, shared, host, slope, xspb, ws):
     """Fuse, cost the kernels, run, check validity, in the work arrays ``ws``.
     ``fusion_mode``: 0 none, 1 the compiler's default, 2 by ``fprio``. Returns ``(run's
     result, group, state (bit 1: duplicated), number of kernels, validity code, device or
@@ -898,7 +932,7 @@ def evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, s
             group, place, prio, time, flop_t, mem_t, launch, spb, cls, temp_bytes, out_bytes,
             succ_ptr, succ_idx, succ_bytes, large_ops, large_slope, ws)
         res = run(g2, place, kdur, kout, ktemp, kprio, use_fifo, mh, mn, kpp, kpi, ksp, ksi,
-                  ksb, bw, lat, ndev, shared, host, slope, ws)
+                  ksb, bw, lat, ndev, shared, host, slope, xspb, ws)
     else:
         kdur, ktemp, kprio, mhead, mnext = kernel_costs(group, place, prio, fused, time, flop_t,
                                                         mem_t, launch, spb, cls, temp_bytes,
@@ -906,7 +940,7 @@ def evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, s
                                                         ws)
         res = run(group, place, kdur, out_bytes, ktemp, kprio, use_fifo, mhead, mnext, pred_ptr,
                   pred_idx, succ_ptr, succ_idx, succ_bytes, bw, lat, ndev, shared, host, slope,
-                  ws)
+                  xspb, ws)
     nk = 0
     ngroups = 0
     peak = res[1]
@@ -938,7 +972,7 @@ def evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, s
 def evaluate_batch(places, prios, fifo, fprios, mode, pred_ptr, pred_idx, succ_ptr, succ_idx,
                    succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes, temp_bytes,
                    persistent, coloc, capacity, bw, lat, cand, single_eb, fflags, level, max_fuse,
-                   max_ops, large_ops, large_slope, shared, host, slope, ecap, nthreads):
+                   max_ops, large_ops, large_slope, shared, host, slope, xspb, ecap, nthreads):
     """:func:`evaluate_in` for B plans in chunks of plans, one workspace per chunk.
 
     There are a few chunks per thread, handed out one at a time (the caller sets numba's
@@ -960,7 +994,7 @@ def evaluate_batch(places, prios, fifo, fprios, mode, pred_ptr, pred_idx, succ_p
                                            flop_t, mem_t, launch, spb, cls, out_bytes,
                                            temp_bytes, persistent, coloc, capacity, bw, lat,
                                            cand, single_eb, fflags, level, max_fuse, max_ops,
-                                           large_ops, large_slope, shared, host, slope, ws)
+                                           large_ops, large_slope, shared, host, slope, xspb, ws)
             step[i] = res[0]
             peak[i, :] = res[1]
             code[i] = cd

@@ -1,0 +1,100 @@
+"""Transfers cost the cores at both ends (a device's ``transfer_cpu_bw``): hand-computed
+step times on a chain across two devices, the default (free) left as it was, and the
+cluster file's key validated."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from graphopt.errors import ClusterError
+from graphopt.hardware import Cluster, Device, load_cluster, topology
+from graphopt.hardware.presets import cluster_from_toml
+from graphopt.ir import GraphBuilder
+from graphopt.sim import Plan, Problem, simulate, simulate_batch
+
+BW, LAT = 1e9, 1e-6
+
+
+def cluster(transfer_cpu_bw: float = float("inf")) -> Cluster:
+    devs = tuple(Device(f"dev:{i}", "toy", {"float32": 1e12}, 1e11, 1e11, 1e12, 1e-6,
+                        transfer_cpu_bw=transfer_cpu_bw) for i in range(2))
+    return Cluster("toy", devs, *topology.all_to_all(2, BW, LAT))
+
+
+def fan_out() -> tuple:
+    """a (dev 0) -> b, c (dev 1) -> d (dev 1): one transfer of a's 4 MB, read twice."""
+    b = GraphBuilder("fan")
+    b.add_node("a", "my_custom_op", flops=1e6, out_bytes=4e6)
+    b.add_node("b", "my_custom_op", flops=2e6, out_bytes=8, inputs=["a"])
+    b.add_node("c", "my_custom_op", flops=3e6, out_bytes=8, inputs=["a"])
+    b.add_node("d", "my_custom_op", flops=1e6, out_bytes=8, inputs=["b", "c"])
+    g = b.build()
+    return g, Plan(placement=np.array([0, 1, 1, 1]), fusion=np.zeros(4))
+
+
+def test_a_transfer_lengthens_its_producer_and_its_first_reader():
+    g, plan = fan_out()
+    free = simulate(Problem(g, cluster()), plan, timeline=True)
+    prob = Problem(g, cluster(2e9))
+    r = simulate(prob, plan, timeline=True)
+    work = 4e6 / 2e9  # seconds of each end's core
+    t = prob.costs.time[:, 0]
+    assert r.timeline.end[0] == pytest.approx(t[0] + work, rel=1e-12)  # a sends
+    arrive = t[0] + work + LAT + 4e6 / BW
+    assert r.timeline.start[1] == pytest.approx(arrive, rel=1e-12)
+    assert r.timeline.end[1] == pytest.approx(arrive + t[1] + work, rel=1e-12)  # b receives
+    assert r.timeline.end[2] - r.timeline.start[2] == pytest.approx(t[2], rel=1e-12)  # c does not
+    assert r.step_time == pytest.approx(free.step_time + 2 * work, rel=1e-12)
+    assert r.busy.sum() == pytest.approx(free.busy.sum() + 2 * work, rel=1e-12)
+
+
+def test_one_device_and_free_transfers_are_unchanged():
+    g, plan = fan_out()
+    prob_free, prob_cost = Problem(g, cluster()), Problem(g, cluster(1e9))
+    one = Plan(placement=np.zeros(4, int), fusion=np.zeros(4))
+    assert simulate(prob_cost, one).step_time == simulate(prob_free, one).step_time
+    # every preset is free: the array the engine gets is all zeros
+    assert not Problem(g, load_cluster("p100:2")).transfer_cpu.any()
+
+
+def test_batch_agrees_with_single_plans():
+    g, _ = fan_out()
+    prob = Problem(g, cluster(1e9))
+    places = np.random.default_rng(0).integers(0, 2, (16, 4))
+    batch = simulate_batch(prob, places, fusion=np.zeros((16, 4)))
+    one = [simulate(prob, Plan(placement=p, fusion=np.zeros(4))).step_time for p in places]
+    assert batch.step_time.tolist() == pytest.approx(one, rel=1e-12)
+
+
+def _toml(extra: str) -> dict:
+    import tomllib
+
+    return tomllib.loads(f"""
+[[devices]]
+kind = "w"
+count = 2
+prefix = "cpu"
+peak_tflops = {{ float32 = 0.1 }}
+vector_tflops = 0.1
+mem_gbps = 10
+memory_gib = 4
+{extra}
+[topology]
+type = "all_to_all"
+link_gbps = 2
+latency_us = 100
+""")
+
+
+def test_cluster_file_key():
+    c = cluster_from_toml(_toml("transfer_cpu_gbps = 0.5"), "x.toml")
+    assert [d.transfer_cpu_bw for d in c.devices] == [0.5e9, 0.5e9]
+    assert np.isinf(cluster_from_toml(_toml(""), "x.toml").devices[0].transfer_cpu_bw)
+    with pytest.raises(ClusterError, match="x.toml.*transfer_cpu_gbps"):
+        cluster_from_toml(_toml("transfer_cpu_gbps = 0"), "x.toml")
+    with pytest.raises(ClusterError, match="transfer_cpu_bw"):
+        Cluster("toy", tuple(replace(d, transfer_cpu_bw=-1.0) for d in cluster().devices),
+                *topology.all_to_all(2, BW, LAT))
