@@ -7,8 +7,8 @@ core) and each method's plan on 2 devices:
   processes pinned to their cores (one pool for the whole run);
 - simulated step time: the calibrated cluster (``graphopt calibrate``: latency of a
   device change through the engine, bandwidth by ping-pong, the engine's per-op
-  dispatch, devices sharing a host) with every op's time measured on one worker
-  as the engine runs it (a profile, by op signature). Fusion is off in the prediction,
+  dispatch, devices sharing a host, transfers' host work) with every op's time
+  measured on one worker as the engine runs it (a profile, by op signature). Fusion is off in the prediction,
   as the engine runs op by op. Nothing is fitted to the plans reported here.
 Per model: Kendall tau between the simulated and the measured order of the plans,
 and the speed-up of each plan over ``single``, measured and simulated. The one-device
@@ -104,6 +104,7 @@ def run(models=MODELS, methods=METHODS, steps: int = 5, budget: int = 500, seed:
                 flush=True)
     return {"calibration": {"latency_us": cal.latency * 1e6, "bandwidth_gbps": cal.bandwidth / 1e9,
                             "dispatch_us": cal.dispatch * 1e6,
+                            "transfer_cpu_ns_per_byte": cal.transfer_cpu * 1e9,
                             "matmul_gflops": cal.matmul_flops / 1e9},
             "rows": rows, "steps": steps, "budget": budget, "seed": seed, "size": size,
             "machine": f"{platform.machine()}, {platform.processor() or 'cpu'}",
@@ -134,7 +135,8 @@ def to_markdown(res: dict) -> str:
         f"processes, one core each; {res['steps']} timed steps after a warm-up; plans from "
         f"{res['budget']} evaluations, seed {res['seed']}. Calibration: link latency "
         f"{c['latency_us']:.0f} us, bandwidth {c['bandwidth_gbps']:.2f} GB/s, dispatch "
-        f"{c['dispatch_us']:.1f} us per op.",
+        f"{c['dispatch_us']:.1f} us per op, transfers' host work "
+        f"{c.get('transfer_cpu_ns_per_byte', 0):.2f} ns per byte at each end.",
         "",
         "| model | ops | method | measured ms | simulated ms | error | speed-up measured | "
         "speed-up simulated |",
