@@ -32,7 +32,9 @@ class RewriteConfig:
         "help": "Cluster preset whose first device prices ops by roofline. Example: h100:1"})
     cost: str = field(default="roofline", metadata={"choices": ("roofline", "measured"),
         "help": "roofline: the cluster's roofline; measured: time each distinct op on this "
-                "CPU (graphopt's measured profile), as Tensat prices e-nodes."})
+                "CPU as the rewritten program runs it (a fused activation as its fused "
+                "kernel; ops the rules do not know by graphopt's measured profile), as "
+                "Tensat prices e-nodes."})
     check: bool = field(default=True, metadata={
         "help": "Run both programs on the example inputs and refuse a result whose outputs "
                 "differ beyond rtol/atol."})
