@@ -175,3 +175,16 @@ def test_fused_op_is_priced_below_the_pair_and_measured_as_itself(monkeypatch):
         n for ns in ec.nodes.values() for n in ns if n.op == "T.conv_act").args,
         lambda c: ec.values[c], tr)[0]
     assert fused_target in ran
+
+
+@pytest.mark.skipif(not fused_kernels(), reason="this PyTorch has no oneDNN fused kernels")
+def test_unfuse_gives_back_the_pairs():
+    """What torch.compile gets: the same program with ATen ops only."""
+    model, inputs = make_model("vgg-19", "tiny")
+    res = rewrite(model, inputs)
+    plain = codegen.unfuse(res.module)
+    assert not set(_FUSED_OPS) & set(_targets(plain))
+    assert _targets(plain).count("aten.relu.default") == 16 + 2
+    assert _FUSED_OPS[0] in _targets(res.module)  # the rewritten program is left as it was
+    with torch.no_grad():
+        torch.testing.assert_close(plain(*inputs), res.module(*inputs), rtol=1e-5, atol=1e-6)

@@ -29,7 +29,7 @@ from torch import fx, nn
 from graphopt.rewrite.terms import FUSED, UNARY, RewriteError, Slot, Translation
 
 __all__ = ["ARGS", "ENode", "Unfused", "build_module", "call_of", "fused_kernels",
-           "post_order", "weight_value"]
+           "post_order", "unfuse", "weight_value"]
 
 _aten = torch.ops.aten
 
@@ -315,4 +315,45 @@ def _has(mod: nn.Module, name: str) -> bool:
     except AttributeError:
         return False
     return True
+
+
+def unfuse(gm: fx.GraphModule) -> fx.GraphModule:
+    """A copy of ``gm`` with each oneDNN fused kernel :func:`build_module` emitted replaced
+    by the op and its activation (two ATen calls), for ``torch.compile``: inductor lowers
+    the fused kernels only when their weights are frozen constants, and fuses
+    activations itself.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from graphopt.rewrite import rewrite
+    >>> res = rewrite(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()),
+    ...               (torch.randn(2, 4),))
+    >>> [str(n.target) for n in unfuse(res.module).graph.nodes if n.op == "call_function"]
+    ['aten.linear.default', 'aten.relu.default']
+    """
+    gm = copy.deepcopy(gm)
+    act = {v: UNARY[k] for k, v in FUSED.items()}
+    mk = torch.ops.mkldnn
+    fused = ({mk._linear_pointwise.default, mk._convolution_pointwise.default}
+             if fused_kernels() else set())
+    for n in list(gm.graph.nodes):
+        if n.op != "call_function" or n.target not in fused:
+            continue
+        linear = n.target is mk._linear_pointwise.default
+        attr, algorithm = n.args[3:6:2] if linear else n.args[7:10:2]
+        if (attr, algorithm) not in act:
+            continue  # not one build_module emits
+        with gm.graph.inserting_before(n):
+            if linear:
+                op = gm.graph.call_function(_aten.linear.default, n.args[:3])
+            else:
+                x, w, b, padding, stride, dilation, groups = n.args[:7]
+                op = gm.graph.call_function(_aten.conv2d.default,
+                                            (x, w, b, stride, padding, dilation, groups))
+            out = gm.graph.call_function(act[(attr, algorithm)], (op,))
+        n.replace_all_uses_with(out)
+        gm.graph.erase_node(n)
+    gm.recompile()
+    return gm
 
