@@ -105,7 +105,9 @@ def test_baselines_return_valid_partitions_deterministically(prob, method):
     assert (plan.placement == again.placement).all()
     assert check_partition(prob, plan.placement) == []
     assert stats["interval"] == pytest.approx(pipeline_cost(prob, plan.placement).interval[0])
-    assert stats["evals"] == (1 if method == "mcm-greedy" else 9)
+    units = pipeline_units(prob)
+    starts = 1 + int((greedy_contiguous(prob, units) != greedy_contiguous(prob, units, False)).any())
+    assert stats["evals"] == (starts if method == "mcm-greedy" else 9)
     assert stats["valid_after_repair"] == 1.0
     assert not plan.fusion.any()
 
@@ -182,3 +184,45 @@ def test_cli_refuses_bad_input_in_one_line(args, fault, tmp_path):
     res = CliRunner().invoke(app, args + (["--out", str(tmp_path / "o")] if "train" in args
                                           else []))
     assert res.exit_code == 2 and fault in res.output and "Traceback" not in res.output
+
+
+def test_greedy_prior_brings_proposals_near_the_greedy_partition(prob):
+    import torch
+
+    from graphopt.optim.learned.mcm import MCMEnv, load_mcm_policy
+    from graphopt.rl.ppo import sample
+
+    plain = MCMEnv(prob, PLACE)
+    greedy = greedy_contiguous(prob, plain.unit)
+    anchored = MCMEnv(prob, PLACE, anchor=greedy)
+    assert anchored.x.shape[1] == plain.x.shape[1] + 2
+    policy = load_mcm_policy()[0]
+    moved, off = [], []
+    for env in (plain, anchored):
+        if env is anchored:
+            policy.reset_width(0.35)
+        with torch.no_grad():
+            logits = policy(*env.inputs(), tasks=("placement",))
+        prop = sample(logits, 16, torch.Generator().manual_seed(0))["placement"]
+        probs = torch.softmax(logits["placement"], 1).numpy()
+        rep = env.repairer.repair(prop, probs[np.arange(env.num_units), prop])
+        assert rep.valid.all()
+        moved.append(rep.changed.mean())
+        off.append((prop != greedy).sum(1).mean())
+    # anchored proposals differ from greedy in fewer units, and the repair moves fewer
+    assert off[1] < off[0] / 2 and moved[1] < moved[0] / 2
+
+
+@pytest.mark.parametrize("method", ["mcm", "mcm-finetune"])
+def test_learned_methods_start_from_greedy_and_never_end_below_it(prob, method):
+    _, greedy = optimize(prob, "mcm-greedy", "placement", Budget(2), seed=0)
+    kw = {"samples": 4} if method == "mcm" else {"num_samples": 4, "progress": False}
+    for seed in (0, 1, 2):
+        plan, stats = optimize(prob, method, "placement", Budget(9), seed=seed, **kw)
+        assert check_partition(prob, plan.placement) == []
+        assert stats["interval"] <= greedy["interval"]
+        assert stats["history"][0][0] == greedy["evals"]
+        assert stats["history"][0][2] == pytest.approx(greedy["interval"])
+        assert stats["interval"] == pytest.approx(pipeline_cost(prob, plan.placement).interval[0])
+    again, same = optimize(prob, method, "placement", Budget(9), seed=2, **kw)
+    assert (again.placement == plan.placement).all() and same["interval"] == stats["interval"]

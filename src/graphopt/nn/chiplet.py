@@ -44,9 +44,15 @@ class ChipletPolicy(GOPolicy):
 
     with ``σ`` a learned width (``prior_width`` chips at first).
 
+    ``x`` may carry two columns past ``in_dim``: where the node starts and ends along the
+    chain of chips in a reference partition (the greedy contiguous one), in [0, 1]; the
+    network does not read them, and the prior centres there instead, so that the policy
+    proposes relative to that partition and learns which boundary nodes to move.
+
     Shapes
     ------
-    As :class:`GOPolicy`; ``x[:, position_columns]`` in [0, 1].
+    As :class:`GOPolicy`; ``x`` (N, in_dim) or (N, in_dim + 2), ``x[:, position_columns]``
+    and the two extra columns in [0, 1].
 
     Examples
     --------
@@ -65,9 +71,10 @@ class ChipletPolicy(GOPolicy):
         self.log_width = nn.Parameter(torch.empty(()))
         self.reset_width()
 
-    def reset_width(self) -> None:
+    def reset_width(self, width: float | None = None) -> None:
+        """Set the prior's width to ``width`` chips (None: the config's ``prior_width``)."""
         with torch.no_grad():
-            self.log_width.fill_(math.log(self.config.prior_width))
+            self.log_width.fill_(math.log(width or self.config.prior_width))
 
     def reset_parameters(self) -> None:
         super().reset_parameters()
@@ -80,10 +87,12 @@ class ChipletPolicy(GOPolicy):
 
     def embed(self, x: Tensor, op_ids: Tensor, op_node: Tensor, edge_index: Tensor,
               num_devices: int) -> tuple[Tensor, Tensor, Tensor]:
-        """GO's embedding and context, and each node's position in [0, 1] (its middle in
-        the cumulative compute)."""
-        h, ctx = super().embed(x, op_ids, op_node, edge_index, num_devices)
-        a, b = self.config.position_columns
+        """GO's embedding and context, and each node's position in [0, 1]: its middle in
+        the reference partition's chain when ``x`` carries it, else in the cumulative
+        compute."""
+        c = self.config
+        h, ctx = super().embed(x[:, :c.in_dim], op_ids, op_node, edge_index, num_devices)
+        a, b = (c.in_dim, c.in_dim + 1) if x.shape[1] > c.in_dim else c.position_columns
         return h, ctx, (x[:, a] + x[:, b]) / 2
 
     def decide(self, h: Tensor, ctx: Tensor, position: Tensor, num_devices: int,

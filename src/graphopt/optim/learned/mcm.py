@@ -5,23 +5,29 @@ Multi-Chip-Modules", MLSys 2022).
 =============  ==========================================================================
 name           what it does
 =============  ==========================================================================
-mcm            zero-shot: the pre-trained policy's most likely proposal and ``samples −
-               1`` drawn from it, each repaired by CP-SAT and priced; the best one
-mcm-finetune   the pre-trained policy trained further by PPO on this graph within the
-               budget
-mcm-one        a fresh policy trained by PPO on this graph alone (from scratch)
+mcm            zero-shot: the greedy partitions, the pre-trained policy's most likely
+               proposal and the rest of ``samples`` drawn from it, each repaired by
+               CP-SAT and priced; the best one
+mcm-finetune   the greedy partitions, then the pre-trained policy trained further by PPO
+               on this graph within the budget
+mcm-one        the same with a fresh policy trained on this graph alone (from scratch)
 =============  ==========================================================================
 
 The policy is GO's network (:class:`graphopt.nn.GOPolicy`: GraphSAGE, segment-recurrent
 attention with FiLM) with a chiplet head (:class:`graphopt.nn.chiplet.ChipletPolicy`: a
-logit per chip up to 16, plus a learned positional prior that starts it at the balanced
-contiguous partition), on the units of
-:func:`~graphopt.optim.partition.constraints.pipeline_units`. A sampled proposal is
-usually invalid; CP-SAT repairs it into the nearest valid partition, each unit weighted
-by the policy's probability of the chip it drew
-(:class:`~graphopt.optim.partition.repair.RepairModel`), and the reward is the repaired
-partition's pipelined interval, ``−√(interval / bound)`` (PPO of
-:mod:`graphopt.rl.ppo`; the bound is the total compute over the chips). The package
+logit per chip up to 16, plus a positional prior of learned width), on the units of
+:func:`~graphopt.optim.partition.constraints.pipeline_units`. Every method starts from
+the best heuristic, the better greedy contiguous partition
+(:func:`~graphopt.optim.partition.methods.best_contiguous`): its two candidates are the
+first evaluations, and the prior is centred on the better one (:func:`chain_span`,
+``prior_width`` chips wide), so the policy proposes relative to it and mostly moves the
+units near its boundaries (``from_greedy=False``: the prior centred on each unit's
+compute position, as the policy was pre-trained). A sampled proposal is usually invalid;
+CP-SAT repairs it into the nearest valid partition, each unit weighted by the policy's
+probability of the chip it drew (:class:`~graphopt.optim.partition.repair.RepairModel`),
+and the reward is the repaired partition's pipelined interval, ``−√(interval / bound)``
+(PPO of :mod:`graphopt.rl.ppo`; the bound is the total compute over the chips). Each
+method returns the best valid partition it evaluated, so never one below greedy. The package
 ships a policy pre-trained on other graphs (``checkpoints/mcm``; BERT never appears),
 trained by the command in its ``policy.json``.
 """
@@ -42,7 +48,14 @@ from graphopt.nn.chiplet import ChipletPolicy, ChipletPolicyConfig
 from graphopt.optim.base import Budget, register
 from graphopt.optim.learned.go import _ppo_field
 from graphopt.optim.partition.constraints import pipeline_units, valid_partitions
-from graphopt.optim.partition.methods import PartitionSearch, _check_task, fraction
+from graphopt.dist.local import BudgetExhausted
+from graphopt.optim.partition.methods import (
+    PartitionSearch,
+    _check_task,
+    balance_weights,
+    best_contiguous,
+    fraction,
+)
 from graphopt.optim.partition.repair import RepairModel
 from graphopt.rl.checkpoint import load_policy, save_policy
 from graphopt.rl.go_env import UNIT_FEATURES, GOEnv
@@ -52,7 +65,7 @@ from graphopt.sim import Plan, Problem
 from graphopt.sim.pipeline import pipeline_cost
 
 __all__ = ["MCM", "MCMEnv", "MCMFinetune", "MCMOne", "MAX_CHIPS", "PRETRAIN_CORPUS",
-           "SHIPPED", "load_mcm_policy", "pretrain"]
+           "SHIPPED", "chain_span", "load_mcm_policy", "pretrain"]
 
 #: The pre-trained policy in the package.
 SHIPPED = Path(__file__).parent / "checkpoints" / "mcm"
@@ -67,10 +80,41 @@ PRETRAIN_CORPUS = ("resnet-50@mcm-ring4", "transformer-xl-2@mcm-ring4", "rnnlm-2
 PRETRAIN_PPO = PPOConfig(lr=1e-3, ent_coef=0.01)
 
 
+def chain_span(problem: Problem, unit: np.ndarray, chips: np.ndarray) -> torch.Tensor:
+    """Where each unit starts and ends along the chain of chips in the partition ``chips``
+    (a chip per unit, units in a topological order), in [0, 1]: chip ``c`` spans
+    ``[c / D, (c + 1) / D]``, shared among its units by :func:`balance_weights`. The
+    columns that centre :class:`ChipletPolicy`'s prior on that partition, (U, 2).
+
+    >>> from graphopt.hardware import load_cluster
+    >>> from graphopt.ir.generate import layered_graph
+    >>> prob = Problem(layered_graph(6, 3), load_cluster("mcm-ring4"))
+    >>> unit = pipeline_units(prob)
+    >>> from graphopt.optim.partition.methods import greedy_contiguous
+    >>> chips = greedy_contiguous(prob, unit)
+    >>> span = chain_span(prob, unit, chips).numpy()
+    >>> bool((np.floor(span.mean(1) * 4) == chips).all())
+    True
+    """
+    chips = np.asarray(chips, dtype=np.int64)
+    d = problem.num_devices
+    w = np.maximum(balance_weights(problem, unit), 1e-12)
+    total = np.bincount(chips, w, d)
+    order = np.lexsort((np.arange(len(chips)), chips))  # by chip, then along the order
+    before = np.cumsum(w[order]) - w[order]
+    start = np.empty_like(w)
+    start[order] = before - (np.cumsum(total) - total)[chips[order]]
+    share = np.maximum(total[chips], 1e-30)
+    span = np.stack([chips + start / share, chips + np.minimum(start + w, share) / share], 1) / d
+    return torch.as_tensor(span, dtype=torch.float32)
+
+
 @dataclass
 class MCMEnv(GOEnv):
     """A graph on an MCM as the policy sees it: GO's features on the pipeline units,
-    proposals repaired by CP-SAT and priced by the pipeline cost.
+    proposals repaired by CP-SAT and priced by the pipeline cost. With ``anchor`` (a chip
+    per unit, the greedy partition), the inputs carry its :func:`chain_span`, where the
+    policy's prior centres.
 
     Attributes
     ----------
@@ -79,10 +123,13 @@ class MCMEnv(GOEnv):
     """
 
     repair_seconds: float = 0.5
+    anchor: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.units = pipeline_units(self.problem)
         super().__post_init__()
+        if self.anchor is not None:
+            self.x = torch.cat([self.x, chain_span(self.problem, self.unit, self.anchor)], 1)
         self.repairer = RepairModel(self.problem, self.unit, time_limit=self.repair_seconds)
         t = self.problem.costs.time.max(axis=1)
         self.bound = float(max(t.sum() / self.problem.num_devices,
@@ -142,6 +189,19 @@ def _check(problem: Problem, task: frozenset[str], policy: ChipletPolicy, name: 
                             f"{problem.num_devices}")
 
 
+def _greedy_field():
+    return field(default=True, metadata={
+        "help": "Start from the best greedy contiguous partition: priced first, and the "
+                "chiplet prior centred on it (False: on each unit's compute position, as "
+                "pre-trained)."})
+
+
+def _width_field():
+    return field(default=0.35, metadata={"gt": 0,
+        "help": "Width (chips) of the prior around the greedy partition at the start "
+                "(with from_greedy)."})
+
+
 @register("mcm")
 @dataclass
 class MCM:
@@ -160,9 +220,12 @@ class MCM:
     checkpoint: str | None = field(default=None, metadata={
         "help": "Folder of a saved MCM policy (None: the one shipped in the package)."})
     samples: int = field(default=16, metadata={"min": 1,
-        "help": "Proposals priced: the most likely one and ``samples − 1`` drawn from the policy."})
+        "help": "Proposals priced: the greedy partition (with from_greedy), the policy's most "
+                "likely one, and the rest drawn from the policy."})
     repair_seconds: float = field(default=0.5, metadata={"gt": 0,
         "help": "CP-SAT seconds per repair."})
+    from_greedy: bool = _greedy_field()
+    prior_width: float = _width_field()
     threads: int = field(default=1, metadata={"min": 1, "help": "torch CPU threads."})
 
     def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,
@@ -172,14 +235,23 @@ class MCM:
         _check(problem, task, policy, self.name)
         s = PartitionSearch(problem, budget, self.repair_seconds)
         env = GOEnv(problem, frozenset({"placement"}), s.unit)
-        t0 = time.perf_counter()
-        with torch.no_grad():
-            logits = policy(*env.inputs(), tasks=("placement",))
+        x, *rest = env.inputs()
         k = self.samples if budget.evals is None else max(1, min(self.samples, budget.evals))
-        prop = sample(logits, k, generator)["placement"]
-        prop[0] = logits["placement"].argmax(1).numpy()
-        probs = torch.softmax(logits["placement"], dim=1).numpy()
-        s.price(prop, probs[np.arange(s.num_units), prop], seed)
+        t0 = time.perf_counter()
+        try:
+            if self.from_greedy:
+                x = torch.cat([x, chain_span(problem, s.unit, best_contiguous(s, seed))], 1)
+                policy.reset_width(self.prior_width)
+                k -= s.ev.evals
+            with torch.no_grad():
+                logits = policy(x, *rest, tasks=("placement",))
+            if k > 0:
+                prop = sample(logits, k, generator)["placement"]
+                prop[0] = logits["placement"].argmax(1).numpy()
+                probs = torch.softmax(logits["placement"], dim=1).numpy()
+                s.price(prop, probs[np.arange(s.num_units), prop], seed)
+        except BudgetExhausted:
+            pass
         return s.result(inference_seconds=time.perf_counter() - t0)
 
 
@@ -208,6 +280,8 @@ class MCMOne:
         "help": "Width of the fresh policy (mcm-one only; a loaded policy keeps its own)."})
     repair_seconds: float = field(default=0.5, metadata={"gt": 0,
         "help": "CP-SAT seconds per repair."})
+    from_greedy: bool = _greedy_field()
+    prior_width: float = _width_field()
     threads: int = field(default=1, metadata={"min": 1, "help": "torch CPU threads."})
     checkpoint_dir: str | None = field(default=None, metadata={
         "help": "Folder to checkpoint the run in and resume it from."})
@@ -223,10 +297,23 @@ class MCMOne:
         seed_everything(seed, self.threads)
         policy = self._policy(seed)
         _check(problem, task, policy, self.name)
-        env = MCMEnv(problem, frozenset({"placement"}), repair_seconds=self.repair_seconds)
+        # the greedy partitions are the first evaluations and the better one the policy's
+        # anchor; PPO gets the rest of the budget
+        t0 = time.perf_counter()
+        s = PartitionSearch(problem, Budget(2 if budget.evals is None else min(budget.evals, 2),
+                                            budget.seconds), self.repair_seconds)
+        anchor = None
+        if self.from_greedy:
+            anchor = best_contiguous(s, seed)
+            policy.reset_width(self.prior_width)
+        env = MCMEnv(problem, frozenset({"placement"}), repair_seconds=self.repair_seconds,
+                     anchor=anchor)
         cfg = PPOConfig(**{f.name: getattr(self, f.name) for f in fields(PPOConfig)
                            if hasattr(self, f.name)})
-        out = train(policy, [env], cfg, seed=seed, evals=budget.evals, seconds=budget.seconds,
+        spent = (s.ev.evals, time.perf_counter() - t0)
+        out = train(policy, [env], cfg, seed=seed,
+                    evals=None if budget.evals is None else budget.evals - spent[0],
+                    seconds=None if budget.seconds is None else max(budget.seconds - spent[1], 0),
                     checkpoint_dir=self.checkpoint_dir, progress=self.progress,
                     run_config={"method": self.name, **{k: v for k, v in asdict(self).items()
                                                        if k not in ("progress", "threads",
@@ -234,14 +321,21 @@ class MCMOne:
                     label=f"{self.name} {problem.graph.name}")
         n = problem.num_nodes
         plan, interval = out["best"][0] or (Plan(placement=np.zeros(n, np.int64)), float("inf"))
+        if s.best is not None and s.best_interval <= interval:  # PPO found nothing better
+            plan, interval = Plan(placement=s.best), s.best_interval
+        history = s.history + [[e + spent[0], t + spent[1],
+                                min(b if b is not None else np.inf, s.best_interval)]
+                               for e, t, b in out["history"]]
         found = np.isfinite(interval)
+        proposals = env.proposals + s.proposals
         return plan.replace(fusion=np.zeros(n)), {
-            "evals": out["evals"], "seconds": out["seconds"], "updates": out["updates"],
-            "valid": bool(found), "interval": interval if found else None,
+            "evals": out["evals"] + spent[0], "seconds": out["seconds"] + spent[1],
+            "updates": out["updates"], "valid": bool(found),
+            "interval": interval if found else None,
             "throughput": 1.0 / interval if found else None, "units": env.num_units,
-            "valid_before_repair": fraction(env.valid_before, env.proposals),
-            "valid_after_repair": fraction(env.valid_after, env.proposals), "history": out["history"],
-            "interrupted": out["interrupted"]}
+            "valid_before_repair": fraction(env.valid_before + s.valid_before, proposals),
+            "valid_after_repair": fraction(env.valid_after + s.valid_after, proposals),
+            "history": history, "interrupted": out["interrupted"]}
 
 
 @register("mcm-finetune")
