@@ -188,3 +188,11 @@ def test_unfuse_gives_back_the_pairs():
     assert _FUSED_OPS[0] in _targets(res.module)  # the rewritten program is left as it was
     with torch.no_grad():
         torch.testing.assert_close(plain(*inputs), res.module(*inputs), rtol=1e-5, atol=1e-6)
+
+
+def test_fused_kernels_only_for_their_dtypes():
+    """oneDNN's fused kernels reject float64: a float64 program keeps its pairs."""
+    model, (x,) = make_model("vgg-19", "tiny")
+    res = rewrite(model.double(), (x.double(),))
+    assert not set(_FUSED_OPS) & set(_targets(res.module))
+    assert res.stats["max_error"] < 1e-10

@@ -71,6 +71,10 @@ class Unfused:
     act: Any
 
 
+#: Element types oneDNN's fused kernels take on any x86 CPU (float16 needs AVX512-FP16).
+_FUSED_DTYPES = (torch.float32, torch.bfloat16)
+
+
 @functools.cache
 def fused_kernels() -> bool:
     """Whether this PyTorch has oneDNN's fused convolution and linear kernels."""
@@ -126,6 +130,10 @@ def call_of(op: str, args: tuple, value: Callable[[str], Any], tr: Translation |
         target, call = call_of(op.removesuffix("_act"), args[1:], v, tr)
         if not fused_kernels():
             return Unfused(target, UNARY[fn]), call
+        x = call[0]
+        if isinstance(x, torch.Tensor) and x.dtype not in _FUSED_DTYPES:
+            # raised while shapes are inferred: the e-node is dropped, never extracted
+            raise TypeError(f"oneDNN's fused kernels take float32 or bfloat16, not {x.dtype}")
         attr, algorithm = FUSED[fn]
         # [None]: no scalar arguments (an empty list of scalars cannot be serialized by
         # torch.export.save)
