@@ -166,11 +166,14 @@ def test_fused_op_is_priced_below_the_pair_and_measured_as_itself(monkeypatch):
             pairs += 1
     assert pairs == 16
     # measured: every op the rules know runs as the rewritten program runs it
+    monkeypatch.setattr(extract, "_MEASURED", {})  # nothing timed before in this process
     ran = []
     real = extract.run_call
     monkeypatch.setattr(extract, "run_call", lambda t, a, op: ran.append(t) or real(t, a, op))
     measured = Costs(load_cluster("cpu:1"), measure=True, repeats=1).of(ec)
     assert all(v >= 0 for v in measured.values())
+    # timed once per process: another rewriter's costs are the same
+    assert Costs(load_cluster("cpu:1"), measure=True, repeats=1).of(ec) == measured
     fused_target = codegen.call_of("T.conv_act", next(
         n for ns in ec.nodes.values() for n in ns if n.op == "T.conv_act").args,
         lambda c: ec.values[c], tr)[0]

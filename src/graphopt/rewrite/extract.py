@@ -204,6 +204,12 @@ def _run(n: ENode, values: dict, tr: Translation) -> Any:
     return out
 
 
+#: Measured seconds by signature, per (cluster, repeats), shared by every measuring
+#: :class:`Costs` of the process: an op is timed once, and two rewriters compared in one
+#: process (saturation and the sequential rewriter) see the same prices.
+_MEASURED: dict[tuple, dict[tuple, float]] = {}
+
+
 class Costs:
     """Seconds of every e-node, from a cluster's first device and optionally a profile.
 
@@ -221,7 +227,8 @@ class Costs:
         ``repeats`` runs kept; the other ops (``T.op``) by graphopt's measured profile
         (:func:`graphopt.cost.profile_graph`).
     repeats : int
-        Timed runs per signature with ``measure``.
+        Timed runs per signature with ``measure``; measured prices are kept for the
+        process (shared by every ``Costs`` of the same cluster and repeats).
 
     Notes
     -----
@@ -235,7 +242,8 @@ class Costs:
         self.profile = profile
         self.measure = measure
         self.repeats = repeats
-        self._cache: dict[tuple, float] = {}
+        self._cache: dict[tuple, float] = (_MEASURED.setdefault((cluster.name, repeats), {})
+                                           if measure else {})
 
     def of(self, ec: EClasses) -> dict[ENode, float]:
         """The cost of every e-node of ``ec``; new signatures are priced in one batch."""
