@@ -87,10 +87,10 @@ def bench_rewrite(
                                                             "with torch.compile (inductor)."),
     sequential_limit: float = typer.Option(600.0, min=1.0, help="Seconds the sequential "
                                                                  "rewriter may search per model."),
-    cost: str = typer.Option("measured", help="How both rewriters price ops: measured (each "
-                                              "timed on this CPU as the rewritten program runs "
-                                              "it, as Tensat prices e-nodes) or roofline (the "
-                                              "cpu:1 preset). Example: roofline"),
+    cost: str = typer.Option("roofline", help="How both rewriters price ops: roofline (the "
+                                              "cpu:1 preset) or measured (each timed on this "
+                                              "CPU as the rewritten program runs it, as Tensat "
+                                              "prices e-nodes). Example: measured"),
     out: Path | None = typer.Option(None, help="Results JSON; default "
                                                "bench/results/rewrite[-compile][-tiny].json"),
     docs: Path = typer.Option(Path("docs/benchmarks.md"), help="Markdown file whose rewrite "
@@ -112,7 +112,7 @@ def bench_rewrite(
                         f"--repeats {repeats}", *(["--compile"] if compile_ else []),
                         *([f"--sequential-limit {sequential_limit:g}"]
                           if sequential_limit != 600.0 else []),
-                        *([f"--cost {cost}"] if cost != "measured" else [])])
+                        *([f"--cost {cost}"] if cost != "roofline" else [])])
     try:
         check_output(out, "--out")
         cfg = RewriteConfig(cost=cost)
