@@ -364,4 +364,3 @@ def unfuse(gm: fx.GraphModule) -> fx.GraphModule:
         gm.graph.erase_node(n)
     gm.recompile()
     return gm
-
