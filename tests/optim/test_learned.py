@@ -8,7 +8,8 @@ from graphopt.hardware import load_cluster
 from graphopt.ir.generate import layered_graph, mlp_training_graph
 from graphopt.optim import Budget, get_optimizer, list_optimizers
 from graphopt.rl import CheckpointError
-from graphopt.sim import Problem, simulate, simulate_batch
+from graphopt.sim import Plan, Problem, simulate, simulate_batch
+from graphopt.zoo import build, get_entry
 
 METHODS = ["rl-lstm", "hdp"]
 SMALL = {"hidden": 32, "progress": False}  # keep the tests quick on a shared CPU
@@ -43,6 +44,17 @@ def test_improves_on_random_placement(layered, method):
     assert res.step_time < stats["initial_step_time"]
     assert stats["evals"] == 400 and stats["history"][-1][0] == 400
     assert stats["evals_to_within_2pct"] <= 400
+
+
+def test_hdp_ends_below_one_device_where_the_layers_can_run_in_parallel():
+    # a 2-layer LSTM language model, where the expert's layer-wise split is 21% faster
+    # than one device: with the paper's values (lr 0.1, C = 5, T = 10, no block prior)
+    # hdp ends on one device here, 1.00x its step time
+    prob = Problem(build(get_entry("rnnlm-2-quick")), load_cluster("p100:2"))
+    single = simulate(prob, Plan(placement=np.zeros(prob.graph.num_nodes, np.int64))).step_time
+    plan, stats = run("hdp", prob, 100)
+    assert simulate(prob, plan).step_time == pytest.approx(stats["step_time"])
+    assert stats["step_time"] < 0.9 * single
 
 
 @pytest.mark.parametrize("method", METHODS)

@@ -18,6 +18,11 @@ class Grouper(nn.Module):
 
     with :math:`\tau_i` the op's type, :math:`e` a learned embedding and
     :math:`\epsilon` Gaussian noise of standard deviation ``noise`` × the logits' RMS.
+    With ``locality`` :math:`\lambda > 0`, :math:`-\lambda (iG/N - c_g)^2` is added to
+    op :math:`i`'s logit of group :math:`g` (ops in topological order, :math:`c_g` a
+    learned centre starting at :math:`g + \tfrac12`) and :math:`W_2` starts at zero: the
+    first groupings are contiguous blocks of the topological order, and the network
+    learns departures from them.
 
     Parameters
     ----------
@@ -30,6 +35,8 @@ class Grouper(nn.Module):
         Hidden units (grappler: 64).
     type_dim : int
         Width of the op-type embedding.
+    locality : float
+        Weight :math:`\lambda` of the block prior (0: none).
 
     Shapes
     ------
@@ -53,12 +60,14 @@ class Grouper(nn.Module):
     """
 
     def __init__(self, num_types: int, in_dim: int, num_groups: int, hidden: int = 64,
-                 type_dim: int = 16):
+                 type_dim: int = 16, locality: float = 0.0):
         super().__init__()
-        self.num_groups = num_groups
+        self.num_groups, self.locality = num_groups, locality
         self.type_embedding = nn.Embedding(num_types, type_dim)
         self.hidden = nn.Linear(type_dim + in_dim, hidden)
         self.out = nn.Linear(hidden, num_groups, bias=False)
+        if locality > 0:
+            self.centre = nn.Parameter(torch.arange(num_groups, dtype=torch.float32) + 0.5)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -67,6 +76,8 @@ class Grouper(nn.Module):
         nn.init.xavier_uniform_(self.hidden.weight)
         nn.init.zeros_(self.hidden.bias)
         nn.init.xavier_uniform_(self.out.weight)
+        if self.locality > 0:  # the prior alone decides the first groupings
+            nn.init.zeros_(self.out.weight)
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(types={self.type_embedding.num_embeddings}, "
@@ -79,6 +90,10 @@ class Grouper(nn.Module):
         if noise > 0:
             rms = logits.detach().square().mean().sqrt()
             logits = logits + noise * rms * torch.randn(logits.shape, generator=generator)
+        if self.locality > 0:
+            n = len(op_type)
+            slot = torch.arange(n, dtype=torch.float32) * (self.num_groups / n)
+            logits = logits - self.locality * (slot[:, None] - self.centre).square()
         log_probs = torch.log_softmax(logits, 1)
         groups = torch.multinomial(log_probs.detach().exp(), 1, generator=generator).squeeze(1)
         entropy = -(log_probs.exp() * log_probs).sum()

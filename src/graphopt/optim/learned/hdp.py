@@ -9,10 +9,14 @@ the best placement seen and the run's statistics.
    groups (default ``min(256, 20 · devices)``, grappler's) and one grouping is sampled.
    Op inputs: a learned op-type embedding, standardized node features (output shape,
    sizes, degree, position) and HDP's adjacency slots (:func:`graphopt.rl.op_inputs`).
+   A prior ``−locality · (i·G/N − c_g)²`` on op ``i``'s logit of group ``g`` (``c_g`` a
+   learned centre, starting at ``g + ½``) makes the first groupings contiguous blocks
+   of the topological order; the network starts at zero and learns departures from them.
 2. **Placer.** The groups of that grouping (:class:`graphopt.rl.GroupFeatures`:
    adjacency rows, op-type histogram, sizes) go to a bidirectional LSTM encoder; an
    LSTM decoder with attention samples ``placer_samples`` placements of the groups
-   (:class:`graphopt.nn.AttentionLSTMPlacer`).
+   (:class:`graphopt.nn.AttentionLSTMPlacer`), logits ``C·tanh(z/T)`` with grappler's
+   C = T = 1.
 3. **Colocation.** A sampled grouping may split a colocation group across groups and so
    across devices. Each placement is expanded to ops and then every colocation group is
    moved, whole, to the device most of its members were given (ties: the lower device)
@@ -22,28 +26,40 @@ the best placement seen and the run's statistics.
    cost ``c = √(step time)``, an
    invalid plan (out of memory) charged √(``failing_signal``) seconds; the baseline ``b``
    is an exponential moving average (0.9) of the costs of non-failing samples. Adam
-   with learning rate 0.1, ×0.95 every 50 updates from update 400; gradients clipped to
-   norm 1; Gaussian noise (0.5 × the logits' RMS) on every logit for the first 750
-   updates.
+   with learning rate 0.003, ×0.95 every 50 updates from update 400; gradients clipped
+   to norm 1; Gaussian noise (0.5 × the logits' RMS) on every logit for the first 750
+   updates. The best placement sampled is the result.
 
 Departures from grappler, kept small: one output shape per op (our IR's) instead of
 five; node features and an op-type embedding where grappler feeds the raw type index and
 raw dimensions; a ReLU between the grouper's two layers (grappler has none, which makes
-them one linear map); the baseline starts at the first batch's mean, not at the failing
-signal; logits ``C·tanh(z/T)`` with HDP §4's C = 5, T = 10; the advantage divided by
-the baseline (``(c − b) / b``, so one learning rate suits graphs of any step time); an
-optional learning-rate warm-up and entropy bonus ``β`` (``warmup``, ``entropy_coef``,
-both off by default). Only the placement is learned; priorities and fusion come from
-``init`` (or stay the compiler defaults).
+them one linear map); the grouper's block prior (``locality``); Adam at 0.003, not 0.1;
+the baseline starts at the first batch's mean, not at the failing signal; the advantage
+divided by the baseline (``(c − b) / b``, so one learning rate suits graphs of any step
+time); an optional learning-rate warm-up and entropy bonus ``β`` (``warmup``,
+``entropy_coef``, both off by default). Only the placement is learned; priorities and
+fusion come from ``init`` (or stay the compiler defaults).
 
-What the sweep in ``docs/learned.md`` showed (``bench/learned_sweep.py``, 2,000
-evaluations, rnnlm-2 and transformer-xl-4 on P100s): the first groupings are random, so
-the first placements scatter every layer over all devices and cost 2–4x one device
-(rnnlm-2: 757 ms against 170 ms). The quickest improvement REINFORCE finds is to put
-every group on one device, and within 100 updates the placer's entropy falls to the
-level of the logit noise; from there no setting tried moves it in 500 updates:
-grappler's lr 0.1, lr 0.003 with a 100-update warm-up, and that with an entropy weight
-of 0.01 all end within 1% of one device. Grappler's values are kept as the defaults.
+Why it used to end on one device (issue 14; instrumented on rnnlm-2, 2 P100s, with the
+paper's values: Adam at 0.1, C = 5, T = 10, no prior; ``docs/learned.md``):
+
+- the grouper's first groupings scatter: a Glorot-initialised network over standardized
+  features puts 3,166 of 4,483 consecutive ops in different groups, so a split of the
+  groups cuts every layer (random placements of random groups: 786 ms median against one
+  device's 191 ms, ``bench/hdp_groups.py``). The block prior makes the first groupings
+  contiguous (223 cuts; the first batch 295 ms);
+- one Adam step at 0.1 (and at 0.003, and 0.0003 within 20 updates) moves every weight
+  of the 512-unit LSTMs the same way and saturates the placer: its entropy falls from
+  0.69 nats per decision (uniform over 2 devices) to 0.01 after the first update, every
+  group on one device; ``tanh`` then passes no gradient to leave it. Grappler's
+  C = T = 1 bound the logits to [−1, 1], so each group keeps at least a 12% chance of
+  the other device and the placer keeps sampling splits near the one-device plan, where
+  a few groups moved are faster (on rnnlm-2, 6 of the 40 block groups moved alone are
+  up to 5% faster than one device); at 0.003 the grouper's blocks drift slowly (223 to
+  about 900 cuts in 500 updates), where at 0.1 they scatter within 20 updates.
+
+The policy's own samples still average above one device's step time; what ``hdp``
+returns is the best of the 2,000 it samples.
 
 With ``checkpoint_dir``, both networks, Adam's state, the sampling generator, the
 baseline, the best plan and the history are saved every ``checkpoint_every`` updates and
@@ -118,11 +134,15 @@ class HDP:
         "help": "Width of the grouper's learned op-type embedding (ours)."})
     adj_slots: int = field(default=10, metadata={"min": 0, "max": 1024,
         "help": "Neighbours per op in the grouper's input, two numbers each (grappler: adj_embed_dim 20)."})
+    locality: float = field(default=20.0, metadata={"min": 0,
+        "help": "Weight of the grouper's prior toward contiguous blocks of the topological "
+                "order (ours; 0: none, the first groupings scatter every layer)."})
     bidirectional: bool = field(default=True, metadata={"help": "Bidirectional encoder (grappler: bi_lstm)."})
     placer_samples: int = field(default=4, metadata={"min": 1,
         "help": "Placements sampled per grouping and update (HDP §4: k = 4)."})
-    lr: float = field(default=0.1, metadata={"gt": 0,
-        "help": "Adam learning rate at the start (grappler: 0.1)."})
+    lr: float = field(default=0.003, metadata={"gt": 0,
+        "help": "Adam learning rate at the start (ours; HDP and grappler: 0.1, which makes the "
+                "placer deterministic in one update)."})
     warmup: int = field(default=0, metadata={"min": 0,
         "help": "Updates over which the learning rate rises linearly from lr / warmup to lr "
                 "(ours; 0: none)."})
@@ -140,10 +160,10 @@ class HDP:
         "help": "Std of the noise on grouper and placer logits, relative to their RMS (grappler: 0.5)."})
     stop_noise_step: int = field(default=750, metadata={"min": 0,
         "help": "Update from which logits are no longer noised (grappler: 750)."})
-    temperature: float = field(default=10.0, metadata={"gt": 0,
-        "help": "Placer logits divided by this before the tanh (HDP §4: T = 10)."})
-    tanh_constant: float = field(default=5.0, metadata={"gt": 0,
-        "help": "Placer logits squashed into [−C, C] (HDP §4: C = 5)."})
+    temperature: float = field(default=1.0, metadata={"gt": 0,
+        "help": "Placer logits divided by this before the tanh (grappler: 1; HDP §4: T = 10)."})
+    tanh_constant: float = field(default=1.0, metadata={"gt": 0,
+        "help": "Placer logits squashed into [−C, C] (grappler: 1; HDP §4: C = 5)."})
     baseline_decay: float = field(default=0.9, metadata={"min": 0, "max": 1,
         "help": "Decay of the moving-average baseline, updated on non-failing samples (grappler: 0.9)."})
     failing_signal: float = field(default=100.0, metadata={"gt": 0,
@@ -179,7 +199,7 @@ class HDP:
 
         # -- grouper, placer, optimizer, resume --------------------------------------------
         grouper = Grouper(int(op_type.max()) + 1, op_x.shape[1], num_groups,
-                          self.grouping_hidden, self.type_embedding)
+                          self.grouping_hidden, self.type_embedding, self.locality)
         placer = AttentionLSTMPlacer(features.dim(num_groups), devices, self.hidden,
                                      self.bidirectional, self.temperature, self.tanh_constant)
         modules = {"grouper": grouper, "placer": placer}
