@@ -91,6 +91,47 @@ def test_shipped_policy_places_every_zoo_family():
         assert stats["valid"], name
 
 
+def _outside_model(name: str):
+    """A model written by another library, at a tiny size, and its example inputs."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    if name == "torch.nn.TransformerEncoderLayer":
+        layer = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
+        return layer, (torch.randn(2, 8, 32),)
+    models = pytest.importorskip("torch_geometric.nn.models")
+    # add_self_loops=False: adding them drops existing ones by a data-dependent mask,
+    # which a training step cannot trace
+    return (models.GCN(8, 16, 2, 4, add_self_loops=False),
+            (torch.randn(20, 8), torch.randint(0, 20, (2, 60))))
+
+
+@pytest.mark.skipif(not (SHIPPED / "policy.safetensors").is_file(), reason="no shipped policy")
+@pytest.mark.parametrize("name", ["torch.nn.TransformerEncoderLayer", "torch_geometric.GCN"])
+def test_shipped_policy_places_models_written_elsewhere(name):
+    """Outside models are test material only (never pre-training data): their training
+    steps trace to valid graphs and zero-shot GO gives each a valid plan on p100:2."""
+    import warnings
+
+    from graphopt.frontends.torch import from_torch
+
+    model, inputs = _outside_model(name)
+    with warnings.catch_warnings():  # ops without a cost formula are costed from sizes
+        warnings.simplefilter("ignore")
+        g = from_torch(model, inputs, training=True)
+    assert g.validate() is g and g.num_nodes > 50, name
+    p = Problem(g, load_cluster("p100:2"))
+    plan, stats = optimize(p, "go", "placement", Budget(4), 0)
+    assert stats["evals"] == 4 and stats["valid"], name
+    assert len(plan.placement) == g.num_nodes and 0 <= plan.placement.min()
+    assert plan.placement.max() < p.num_devices
+    # colocation groups (a parameter with its update) stay on one device
+    for c in np.unique(g.coloc[g.coloc >= 0]):
+        assert len(np.unique(plan.placement[g.coloc == c])) == 1, name
+    assert simulate(p, plan).step_time == pytest.approx(stats["step_time"])
+
+
 def test_cli_train_then_optimize_with_the_policy(tmp_path):
     from typer.testing import CliRunner
 
