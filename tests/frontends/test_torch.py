@@ -292,6 +292,17 @@ def test_untraceable_model_raises_clear_error(training):
     assert "\n" not in str(err.value)
 
 
+def test_data_dependent_sizes_raise_clear_error():
+    # PyG's GCN adds self-loops with a mask: sizes that depend on the data (written
+    # elsewhere; a symbolic size once crashed the check for empty outputs)
+    from torch_geometric.nn.models import GCN
+
+    x, edges = torch.randn(50, 8), torch.randint(0, 50, (2, 200))
+    with pytest.raises(FrontendError, match=r"node '\w+' has a dynamic shape") as err:
+        from_torch(GCN(8, 16, 2, out_channels=4), (x, edges), training=True)
+    assert "\n" not in str(err.value)
+
+
 def test_bad_options():
     with pytest.raises(FrontendError, match="'sgd' or 'adam', got 'rmsprop'"):
         from_torch(MLP(), (torch.randn(4, 8),), training=True, optimizer="rmsprop")

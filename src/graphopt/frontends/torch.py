@@ -713,7 +713,14 @@ def _outputs(node: fx.Node) -> list[Tensor]:
     else:
         val = node.meta.get("val")
         vals = list(val) if isinstance(val, (tuple, list)) else [val]
-    return [v for v in vals if isinstance(v, Tensor) and v.numel()]
+    return [v for v in vals if isinstance(v, Tensor) and _maybe_nonempty(v)]
+
+
+def _maybe_nonempty(t: Tensor) -> bool:
+    """False for a tensor of no elements; True where its size is symbolic (data-dependent,
+    as after ``nonzero``), so that :func:`_info` refuses it by name."""
+    n = t.numel()
+    return not isinstance(n, int) or n > 0
 
 
 @dataclass
