@@ -11,7 +11,8 @@ the best placement seen and the run's statistics.
    sizes, degree, position) and HDP's adjacency slots (:func:`graphopt.rl.op_inputs`).
    A prior ``−locality · (i·G/N − c_g)²`` on op ``i``'s logit of group ``g`` (``c_g`` a
    learned centre, starting at ``g + ½``) makes the first groupings contiguous blocks
-   of the topological order; the network starts at zero and learns departures from them.
+   of the topological order; the network's output layer starts at zero and learns
+   departures from them.
 2. **Placer.** The groups of that grouping (:class:`graphopt.rl.GroupFeatures`:
    adjacency rows, op-type histogram, sizes) go to a bidirectional LSTM encoder; an
    LSTM decoder with attention samples ``placer_samples`` placements of the groups
@@ -54,12 +55,14 @@ paper's values: Adam at 0.1, C = 5, T = 10, no prior; ``docs/learned.md``):
   group on one device; ``tanh`` then passes no gradient to leave it. Grappler's
   C = T = 1 bound the logits to [−1, 1], so each group keeps at least a 12% chance of
   the other device and the placer keeps sampling splits near the one-device plan, where
-  a few groups moved are faster (on rnnlm-2, 6 of the 40 block groups moved alone are
-  up to 5% faster than one device); at 0.003 the grouper's blocks drift slowly (223 to
+  a few groups moved are faster (on rnnlm-2, 5 of the 40 block groups moved alone are
+  faster than one device, by up to 4.8%); at 0.003 the grouper's blocks drift slowly (223 to
   about 900 cuts in 500 updates), where at 0.1 they scatter within 20 updates.
 
-The policy's own samples still average above one device's step time; what ``hdp``
-returns is the best of the 2,000 it samples.
+On rnnlm-2 the policy's own samples still average above one device's step time; what
+``hdp`` returns is the best of the placements it samples. On four devices C = 1 caps the
+likeliest device at 71%, the placer settles on a mix of devices, and the best sample
+stays behind one device (transformer-xl-4: 303.5 against 203.7 ms; ``docs/learned.md``).
 
 With ``checkpoint_dir``, both networks, Adam's state, the sampling generator, the
 baseline, the best plan and the history are saved every ``checkpoint_every`` updates and
