@@ -109,6 +109,7 @@ def run(models=MODELS, methods=METHODS, steps: int = 5, budget: int = 500, seed:
     return {"calibration": {"latency_us": cal.latency * 1e6, "bandwidth_gbps": cal.bandwidth / 1e9,
                             "dispatch_us": cal.dispatch * 1e6,
                             "transfer_cpu_ns_per_byte": cal.transfer_cpu * 1e9,
+                            "shared_slowdown": cal.shared_slowdown,
                             "matmul_gflops": cal.matmul_flops / 1e9},
             "rows": rows, "steps": steps, "budget": budget, "seed": seed, "size": size,
             "machine": f"{platform.machine()}, {platform.processor() or 'cpu'}",
@@ -140,7 +141,8 @@ def to_markdown(res: dict) -> str:
         f"{res['budget']} evaluations, seed {res['seed']}. Calibration: link latency "
         f"{c['latency_us']:.0f} us, bandwidth {c['bandwidth_gbps']:.2f} GB/s, dispatch "
         f"{c['dispatch_us']:.1f} us per op, transfers' host work "
-        f"{c.get('transfer_cpu_ns_per_byte', 0):.2f} ns per byte at each end.",
+        f"{c.get('transfer_cpu_ns_per_byte', 0):.2f} ns per byte at each end, shared slowdown "
+        f"{c.get('shared_slowdown', 1):.2f}.",
         "",
         "| model | ops | method | measured ms | simulated ms | error | speed-up measured | "
         "speed-up simulated |",

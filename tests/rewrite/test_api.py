@@ -111,6 +111,22 @@ def test_cli_rewrites_and_round_trips(tmp_path):
         assert r.exit_code == 2 and "error:" in r.output, (args, r.output)
 
 
+def test_cli_bench_writes_results_and_docs(tmp_path):
+    from graphopt.cli import app
+
+    out, docs = tmp_path / "r.json", tmp_path / "b.md"
+    docs.write_text("# Benchmarks\n")
+    r = CliRunner().invoke(app, ["bench", "rewrite", "--size", "tiny", "--models", "nasrnn",
+                                 "--repeats", "2", "--warmup", "0", "--out", str(out),
+                                 "--docs", str(docs)])
+    assert r.exit_code == 0, r.output
+    res = json.loads(out.read_text())
+    assert [row["model"] for row in res["rows"]] == ["nasrnn"]
+    assert len(res["machine"]["load_average"]) == 2  # what else ran is on record
+    text = docs.read_text()
+    assert "<!-- rewrite-tiny:start -->" in text and "Load average (1 min)" in text
+
+
 _FUSED_OPS = ("mkldnn._convolution_pointwise.default", "mkldnn._linear_pointwise.default")
 
 

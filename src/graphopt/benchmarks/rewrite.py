@@ -122,8 +122,8 @@ def run(models: tuple[str, ...] = tuple(MODELS), size: str = "bench", repeats: i
     result = {"command": command,
               "machine": {"host": platform.node(), "cpu": platform.processor() or platform.machine(),
                           "cores": os.cpu_count(), "torch": torch.__version__, "threads": 1,
-                          "note": "shared by six engineers while measured: absolute times are "
-                                  "noisy, ratios are measured side by side in one run"},
+                          # other jobs on the machine show here; the ratios are side by side
+                          "load_average": [os.getloadavg()[0]]},
               "settings": {"size": size, "repeats": repeats, "warmup": warmup,
                            "compile": compile_, "config": cfg.__dict__,
                            "sequential_time_limit_s": seq_time_limit},
@@ -138,6 +138,7 @@ def run(models: tuple[str, ...] = tuple(MODELS), size: str = "bench", repeats: i
                 save_json(result, out)
     finally:
         torch.set_num_threads(threads)
+        result["machine"]["load_average"].append(os.getloadavg()[0])
     result["targets"] = targets(result)
     if out is not None:
         save_json(result, out)
@@ -221,6 +222,14 @@ def update_docs(result: dict, docs: Path) -> None:
                     f"thread, torch {mach['torch']}; median of {s['repeats']} runs after "
                     f"{s['warmup']} warm-up runs, the three programs timed in turn; speed-up = "
                     f"median over rounds of the original's time over the program's in the "
-                    f"same round. The machine was shared while measured (load average "
-                    f"often above 10 on 2 cores), so compare the ratios, not the absolute "
-                    f"times.\n\n{to_markdown(result)}")
+                    f"same round. {_load(mach)}\n\n{to_markdown(result)}")
+
+
+def _load(mach: dict) -> str:
+    """What the machine's load was, as far as the run recorded it."""
+    load = mach.get("load_average", [])
+    if len(load) != 2:
+        return "The machine's load was not recorded: compare the ratios, not the times."
+    return (f"Load average (1 min) {load[0]:.1f} at the start and {load[1]:.1f} at the end of the "
+            f"run, on {mach['cores']} cores: other jobs slow every program alike within a round, "
+            "so compare the ratios.")
