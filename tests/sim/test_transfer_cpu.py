@@ -1,6 +1,6 @@
-"""Transfers cost the cores at both ends (a device's ``transfer_cpu_bw``): hand-computed
-step times on a chain across two devices, the default (free) left as it was, and the
-cluster file's key validated."""
+"""Transfers cost the cores at both ends (a device's ``transfer_cpu_bw``), and their
+latencies may overlap on a link (``Cluster.overlap_latency``): hand-computed times, the
+defaults left as they were, and the cluster file's keys validated."""
 
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ from graphopt.sim import Plan, Problem, simulate, simulate_batch
 BW, LAT = 1e9, 1e-6
 
 
-def cluster(transfer_cpu_bw: float = float("inf")) -> Cluster:
+def cluster(transfer_cpu_bw: float = float("inf"), overlap: bool = False) -> Cluster:
     devs = tuple(Device(f"dev:{i}", "toy", {"float32": 1e12}, 1e11, 1e11, 1e12, 1e-6,
                         transfer_cpu_bw=transfer_cpu_bw) for i in range(2))
-    return Cluster("toy", devs, *topology.all_to_all(2, BW, LAT))
+    return Cluster("toy", devs, *topology.all_to_all(2, BW, LAT), overlap_latency=overlap)
 
 
 def fan_out() -> tuple:
@@ -69,7 +69,29 @@ def test_batch_agrees_with_single_plans():
     assert batch.step_time.tolist() == pytest.approx(one, rel=1e-12)
 
 
-def _toml(extra: str) -> dict:
+def test_overlapped_latencies_free_the_link_after_the_bytes():
+    # a and b (dev 0) each send 1 MB to c (dev 1); a link is busy 1 ms per transfer
+    b = GraphBuilder("two")
+    b.add_node("a", "my_custom_op", flops=1e6, out_bytes=1e6)
+    b.add_node("b", "my_custom_op", flops=1e6, out_bytes=1e6)
+    b.add_node("c", "my_custom_op", flops=1e6, out_bytes=8, inputs=["a", "b"])
+    g = b.build()
+    plan = Plan(placement=np.array([0, 0, 1]), fusion=np.zeros(3))
+    lat = 5e-3
+    c = Cluster("toy", cluster().devices, *topology.all_to_all(2, BW, lat))
+    serial = simulate(Problem(g, c), plan, timeline=True).timeline
+    over = simulate(Problem(g, replace(c, overlap_latency=True)), plan, timeline=True).timeline
+    t = Problem(g, c).costs.time[:, 0]
+    # serial: the second transfer waits for the first one's latency and bytes
+    assert serial.transfer_start[1] == pytest.approx(serial.transfer_end[0], rel=1e-12)
+    # overlapped: only for its bytes; each still arrives latency after its bytes
+    assert over.transfer_start.tolist() == pytest.approx([t[0], t[0] + 1e-3], rel=1e-12)
+    assert over.transfer_end.tolist() == pytest.approx(
+        [t[0] + 1e-3 + lat, t[0] + 2e-3 + lat], rel=1e-12)
+    assert over.start[2] == pytest.approx(t[0] + 2e-3 + lat, rel=1e-12)
+
+
+def _toml(extra: str, topology: str = "") -> dict:
     import tomllib
 
     return tomllib.loads(f"""
@@ -86,6 +108,7 @@ memory_gib = 4
 type = "all_to_all"
 link_gbps = 2
 latency_us = 100
+{topology}
 """)
 
 
@@ -95,6 +118,10 @@ def test_cluster_file_key():
     assert np.isinf(cluster_from_toml(_toml(""), "x.toml").devices[0].transfer_cpu_bw)
     with pytest.raises(ClusterError, match="x.toml.*transfer_cpu_gbps"):
         cluster_from_toml(_toml("transfer_cpu_gbps = 0"), "x.toml")
+    assert cluster_from_toml(_toml("", "overlap_latency = true"), "x.toml").overlap_latency
+    assert not cluster_from_toml(_toml(""), "x.toml").overlap_latency
+    with pytest.raises(ClusterError, match="x.toml.*overlap_latency"):
+        cluster_from_toml(_toml("", "overlap_latency = 1"), "x.toml")
     with pytest.raises(ClusterError, match="transfer_cpu_bw"):
         Cluster("toy", tuple(replace(d, transfer_cpu_bw=-1.0) for d in cluster().devices),
                 *topology.all_to_all(2, BW, LAT))

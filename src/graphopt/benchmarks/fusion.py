@@ -79,7 +79,8 @@ def _tight(prob: Problem, plan: Plan, fraction: float) -> Problem:
     cap = keep + fraction * (r.peak_memory - keep)
     c = prob.cluster
     devices = tuple(replace(d, memory=max(float(m), 1.0)) for d, m in zip(c.devices, cap))
-    return Problem(prob.graph, Cluster(c.name, devices, c.bandwidth, c.latency, dict(c.meta)))
+    return Problem(prob.graph, Cluster(c.name, devices, c.bandwidth, c.latency, dict(c.meta),
+                                          c.overlap_latency))
 
 
 def _fig(prob: Problem, plan: Plan, stats: dict | None = None) -> dict:

@@ -91,6 +91,11 @@ class Cluster:
         Bytes/s from device i to device j (the diagonal is ignored).
     latency : float array, shape (D, D)
         Seconds of latency from device i to device j.
+    overlap_latency : bool
+        False (DESIGN.md, every preset): a link carries one transfer at a time for
+        ``latency + bytes / bandwidth``. True: it is busy for ``bytes / bandwidth`` only,
+        and the tensor arrives ``latency`` later, so the latencies of transfers in
+        flight overlap, as messages queued on one socket do (worker processes).
 
     Examples
     --------
@@ -105,6 +110,7 @@ class Cluster:
     bandwidth: np.ndarray
     latency: np.ndarray
     meta: dict = field(default_factory=dict)
+    overlap_latency: bool = False
 
     def __post_init__(self) -> None:
         d = len(self.devices)
@@ -177,14 +183,14 @@ class Cluster:
                                f"cannot take {count}")
         base = self.name.split(":")[0]
         return Cluster(f"{base}:{count}", self.devices[:count], self.bandwidth[:count, :count],
-                       self.latency[:count, :count], dict(self.meta))
+                       self.latency[:count, :count], dict(self.meta), self.overlap_latency)
 
     def with_memory(self, memory: float) -> Cluster:
         """The same cluster with every device's memory capacity set to ``memory`` bytes."""
         from dataclasses import replace
 
         return Cluster(self.name, tuple(replace(d, memory=float(memory)) for d in self.devices),
-                       self.bandwidth, self.latency, dict(self.meta))
+                       self.bandwidth, self.latency, dict(self.meta), self.overlap_latency)
 
     def to_dict(self) -> dict:
         """JSON-ready description (for reports)."""
@@ -199,4 +205,5 @@ class Cluster:
                         for d in self.devices],
             "bandwidth": np.where(np.isinf(self.bandwidth), 0, self.bandwidth).tolist(),
             "latency": self.latency.tolist(),
+            "overlap_latency": self.overlap_latency,
         }

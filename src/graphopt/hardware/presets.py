@@ -165,6 +165,10 @@ def cluster_from_toml(data: dict, source: str = "<toml>") -> Cluster:
     else:
         raise ClusterError(f"{source}: topology type {kind!r} is not one of "
                            "all_to_all, pcie_tree, ring, torus, links, host")
+    overlap = t.get("overlap_latency", False)
+    if not isinstance(overlap, bool):
+        raise ClusterError(f"{source}: [topology] overlap_latency = {overlap!r}; expected true "
+                           "or false")
     return Cluster(str(data.get("name", "cluster")), tuple(devices), mats[0], mats[1],
                    {"description": data.get("description", ""),
-                    "sources": list(data.get("sources", []))})
+                    "sources": list(data.get("sources", []))}, overlap)

@@ -537,7 +537,7 @@ def _with_transfer_work(group, dev, kdur, succ_ptr, succ_idx, succ_bytes, out_ke
 @_jit()
 def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
         pred_ptr, pred_idx, succ_ptr, succ_idx, succ_bytes, bw, lat, ndev, shared, host, slope,
-        xspb, ws):
+        xspb, olat, ws):
     """Simulate one plan. Kernels are the nodes with ``group[i] == i``.
 
     Parameters (N nodes, E edges, D devices)
@@ -558,6 +558,9 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
     host : int64 (D,)            each device's host
     slope : float64 (D,)         how much longer a kernel takes per other busy device of
                                  its host: ``(shared_slowdown - 1) / (host's devices - 1)``
+    olat : bool                  links busy for ``bytes / bandwidth`` only, the tensor
+                                 arriving ``latency`` later (Cluster.overlap_latency);
+                                 else busy for the whole ``latency + bytes / bandwidth``
     xspb : float64 (D,)          seconds of each device's own time per byte it sends or
                                  receives (its core copies them); 0: transfers are free
                                  to both ends. A send lengthens its producer, a receive
@@ -624,12 +627,16 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
     # order.
     dev_busy = np.zeros(D, np.bool_)
     link_busy = np.zeros(D * D, np.bool_)
-    run_t = np.empty(D + D * D)
-    run_id = np.empty(D + D * D, np.int64)
+    # with overlapped latencies, transfers whose link is free again are still in flight:
+    # each is an event of its own (id N + T + transfer for the link's release)
+    ncap = tr_k.shape[0]
+    nslots = D + D * D + (ncap if olat else 0)
+    run_t = np.empty(nslots)
+    run_id = np.empty(nslots, np.int64)
     nrun = 0
-    new_t = np.empty(D + D * D)
-    new_id = np.empty(D + D * D, np.int64)
-    ended = np.empty(D + D * D, np.int64)
+    new_t = np.empty(D + 2 * D * D)
+    new_id = np.empty(D + 2 * D * D, np.int64)
+    ended = np.empty(nslots, np.int64)
     mem = np.zeros(D)
     peak = np.zeros(D)
     busy = np.zeros(D)
@@ -712,6 +719,10 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
                 new_t[nnew] = tr_end[tr]
                 new_id[nnew] = n + tr
                 nnew += 1
+                if olat:
+                    new_t[nnew] = t + tr_bytes[tr] / bw[a, b]
+                    new_id[nnew] = n + ncap + tr
+                    nnew += 1
                 mem[b] += tr_bytes[tr]
                 if mem[b] > peak[b]:
                     peak[b] = mem[b]
@@ -824,17 +835,26 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
                 out_ref[k] = nref
                 if nref == 0:
                     mem[d] -= kout[k]
+            elif x >= n + ncap:  # a link is free again; its transfer is still in flight
+                tr = x - n - ncap
+                li = dev[tr_k[tr]] * D + tr_dst[tr]
+                link_busy[li] = False
+                if not dirty_link[li]:
+                    dirty_link[li] = True
+                    link_list[nll] = li
+                    nll += 1
             else:  # a transfer ends
                 tr = x - n
                 k = tr_k[tr]
                 b = tr_dst[tr]
                 a = dev[k]
                 li = a * D + b
-                link_busy[li] = False
-                if not dirty_link[li]:
-                    dirty_link[li] = True
-                    link_list[nll] = li
-                    nll += 1
+                if not olat:
+                    link_busy[li] = False
+                    if not dirty_link[li]:
+                        dirty_link[li] = True
+                        link_list[nll] = li
+                        nll += 1
                 out_ref[k] -= 1
                 if out_ref[k] == 0:
                     mem[a] -= kout[k]
@@ -883,7 +903,7 @@ _scratch = threading.local()
 def evaluate(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ_ptr, succ_idx,
              succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes, temp_bytes,
              persistent, coloc, capacity, bw, lat, cand, single_eb, fflags, level, max_fuse,
-             max_ops, large_ops, large_slope, shared, host, slope, xspb, ecap):
+             max_ops, large_ops, large_slope, shared, host, slope, xspb, olat, ecap):
     """:func:`evaluate_in` in this thread's work arrays.
 
     Its result depends on its arguments alone (the engine writes every work array before
@@ -898,14 +918,14 @@ def evaluate(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ
                        succ_idx, succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes,
                        temp_bytes, persistent, coloc, capacity, bw, lat, cand, single_eb, fflags,
                        level, max_fuse, max_ops, large_ops, large_slope, shared, host, slope,
-                       xspb, _scratch.ws)
+                       xspb, olat, _scratch.ws)
 
 
 @_jit()
 def evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ_ptr,
                 succ_idx, succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes,
                 temp_bytes, persistent, coloc, capacity, bw, lat, cand, single_eb, fflags, level,
-                max_fuse, max_ops, large_ops, large_slope, shared, host, slope, xspb, ws):
+                max_fuse, max_ops, large_ops, large_slope, shared, host, slope, xspb, olat, ws):
     """Fuse, cost the kernels, run, check validity, in the work arrays ``ws``.
     ``fusion_mode``: 0 none, 1 the compiler's default, 2 by ``fprio``. Returns ``(run's
     result, group, state (bit 1: duplicated), number of kernels, validity code, device or
@@ -932,7 +952,7 @@ def evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, s
             group, place, prio, time, flop_t, mem_t, launch, spb, cls, temp_bytes, out_bytes,
             succ_ptr, succ_idx, succ_bytes, large_ops, large_slope, ws)
         res = run(g2, place, kdur, kout, ktemp, kprio, use_fifo, mh, mn, kpp, kpi, ksp, ksi,
-                  ksb, bw, lat, ndev, shared, host, slope, xspb, ws)
+                  ksb, bw, lat, ndev, shared, host, slope, xspb, olat, ws)
     else:
         kdur, ktemp, kprio, mhead, mnext = kernel_costs(group, place, prio, fused, time, flop_t,
                                                         mem_t, launch, spb, cls, temp_bytes,
@@ -940,7 +960,7 @@ def evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, s
                                                         ws)
         res = run(group, place, kdur, out_bytes, ktemp, kprio, use_fifo, mhead, mnext, pred_ptr,
                   pred_idx, succ_ptr, succ_idx, succ_bytes, bw, lat, ndev, shared, host, slope,
-                  xspb, ws)
+                  xspb, olat, ws)
     nk = 0
     ngroups = 0
     peak = res[1]
@@ -972,7 +992,7 @@ def evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, s
 def evaluate_batch(places, prios, fifo, fprios, mode, pred_ptr, pred_idx, succ_ptr, succ_idx,
                    succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes, temp_bytes,
                    persistent, coloc, capacity, bw, lat, cand, single_eb, fflags, level, max_fuse,
-                   max_ops, large_ops, large_slope, shared, host, slope, xspb, ecap, nthreads):
+                   max_ops, large_ops, large_slope, shared, host, slope, xspb, olat, ecap, nthreads):
     """:func:`evaluate_in` for B plans in chunks of plans, one workspace per chunk.
 
     There are a few chunks per thread, handed out one at a time (the caller sets numba's
@@ -994,7 +1014,7 @@ def evaluate_batch(places, prios, fifo, fprios, mode, pred_ptr, pred_idx, succ_p
                                            flop_t, mem_t, launch, spb, cls, out_bytes,
                                            temp_bytes, persistent, coloc, capacity, bw, lat,
                                            cand, single_eb, fflags, level, max_fuse, max_ops,
-                                           large_ops, large_slope, shared, host, slope, xspb, ws)
+                                           large_ops, large_slope, shared, host, slope, xspb, olat, ws)
             step[i] = res[0]
             peak[i, :] = res[1]
             code[i] = cd

@@ -100,6 +100,7 @@ class Problem:
         self.shared = bool((self.slope > 0).any())
         # host seconds per byte a device spends on each transfer it sends or receives
         self.transfer_cpu = np.array([1.0 / d.transfer_cpu_bw for d in cluster.devices])
+        self.overlap_latency = bool(cluster.overlap_latency)
         self.persistent = np.array(g.persistent_bytes)
         self.coloc = np.array(g.coloc)
         self.out_bytes = np.array(g.out_bytes)
@@ -239,7 +240,7 @@ class Problem:
                 self.bandwidth, self.latency, self.cand_consumer, self.single_edge_bytes,
                 self.fusion_flags, self.level, self.max_fusion_size, self.max_fusion_operands,
                 self.fusion_efficient_ops, self.fusion_slowdown_per_op, self.shared, self.host,
-                self.slope, self.transfer_cpu, self.edge_capacity)
+                self.slope, self.transfer_cpu, self.overlap_latency, self.edge_capacity)
 
 
 @dataclass
