@@ -60,9 +60,10 @@ def test_one_device_and_free_transfers_are_unchanged():
     assert not Problem(g, load_cluster("p100:2")).transfer_cpu.any()
 
 
-def test_batch_agrees_with_single_plans():
+@pytest.mark.parametrize("overlap", [False, True])
+def test_batch_agrees_with_single_plans(overlap):
     g, _ = fan_out()
-    prob = Problem(g, cluster(1e9))
+    prob = Problem(g, cluster(1e9, overlap))
     places = np.random.default_rng(0).integers(0, 2, (16, 4))
     batch = simulate_batch(prob, places, fusion=np.zeros((16, 4)))
     one = [simulate(prob, Plan(placement=p, fusion=np.zeros(4))).step_time for p in places]
