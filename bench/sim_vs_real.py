@@ -15,7 +15,7 @@ and the speed-up of each plan over ``single``, measured and simulated. The one-d
 error is ``single``'s (one worker runs it all); the two-device errors are the others'.
 
 Usage:  .venv/bin/python bench/sim_vs_real.py [--size quick|cpu] [--models rnnlm-2,...]
-        [--steps 5] [--budget 500] [--out FILE] [--docs docs/benchmarks.md]
+        [--steps 15] [--budget 500] [--out FILE] [--docs docs/benchmarks.md]
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def _traced(name: str, size: str):
     return trace_program(model, inputs, training=True, name=entry.name)
 
 
-def run(models=MODELS, methods=METHODS, steps: int = 5, budget: int = 500, seed: int = 0,
+def run(models=MODELS, methods=METHODS, steps: int = 15, budget: int = 500, seed: int = 0,
         size: str = "quick") -> dict:
     ensure_compiled()
     cal = calibrate(2)
@@ -109,6 +109,7 @@ def run(models=MODELS, methods=METHODS, steps: int = 5, budget: int = 500, seed:
     return {"calibration": {"latency_us": cal.latency * 1e6, "bandwidth_gbps": cal.bandwidth / 1e9,
                             "dispatch_us": cal.dispatch * 1e6,
                             "transfer_cpu_ns_per_byte": cal.transfer_cpu * 1e9,
+                            "transfer_cpu_us_per_message": cal.transfer_overhead * 1e6,
                             "shared_slowdown": cal.shared_slowdown,
                             "matmul_gflops": cal.matmul_flops / 1e9},
             "rows": rows, "steps": steps, "budget": budget, "seed": seed, "size": size,
@@ -141,7 +142,9 @@ def to_markdown(res: dict) -> str:
         f"{res['budget']} evaluations, seed {res['seed']}. Calibration: link latency "
         f"{c['latency_us']:.0f} us, bandwidth {c['bandwidth_gbps']:.2f} GB/s, dispatch "
         f"{c['dispatch_us']:.1f} us per op, transfers' host work "
-        f"{c.get('transfer_cpu_ns_per_byte', 0):.2f} ns per byte at each end, shared slowdown "
+        f"{c.get('transfer_cpu_ns_per_byte', 0):.2f} ns per byte"
+        + (f" and {c['transfer_cpu_us_per_message']:.1f} us per message"
+           if "transfer_cpu_us_per_message" in c else "") + " at each end, shared slowdown "
         f"{c.get('shared_slowdown', 1):.2f}.",
         "",
         "| model | ops | method | measured ms | simulated ms | error | speed-up measured | "
@@ -171,7 +174,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default=",".join(MODELS), help="zoo names, comma-separated")
     ap.add_argument("--methods", default=",".join(METHODS), help="methods, comma-separated")
-    ap.add_argument("--steps", type=int, default=5, help="timed steps per plan")
+    ap.add_argument("--steps", type=int, default=15, help="timed steps per plan")
     ap.add_argument("--budget", type=int, default=500, help="evaluations per search method")
     ap.add_argument("--size", choices=("quick", "cpu"), default="quick",
                     help="quick: the zoo's -quick entries; cpu: CPU_SIZES (the same six "

@@ -249,6 +249,7 @@ def test_calibration_writes_a_cluster_file_the_simulator_loads(tmp_path):
     assert cluster.devices[0].dispatch_overhead == pytest.approx(cal.dispatch, rel=1e-4)
     assert cluster.latency[0, 1] == pytest.approx(cal.latency, rel=1e-4)
     assert cal.transfer_cpu >= 0 and cluster.overlap_latency
+    assert cluster.devices[1].transfer_cpu_overhead == pytest.approx(cal.transfer_overhead, rel=1e-4)
     expected = 1 / cal.transfer_cpu if cal.transfer_cpu > 0 else float("inf")
     assert cluster.devices[0].transfer_cpu_bw == pytest.approx(expected, rel=1e-4)
     traced = trace_program(torch.nn.Linear(4, 2), (torch.randn(3, 4),), training=True)

@@ -51,6 +51,14 @@ def test_a_transfer_lengthens_its_producer_and_its_first_reader():
     assert r.busy.sum() == pytest.approx(free.busy.sum() + 2 * work, rel=1e-12)
 
 
+def test_a_message_costs_both_ends_whatever_its_size():
+    g, plan = fan_out()
+    free = simulate(Problem(g, cluster()), plan).step_time
+    devs = tuple(replace(d, transfer_cpu_overhead=1e-3) for d in cluster().devices)
+    r = simulate(Problem(g, Cluster("toy", devs, *topology.all_to_all(2, BW, LAT))), plan)
+    assert r.step_time == pytest.approx(free + 2e-3, rel=1e-12)  # one message, two ends
+
+
 def test_one_device_and_free_transfers_are_unchanged():
     g, plan = fan_out()
     prob_free, prob_cost = Problem(g, cluster()), Problem(g, cluster(1e9))
@@ -114,8 +122,11 @@ latency_us = 100
 
 
 def test_cluster_file_key():
-    c = cluster_from_toml(_toml("transfer_cpu_gbps = 0.5"), "x.toml")
+    c = cluster_from_toml(_toml("transfer_cpu_gbps = 0.5\ntransfer_cpu_us = 20"), "x.toml")
     assert [d.transfer_cpu_bw for d in c.devices] == [0.5e9, 0.5e9]
+    assert c.devices[1].transfer_cpu_overhead == pytest.approx(20e-6)
+    with pytest.raises(ClusterError, match="x.toml.*transfer_cpu_us"):
+        cluster_from_toml(_toml("transfer_cpu_us = -1"), "x.toml")
     assert np.isinf(cluster_from_toml(_toml(""), "x.toml").devices[0].transfer_cpu_bw)
     with pytest.raises(ClusterError, match="x.toml.*transfer_cpu_gbps"):
         cluster_from_toml(_toml("transfer_cpu_gbps = 0"), "x.toml")

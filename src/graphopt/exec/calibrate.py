@@ -18,8 +18,9 @@ their cores), never fitted to the plans a benchmark reports:
   cluster's ``shared_slowdown`` is the median op's time together over its time alone;
 - transfers' host work: gloo moves a message through a socket, copied by the cores of
   both workers, so a worker computes slower while it sends or receives: a chain of
-  matmuls on one worker alone, then while it receives and while it sends 8 MiB; the
-  extra time per byte is the devices' ``transfer_cpu_gbps``.
+  matmuls on one worker alone, then while it receives and while it sends 8 MiB in 16
+  messages, and 512 messages of 1 KiB; the extra time per byte is the devices'
+  ``transfer_cpu_gbps``, per small message (less its bytes) ``transfer_cpu_us``.
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ class Calibration:
     pingpong: dict[int, float]
     shared_slowdown: float = 1.0
     transfer_cpu: float = 0.0  # seconds of a worker's core per byte it sends or receives
+    transfer_overhead: float = 0.0  # ... and per message
 
     def to_toml(self) -> str:
         """A cluster file :func:`graphopt.hardware.load_cluster` reads."""
@@ -81,7 +83,8 @@ class Calibration:
             f'on one worker; a float32 '
             'matmul and a copy for ops without a measured profile; shared_slowdown from '
             'chains of small ops, on one worker, then one per worker at once; transfer_cpu_gbps '
-            'from a chain of matmuls on one worker alone, then while it sends or receives",',
+            'and transfer_cpu_us from a chain of matmuls on one worker alone, then while it '
+            'sends or receives large and small messages",',
             "]",
             "",
             "[[devices]]",
@@ -97,6 +100,7 @@ class Calibration:
             f"shared_slowdown = {self.shared_slowdown:.6g}",
             *([f"transfer_cpu_gbps = {1e-9 / self.transfer_cpu:.6g}"] if self.transfer_cpu > 0
               else []),
+            f"transfer_cpu_us = {self.transfer_overhead * 1e6:.6g}",
             "",
             "[topology]",
             'type = "all_to_all"',
@@ -258,12 +262,12 @@ def calibrate(devices: int = 2, timeout: float = 120.0, chain_ops: int = 300,
                 per_op.append((span[3] - span[2] - sum(e[3] - e[2] for e in ops)) / len(ops))
         slowdown = _shared_slowdown(pool, chain_ops, steps) if devices > 1 else 1.0
         latency = _hop_latency(pool, chain, steps) if devices > 1 else 0.0
-        xcpu = pool.transfer_cpu() if devices > 1 else 0.0
+        xcpu, xmsg = pool.transfer_cpu() if devices > 1 else (0.0, 0.0)
     bandwidth = _bandwidth(pingpong) if pingpong else float("inf")
     threads = len(device_cores(devices)[0])
     flops, copy = _rates(threads)
     return Calibration(devices, threads, latency, bandwidth, statistics.median(per_op), flops, copy,
-                       pingpong, slowdown, xcpu)
+                       pingpong, slowdown, xcpu, xmsg)
 
 
 def profile_program(traced: TracedProgram, devices: int = 2, steps: int = 5,

@@ -160,16 +160,19 @@ class CPUWorkers:
             self._send(r, ("pingpong", (list(sizes), repeats)))
         return self._gather("measuring links")[0]
 
-    def transfer_cpu(self, nbytes: int = 8 << 20, repeats: int = 5) -> float:
-        """Seconds of a core's time per byte that a worker spends sending or receiving
-        (gloo copies messages through sockets on the workers' own cores): device 0 runs a
-        chain of matmuls alone, while device 1 sends it ``nbytes``, and while it sends
-        ``nbytes`` to device 1; the chain's extra time over the bytes, the median over
-        ``repeats`` rounds of both directions (0 where that is below 0)."""
+    def transfer_cpu(self, nbytes: int = 8 << 20, messages: int = 512,
+                     repeats: int = 5) -> tuple[float, float]:
+        """Seconds of a core's time per byte and per message that a worker spends sending
+        or receiving (gloo copies messages through sockets on the workers' own cores):
+        device 0 runs a chain of matmuls alone, while device 1 sends it ``nbytes`` in 16
+        messages or ``messages`` messages of 1 KiB, and while it sends them to device 1;
+        the chain's extra time over the bytes (large messages) and over the messages
+        (small ones, less their bytes), medians over ``repeats`` rounds of both
+        directions (0 where below 0)."""
         if self.devices < 2:
             raise ExecutionError("measuring transfers needs two devices")
         for r in range(self.devices):
-            self._send(r, ("transfer_cpu", (nbytes, repeats)))
+            self._send(r, ("transfer_cpu", (nbytes, messages, repeats)))
         return self._gather("measuring transfers")[0]
 
     def state(self) -> dict[int, torch.Tensor]:
@@ -441,36 +444,43 @@ def _pingpong(rank: int, sizes: list[int], repeats: int) -> dict[int, float] | N
     return out if rank == 0 else None
 
 
-def _transfer_cpu(rank: int, nbytes: int, repeats: int) -> float | None:
+def _transfer_cpu(rank: int, nbytes: int, messages: int, repeats: int
+                  ) -> tuple[float, float] | None:
     import statistics
 
     import torch.distributed as dist
 
     if rank > 1:
         return None
-    pieces = [torch.zeros(nbytes // 4 // 16) for _ in range(16)]
+    sets = {"large": [torch.zeros(nbytes // 4 // 16) for _ in range(16)],
+            "small": [torch.zeros(256) for _ in range(messages)]}
     x, w = torch.randn(256, 256), torch.randn(256, 256)
-    per_byte = []
+    extra: dict[str, list[float]] = {"large": [], "small": []}
     for _ in range(repeats + 1):  # one warm-up round
-        chain = {}
-        for mode in ("alone", "receive", "send"):
-            dist.barrier()
-            sender = {"alone": -1, "receive": 1, "send": 0}[mode]
-            if sender == rank:
-                works = [dist.isend(p, dst=1 - rank, tag=i) for i, p in enumerate(pieces)]
-            elif sender >= 0:
-                works = [dist.irecv(p, src=1 - rank, tag=i) for i, p in enumerate(pieces)]
-            else:
-                works = []
-            start = time.perf_counter()
-            if rank == 0:
-                y = x
-                for _ in range(60):  # ~50 ms: longer than the transfer
-                    y = torch.tanh(y @ w)
-            chain[mode] = time.perf_counter() - start
-            _wait_once(works)
-        per_byte += [(chain[m] - chain["alone"]) / nbytes for m in ("receive", "send")]
-    return max(0.0, statistics.median(per_byte[2:])) if rank == 0 else None
+        for size, pieces in sets.items():
+            chain = {}
+            for mode in ("alone", "receive", "send"):
+                dist.barrier()
+                sender = {"alone": -1, "receive": 1, "send": 0}[mode]
+                start = time.perf_counter()  # posting is the worker's work too
+                if sender == rank:
+                    works = [dist.isend(p, dst=1 - rank, tag=i) for i, p in enumerate(pieces)]
+                elif sender >= 0:
+                    works = [dist.irecv(p, src=1 - rank, tag=i) for i, p in enumerate(pieces)]
+                else:
+                    works = []
+                if rank == 0:
+                    y = x
+                    for _ in range(60):  # ~50 ms: longer than the transfer
+                        y = torch.tanh(y @ w)
+                chain[mode] = time.perf_counter() - start
+                _wait_once(works)
+            extra[size] += [chain[m] - chain["alone"] for m in ("receive", "send")]
+    if rank:
+        return None
+    per_byte = max(0.0, statistics.median(extra["large"][2:]) / nbytes)
+    small = statistics.median(extra["small"][2:]) - per_byte * messages * 1024
+    return per_byte, max(0.0, small / messages)
 
 
 def _receive(recvs: dict[int, list], order: Iterator[int], lock: threading.Lock,

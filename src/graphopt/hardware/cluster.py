@@ -55,6 +55,9 @@ class Device:
         on top of the link's time: worker processes that move tensors through sockets
         copy them on their cores. ``inf`` (every preset): transfers cost the device
         nothing.
+    transfer_cpu_overhead : float
+        Seconds of the device's own core per transfer it sends or receives, whatever
+        its size (posting, packing, waking the receiving thread); 0 in every preset.
     """
 
     name: str
@@ -68,6 +71,7 @@ class Device:
     host: str = ""
     shared_slowdown: float = 1.0
     transfer_cpu_bw: float = float("inf")
+    transfer_cpu_overhead: float = 0.0
 
     def matrix_flops(self, dtype: str) -> float:
         """Peak matrix FLOP/s for ``dtype``; falls back to float32, then to the vector peak."""
@@ -146,6 +150,9 @@ class Cluster:
             if not x.launch_overhead >= 0:
                 raise ClusterError(f"cluster {self.name!r}: device {x.name!r} has "
                                    f"launch_overhead={x.launch_overhead!r}; expected >= 0")
+            if not 0 <= x.transfer_cpu_overhead < np.inf:
+                raise ClusterError(f"device {x.name!r}: transfer_cpu_overhead="
+                                   f"{x.transfer_cpu_overhead!r}; expected seconds >= 0")
             if not x.transfer_cpu_bw > 0:
                 raise ClusterError(f"device {x.name!r}: transfer_cpu_bw={x.transfer_cpu_bw!r}; "
                                    "expected a positive number of bytes/s (inf: free)")
@@ -201,7 +208,8 @@ class Cluster:
                          "launch_overhead": d.launch_overhead,
                          "dispatch_overhead": d.dispatch_overhead, "host": d.host,
                          "shared_slowdown": d.shared_slowdown,
-                         "transfer_cpu_bw": None if np.isinf(d.transfer_cpu_bw) else d.transfer_cpu_bw}
+                         "transfer_cpu_bw": None if np.isinf(d.transfer_cpu_bw) else d.transfer_cpu_bw,
+                         "transfer_cpu_overhead": d.transfer_cpu_overhead}
                         for d in self.devices],
             "bandwidth": np.where(np.isinf(self.bandwidth), 0, self.bandwidth).tolist(),
             "latency": self.latency.tolist(),

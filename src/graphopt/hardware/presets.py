@@ -118,6 +118,10 @@ def cluster_from_toml(data: dict, source: str = "<toml>") -> Cluster:
         if not xcpu > 0:
             raise ClusterError(f"{source}: [[devices]] {g.get('kind')!r}: key 'transfer_cpu_gbps' "
                                f"= {xcpu / _GB!r}; expected a positive number")
+        xmsg = _get(g, "transfer_cpu_us", source) * _US if "transfer_cpu_us" in g else 0.0
+        if not 0 <= xmsg < np.inf:
+            raise ClusterError(f"{source}: [[devices]] {g.get('kind')!r}: key 'transfer_cpu_us' "
+                               f"= {xmsg / _US!r}; expected a number >= 0")
         prefix = g.get("prefix", "gpu")
         peaks = g.get("peak_tflops", {})
         if not isinstance(peaks, dict) or not peaks:
@@ -133,7 +137,8 @@ def cluster_from_toml(data: dict, source: str = "<toml>") -> Cluster:
                 launch_overhead=float(g.get("launch_overhead_us", 5.0)) * _US,
                 dispatch_overhead=float(g.get("dispatch_overhead_us", 0.0)) * _US,
                 # one table, one host: its shared_slowdown applies among its devices
-                host=f"devices[{table}]", shared_slowdown=slowdown, transfer_cpu_bw=xcpu))
+                host=f"devices[{table}]", shared_slowdown=slowdown, transfer_cpu_bw=xcpu,
+                transfer_cpu_overhead=xmsg))
     n = len(devices)
     t = data.get("topology", {})
     kind = t.get("type")

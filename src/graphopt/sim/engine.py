@@ -513,6 +513,8 @@ def _with_transfer_work(group, dev, kdur, succ_ptr, succ_idx, succ_bytes, out_ke
     """``kdur`` plus the host work of every transfer at both of its ends (see :func:`run`'s
     ``xspb``): each kernel's output goes once to each other device that reads it, with
     the largest of its edges there. ``tmpb`` (D,) is all -1 and left so."""
+    spb = xspb[0]
+    per_message = xspb[1]
     kd = kdur.copy()
     first = np.full(D, -1, np.int64)
     for i in range(group.shape[0]):
@@ -527,8 +529,8 @@ def _with_transfer_work(group, dev, kdur, succ_ptr, succ_idx, succ_bytes, out_ke
                     first[dc] = out_kernel[j]
         for dd in range(D):
             if tmpb[dd] >= 0.0:
-                kd[i] += tmpb[dd] * xspb[dev[i]]
-                kd[first[dd]] += tmpb[dd] * xspb[dd]
+                kd[i] += per_message[dev[i]] + tmpb[dd] * spb[dev[i]]
+                kd[first[dd]] += per_message[dd] + tmpb[dd] * spb[dd]
                 tmpb[dd] = -1.0
                 first[dd] = -1
     return kd
@@ -561,10 +563,11 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
     olat : bool                  links busy for ``bytes / bandwidth`` only, the tensor
                                  arriving ``latency`` later (Cluster.overlap_latency);
                                  else busy for the whole ``latency + bytes / bandwidth``
-    xspb : float64 (D,)          seconds of each device's own time per byte it sends or
-                                 receives (its core copies them); 0: transfers are free
-                                 to both ends. A send lengthens its producer, a receive
-                                 the first kernel there that reads it.
+    xspb : float64 (2, D)        seconds of each device's own time per byte (row 0) and
+                                 per message (row 1) it sends or receives (its core
+                                 handles them); 0: transfers are free to both ends. A
+                                 send lengthens its producer, a receive the first kernel
+                                 there that reads it.
     ws : :func:`workspace`
 
     Returns

@@ -98,8 +98,10 @@ class Problem:
         slowdown = np.array([d.shared_slowdown for d in cluster.devices])
         self.slope = np.where(size > 1, (slowdown - 1.0) / np.maximum(size - 1, 1), 0.0)
         self.shared = bool((self.slope > 0).any())
-        # host seconds per byte a device spends on each transfer it sends or receives
-        self.transfer_cpu = np.array([1.0 / d.transfer_cpu_bw for d in cluster.devices])
+        # host seconds a device spends on each transfer it sends or receives: per byte
+        # (row 0) and per message (row 1)
+        self.transfer_cpu = np.array([[1.0 / d.transfer_cpu_bw for d in cluster.devices],
+                                      [d.transfer_cpu_overhead for d in cluster.devices]])
         self.overlap_latency = bool(cluster.overlap_latency)
         self.persistent = np.array(g.persistent_bytes)
         self.coloc = np.array(g.coloc)
