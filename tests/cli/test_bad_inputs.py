@@ -146,7 +146,16 @@ def _more_bad_files(d: Path, g: dict, base: str) -> None:
                            ("topo_bogus", 'type = "links"', 'type = "bogus"'),
                            ("launch_neg", "launch_overhead_us = 5", "launch_overhead_us = -5"),
                            ("devices_table", "[[devices]]", "[devices.x]"),
-                           ("kind_int", 'kind = "V100-SXM2-16GB"', "kind = 7")]:
+                           ("kind_int", 'kind = "V100-SXM2-16GB"', "kind = 7"),
+                           ("xcpu_0", "launch_overhead_us = 5", "launch_overhead_us = 5\n"
+                            "transfer_cpu_gbps = 0"),
+                           ("xcpu_str", "launch_overhead_us = 5", "launch_overhead_us = 5\n"
+                            'transfer_cpu_gbps = "fast"'),
+                           ("xmsg_neg", "launch_overhead_us = 5", "launch_overhead_us = 5\n"
+                            "transfer_cpu_us = -3"),
+                           ("xmsg_inf", "launch_overhead_us = 5", "launch_overhead_us = 5\n"
+                            "transfer_cpu_us = inf"),
+                           ("overlap_int", "link_gbps = 25", "link_gbps = 25\noverlap_latency = 1")]:
         assert old in base, name
         (d / f"{name}.toml").write_text(base.replace(old, new, 1))
     (d / "tiles").mkdir()
@@ -339,6 +348,11 @@ CASES = [
     ("simulate example:mlp -c {d}/launch_neg.toml", "cluster 'dgx1-v100': device 'gpu:0' has"),
     ("simulate example:mlp -c {d}/devices_table.toml", "devices_table.toml: needs at least one"),
     ("simulate example:mlp -c {d}/kind_int.toml", "kind_int.toml: key 'kind' = 7 is not a str"),
+    ("simulate example:mlp -c {d}/xcpu_0.toml", "xcpu_0.toml: [[devices]] 'V100-SXM2-16GB': key"),
+    ("simulate example:mlp -c {d}/xcpu_str.toml", "xcpu_str.toml: key 'transfer_cpu_gbps' = 'fast'"),
+    ("simulate example:mlp -c {d}/xmsg_neg.toml", "xmsg_neg.toml: [[devices]] 'V100-SXM2-16GB': ke"),
+    ("simulate example:mlp -c {d}/xmsg_inf.toml", "xmsg_inf.toml: [[devices]] 'V100-SXM2-16GB': ke"),
+    ("simulate example:mlp -c {d}/overlap_int.toml", "overlap_int.toml: [topology] overlap_latency ="),
     ("simulate example:mlp -c {d}/g.json", "g.json'; known presets"),
     ("simulate example:mlp -c dgx1-v100:0", "cluster 'dgx1-v100' has 8 devices; cannot take"),
     ("simulate example:mlp -c dgx1-v100:x", "cluster 'dgx1-v100:x': device count 'x' is not"),
@@ -384,6 +398,8 @@ CASES = [
     ("run example:mlp --seed -1", "Invalid value for '--seed'"),
     ("zoo build bogus -o {d}/z.npz", "unknown zoo model 'bogus'; known: rnnlm-2"),
     ("bench go-table2 --budget 0", "Invalid value for '--budget'"),
+    ("bench rewrite --cost bogus --out {d}/rw.json", "--cost='bogus': expected one of roofline"),
+    ("bench rewrite --models nope --out {d}/rw.json", "--models nope: expected some of bert"),
     ("bench go --budget 0", "Invalid value for '--budget'"),
     ("bench go --multitask-budget 0", "Invalid value for '--multitask-budget'"),
     # cost model: options (TrainConfig ranges), data files, run directories
