@@ -296,8 +296,8 @@ def profile_program(traced: TracedProgram, devices: int = 2, steps: int = 5,
     signatures = _signatures(graph)
     # Means, not medians: the simulator sums op times, and op times are skewed right (a
     # cold cache, an interrupt), so medians undercount the sum. Measured on GNMT-2 at CPU
-    # size: the median over ops of a signature of each op's median came to 101 ms a step,
-    # the means to 125 ms, and the ops of later steps took 117-123 ms.
+    # size (a scratch script): the median over ops of a signature of each op's median
+    # came to 101 ms a step, the means to 125 ms, and the ops of later steps took 117-123 ms.
     for fx_name, samples in times.items():
         node = index.get(traced.ir_names.get(fx_name, ""))
         if node is not None:

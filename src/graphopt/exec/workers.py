@@ -26,8 +26,8 @@ import tempfile
 import threading
 import time
 import traceback
-from datetime import timedelta
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import torch

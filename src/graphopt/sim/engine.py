@@ -509,13 +509,14 @@ def _share_host(t, host, slope, dev_busy, cur, rem, ref, fac, fresh, newpos, nbu
 
 @_jit()
 def _with_transfer_work(group, dev, kdur, succ_ptr, succ_idx, succ_bytes, out_kernel, out_dev,
-                        xspb, tmpb, D):
+                        xspb, D):
     """``kdur`` plus the host work of every transfer at both of its ends (see :func:`run`'s
     ``xspb``): each kernel's output goes once to each other device that reads it, with
-    the largest of its edges there. ``tmpb`` (D,) is all -1 and left so."""
+    the largest of its edges there."""
     spb = xspb[0]
     per_message = xspb[1]
     kd = kdur.copy()
+    tmpb = np.full(D, -1.0)
     first = np.full(D, -1, np.int64)
     for i in range(group.shape[0]):
         if group[i] != i:
@@ -560,14 +561,14 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
     host : int64 (D,)            each device's host
     slope : float64 (D,)         how much longer a kernel takes per other busy device of
                                  its host: ``(shared_slowdown - 1) / (host's devices - 1)``
-    olat : bool                  links busy for ``bytes / bandwidth`` only, the tensor
-                                 arriving ``latency`` later (Cluster.overlap_latency);
-                                 else busy for the whole ``latency + bytes / bandwidth``
     xspb : float64 (2, D)        seconds of each device's own time per byte (row 0) and
                                  per message (row 1) it sends or receives (its core
                                  handles them); 0: transfers are free to both ends. A
                                  send lengthens its producer, a receive the first kernel
                                  there that reads it.
+    olat : bool                  links busy for ``bytes / bandwidth`` only, the tensor
+                                 arriving ``latency`` later (Cluster.overlap_latency);
+                                 else busy for the whole ``latency + bytes / bandwidth``
     ws : :func:`workspace`
 
     Returns
@@ -615,10 +616,9 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
     base = np.zeros(D, np.int64)
     for d in range(1, D):
         base[d] = base[d - 1] + count[d - 1]
-    tmpb = np.full(D, -1.0)
     if xspb.max() > 0.0:
         kdur = _with_transfer_work(group, dev, kdur, succ_ptr, succ_idx, succ_bytes, out_kernel,
-                                   out_dev, xspb, tmpb, D)
+                                   out_dev, xspb, D)
     hsize = np.zeros(D, np.int64)
     qhead = np.zeros(D, np.int64)
     ntr = 0
@@ -644,6 +644,7 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
     peak = np.zeros(D)
     busy = np.zeros(D)
     moved = 0.0
+    tmpb = np.full(D, -1.0)
     nrecv = np.zeros(D, np.int64)
     dirty_dev = np.zeros(D, np.bool_)
     dirty_link = np.zeros(D * D, np.bool_)
@@ -717,13 +718,14 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
                 b = li - a * D
                 tr_start[tr] = t
                 # Problem.transfer_time's formula, inline: numba cannot call the method
-                tr_end[tr] = t + lat[a, b] + tr_bytes[tr] / bw[a, b]
+                wire = tr_bytes[tr] / bw[a, b]
+                tr_end[tr] = t + lat[a, b] + wire
                 link_busy[li] = True
                 new_t[nnew] = tr_end[tr]
                 new_id[nnew] = n + tr
                 nnew += 1
                 if olat:
-                    new_t[nnew] = t + tr_bytes[tr] / bw[a, b]
+                    new_t[nnew] = t + wire
                     new_id[nnew] = n + ncap + tr
                     nnew += 1
                 mem[b] += tr_bytes[tr]
