@@ -14,6 +14,7 @@ from graphopt.nn.regal import REGALHead
 from graphopt.optim import Budget, optimize
 from graphopt.optim.learned.regal import (REGAL, RegalSpace, load_regal_policy, pretrain_regal,
                                           regal_value)
+from graphopt.optim.search.brkga import crossover
 from graphopt.rl.regal import RegalConfig, gene_params, input_dim, regal_inputs, train_regal
 from graphopt.sim import Plan, Problem, simulate
 
@@ -38,7 +39,7 @@ def test_beta_parameters_are_positive_and_finite(layers, width, scale):
             w.copy_(torch.randn_like(w) * scale)
         out = head(*regal_inputs(p))
     space = RegalSpace(p, TASK)
-    g = gene_params(head, out, space.unit_of, space.num_units, 4, True, 0.5)
+    g = gene_params(head, out, space.unit_of, space.num_units, 4, True, 0.5, elite_bias=True)
     assert all(len(v) == space.num_genes for v in g.values())
     for k in ("alpha", "beta"):
         assert np.isfinite(g[k]).all() and (g[k] > 0).all()
@@ -50,14 +51,45 @@ def test_untrained_head_is_uniform_brkga(prob):
     space = RegalSpace(prob, TASK)
     with torch.no_grad():
         out = head(*regal_inputs(prob))
-    for prior in (0.5, 0.7):
-        g = gene_params(head, out, space.unit_of, space.num_units, 2, True, prior)
+    for elite_bias in (False, True):
+        g = gene_params(head, out, space.unit_of, space.num_units, 2, True, 0.7, elite_bias)
         assert (g["alpha"] == 1).all() and (g["beta"] == 1).all()
-        assert np.allclose(g["inheritance"], prior)
-    # with elite bias, untrained REGAL is BRKGA's defaults on REGAL's chromosome, draw for draw
-    plan, stats = REGAL(checkpoint="untrained", elite_bias=True).optimize(
+        assert np.allclose(g["inheritance"], 0.7)
+    # untrained REGAL is BRKGA's defaults on REGAL's chromosome, draw for draw
+    plan, stats = REGAL(checkpoint="untrained").optimize(
         prob, TASK, Budget(400, objective="memory"), seed=5)
     assert stats["value"] == regal_value(prob, None, 5, 400, "memory")
+
+
+def test_elite_bias_is_the_policy_offset_only_when_asked(prob):
+    head, _ = load_regal_policy("untrained")
+    space = RegalSpace(prob, TASK)
+    with torch.no_grad():
+        head.out.bias[2 * head.max_devices + 2] = 1.0  # the crossover offset
+        out = head(*regal_inputs(prob))
+    args = (head, out, space.unit_of, space.num_units, 2, True, 0.7)
+    assert np.allclose(gene_params(*args)["inheritance"], 0.7)
+    assert np.allclose(gene_params(*args, elite_bias=True)["inheritance"],
+                       1 / (1 + np.exp(-(np.log(0.7 / 0.3) + 1.0))))
+    assert head.used(2).sum() == 7 and head.used(2, cross=False).sum() == 6
+
+
+def test_a_units_affinities_cross_over_together(prob):
+    """One crossover coin per unit: a child's unit has both its affinities, so its device,
+    from one parent (uniform REGAL is then BRKGA in distribution); priorities on their own."""
+    space = RegalSpace(prob, TASK)
+    groups, u, d = space.crossover_groups, space.num_units, prob.num_devices
+    assert len(groups) == space.num_genes
+    assert np.array_equal(groups[:u * d], np.repeat(np.arange(u), d))
+    assert np.array_equal(groups[u * d:], u + np.arange(prob.num_nodes))
+    rng = np.random.default_rng(0)
+    elite, rest = rng.random((3, space.num_genes)), rng.random((5, space.num_genes))
+    kids = crossover(rng, elite, rest, 50, np.full(space.num_genes, 0.7), groups)
+    parents = np.concatenate([elite, rest])
+    for kid in kids:
+        for unit in range(u):
+            genes = slice(unit * d, unit * d + d)
+            assert any(np.array_equal(kid[genes], p[genes]) for p in parents)
 
 
 def test_decoding_round_trip_and_semantics(prob):

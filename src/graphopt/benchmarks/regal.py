@@ -30,7 +30,7 @@ import numpy as np
 from graphopt.benchmarks import replace_section, save_json
 from graphopt.optim.base import Budget, optimize
 from graphopt.optim.heuristics.schedulers import dfs_memory
-from graphopt.optim.learned.regal import (TEST_GRAPHS, TRAIN_CORPUS, REGAL, RegalSpace, _params,
+from graphopt.optim.learned.regal import (TEST_GRAPHS, TRAIN_CORPUS, RegalSpace, _params,
                                           load_corpus, load_regal_policy, regal_value)
 from graphopt.rl.regal import regal_inputs
 from graphopt.sim import Problem, simulate
@@ -163,7 +163,7 @@ def train_check(evals: int = 1000, seeds: int = 5, objective: str = "memory") ->
     out = {}
     for spec, p in zip(TRAIN_CORPUS, load_corpus(TRAIN_CORPUS)):
         with torch.no_grad():
-            params = _params(head, head(*regal_inputs(p)), RegalSpace(p, task), REGAL().prior())
+            params = _params(head, head(*regal_inputs(p)), RegalSpace(p, task), False)
         r = [regal_value(p, params, s, evals, objective, task) for s in range(seeds)]
         u = [regal_value(p, None, s, evals, objective, task) for s in range(seeds)]
         out[spec] = {"regal": r, "uniform": u, "improvement_pct": float(

@@ -31,7 +31,8 @@ class REGALHead(nn.Module):
     ``max_devices`` slots are used), its scheduling-priority gene from
     :math:`\mathrm{Beta}(\alpha^{prio}_i, \beta^{prio}_i)`, and a child takes node i's genes
     from its elite parent with probability :math:`\sigma(\mathrm{logit}\,\rho + c_i)`,
-    :math:`\rho` the method's prior crossover bias. The output map starts at zero, so an
+    :math:`\rho` BRKGA's inheritance, where the method uses the policy's elite bias (else
+    :math:`\rho`). The output map starts at zero, so an
     untrained head gives uniform Beta(1, 1) everywhere and :math:`\rho` as crossover bias:
     plain BRKGA. Log-parameters are clamped to :data:`REGAL_MAX_LOG` by :meth:`split`.
 
@@ -112,11 +113,12 @@ class REGALHead(nn.Module):
                 "prio_alpha": logs[:, 2 * m], "prio_beta": logs[:, 2 * m + 1],
                 "cross": out[:, 2 * m + 2]}
 
-    def used(self, devices: int) -> Tensor:
+    def used(self, devices: int, cross: bool = True) -> Tensor:
         """Boolean mask (width,) of the outputs a cluster of ``devices`` devices reads: the
-        first ``devices`` device slots of α and β, the priority's α and β, the crossover."""
+        first ``devices`` device slots of α and β, the priority's α and β and, with
+        ``cross``, the crossover offset."""
         mask = torch.zeros(self.width, dtype=torch.bool)
         mask[:devices] = True
         mask[self.max_devices:self.max_devices + devices] = True
-        mask[2 * self.max_devices:] = True
+        mask[2 * self.max_devices:2 * self.max_devices + 2 + cross] = True
         return mask

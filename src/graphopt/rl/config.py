@@ -42,8 +42,10 @@ class RegalConfig:
     updates: int = field(default=1000, metadata={"min": 1, "help": "Policy updates (one graph each)."})
     samples: int = field(default=4, metadata={"min": 2,
         "help": "Actions sampled per update; their mean reward is the baseline."})
-    evals: int = field(default=1000, metadata={"min": 10,
-        "help": "Simulator evaluations of each BRKGA run that prices an action."})
+    evals: int = field(default=5000, metadata={"min": 10,
+        "help": "Simulator evaluations of each BRKGA run that prices an action (REGAL's test budget)."})
+    elite_bias: bool = field(default=False, metadata={
+        "help": "Also train the per-node elite bias (crossover offsets), for 'regal' with elite_bias."})
     lr: float = field(default=3e-3, metadata={"gt": 0, "help": "Adam learning rate."})
     sigma: float = field(default=0.5, metadata={"gt": 0,
         "help": "Standard deviation of the Gaussian the actions are drawn from around the policy's outputs."})

@@ -89,15 +89,17 @@ def input_dim() -> int:
 
 
 def gene_params(head: REGALHead, out: torch.Tensor, unit_of: np.ndarray, num_units: int,
-                devices: int, scheduling: bool, prior: float) -> dict[str, np.ndarray]:
+                devices: int, scheduling: bool, prior: float,
+                elite_bias: bool = False) -> dict[str, np.ndarray]:
     """Per-gene BRKGA parameters of REGAL's chromosome from the head's outputs ``out``.
 
     The chromosome is ``num_units * devices`` device affinities (unit-major: unit u's
     affinity for device d at ``u * devices + d``), then, when ``scheduling``, one priority
     per node. A unit (a colocation group, kept whole) takes the mean of its nodes'
     log-parameters and crossover offsets. Returns ``alpha``, ``beta`` and ``inheritance``
-    (the probability a child takes the gene from its elite parent,
-    ``sigmoid(logit(prior) + offset)``), each float64 (genes,).
+    (the probability a child takes the gene from its elite parent: ``prior``, or with
+    ``elite_bias`` the policy's per-node ``sigmoid(logit(prior) + offset)``), each float64
+    (genes,).
     """
     p = head.split(out.detach().double(), devices)
     unit = torch.as_tensor(unit_of)
@@ -109,11 +111,12 @@ def gene_params(head: REGALHead, out: torch.Tensor, unit_of: np.ndarray, num_uni
 
     dev_a = unit_mean(p["dev_alpha"].log()).exp().reshape(-1)
     dev_b = unit_mean(p["dev_beta"].log()).exp().reshape(-1)
+    offset = p["cross"] if elite_bias else torch.zeros_like(p["cross"])
     logit = math.log(prior / (1 - prior))
-    cross = torch.sigmoid(logit + unit_mean(p["cross"])).expand(-1, devices).reshape(-1)
+    cross = torch.sigmoid(logit + unit_mean(offset)).expand(-1, devices).reshape(-1)
     parts = [(dev_a, dev_b, cross)]
     if scheduling:
-        parts.append((p["prio_alpha"], p["prio_beta"], torch.sigmoid(logit + p["cross"])))
+        parts.append((p["prio_alpha"], p["prio_beta"], torch.sigmoid(logit + offset)))
     return {k: torch.cat([part[i] for part in parts]).numpy()
             for i, k in enumerate(("alpha", "beta", "inheritance"))}
 
@@ -180,7 +183,7 @@ def train_regal(corpus: Sequence[Problem], config: RegalConfig, search: Search,
             state["uniform"][key] = search(prob, None, seed)
         ref = state["uniform"][key]
         mu = head(*inputs[i])
-        mask = head.used(prob.num_devices)
+        mask = head.used(prob.num_devices, config.elite_bias)
         dist = torch.distributions.Normal(mu[:, mask], log_sigma.exp())
         with torch.no_grad():  # drawn with the run's generator, so that a resume is exact
             z = dist.loc + dist.scale * torch.randn((config.samples, *dist.loc.shape), generator=gen)

@@ -8,12 +8,14 @@ tensor-transfer priorities, is not kept: the simulator sends each link's transfe
 come first served, so there is nothing for them to order. Fusion is not in REGAL's
 chromosome either.
 
+A unit's affinities cross over together, so that BRKGA on this chromosome with uniform
+distributions is, in distribution, BRKGA on its own.
+
 **Policy** (:class:`graphopt.nn.REGALHead`): per node the Beta(α, β) that each of its genes'
-mutants are drawn from and a crossover bias (the probability a child takes its genes from
-the elite parent). Elite bias — BRKGA's 0.7 prior toward the elite parent — is an option
-(``elite_bias``), off by default as REGAL's ablation found it harmful; without it the prior
-is 0.5 and the policy's per-node offsets move it. An untrained policy (``checkpoint
-"untrained"``) is uniform BRKGA on this chromosome.
+mutants are drawn from and an elite bias (an offset to the probability a child takes its
+genes from the elite parent). The learned elite bias is an option (``elite_bias``), off by
+default as REGAL's ablation found it harmful; without it every gene keeps BRKGA's
+inheritance (0.7). An untrained policy (``checkpoint "untrained"``) is uniform BRKGA.
 
 **Training** (``graphopt train regal``, :func:`graphopt.rl.regal.train_regal`): REINFORCE,
 reward the relative improvement of BRKGA's best plan at a fixed budget over uniform BRKGA
@@ -139,6 +141,22 @@ class RegalSpace(SearchSpace):
                 at += sizes[name]
         return out
 
+    @property
+    def crossover_groups(self) -> np.ndarray:
+        """A unit's D affinities cross over together (one group per unit, then one per
+        priority): a child takes the unit's device from one parent, as with BRKGA's one
+        key per unit. Mixing the affinities of two parents instead would hand the unit
+        a device by chance, whatever either parent's, and make uniform BRKGA on this
+        chromosome a weaker search than on BRKGA's."""
+        lay, d = self.layout, self.problem.num_devices
+        parts, at = [], 0
+        if "placement" in lay:
+            parts.append(np.repeat(np.arange(self.num_units), d))
+            at = self.num_units
+        if "scheduling" in lay:
+            parts.append(at + np.arange(self.problem.num_nodes))
+        return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
+
     def decode(self, keys: np.ndarray) -> Decisions:
         """Affinities → the device of highest key per unit (ties to the lower device);
         priority keys are the priorities."""
@@ -189,9 +207,9 @@ def _shipped() -> tuple[REGALHead, dict]:
     return load_regal_policy(None)
 
 
-def _params(head: REGALHead, out: torch.Tensor, space: RegalSpace, prior: float) -> dict:
+def _params(head: REGALHead, out: torch.Tensor, space: RegalSpace, elite_bias: bool) -> dict:
     return gene_params(head, out, space.unit_of, space.num_units, space.problem.num_devices,
-                       "scheduling" in space.task, prior)
+                       "scheduling" in space.task, BRKGA.inheritance, elite_bias)
 
 
 def regal_value(problem: Problem, params: dict | None, seed: int, evals: int,
@@ -237,17 +255,13 @@ class REGAL:
         "help": "Folder of a policy from 'graphopt train regal' (None: the shipped one; "
                 "'untrained': uniform BRKGA on REGAL's chromosome)."})
     elite_bias: bool = field(default=False, metadata={
-        "help": "Bias crossover toward the elite parent (BRKGA's 0.7 prior under the "
-                "policy's offsets); REGAL's ablation found it harmful."})
+        "help": "Let the policy's per-node elite bias move BRKGA's inheritance (0.7); "
+                "REGAL's ablation found it harmful."})
     population: int = field(default=100, metadata={"min": 2, "help": "Chromosomes per generation."})
     elite_fraction: float = field(default=0.2, metadata={"gt": 0, "max": 1,
         "help": "Share of the population kept unchanged as the elite."})
     mutant_fraction: float = field(default=0.1, metadata={"min": 0, "max": 1,
         "help": "Share of the population replaced by policy-drawn mutants each generation."})
-
-    def prior(self) -> float:
-        """Crossover bias toward the elite parent before the policy's offsets."""
-        return 0.7 if self.elite_bias else 0.5
 
     def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,
                  init: Plan | None = None) -> tuple[Plan, dict]:
@@ -258,7 +272,7 @@ class REGAL:
         space = RegalSpace(problem, task, init)
         with torch.no_grad():
             out = head(*regal_inputs(problem))
-        p = _params(head, out, space, self.prior())
+        p = _params(head, out, space, self.elite_bias)
         brkga = BRKGA(self.population, self.elite_fraction, self.mutant_fraction,
                       inheritance=p["inheritance"], mutant_alpha=p["alpha"], mutant_beta=p["beta"])
         plan, stats = brkga.evolve(space, budget, seed)
@@ -285,7 +299,7 @@ def pretrain_regal(corpus: list[Problem], out: str | Path, config: RegalConfig,
 
     def to_params(head: REGALHead, out_: torch.Tensor, problem: Problem) -> dict:
         space = spaces.setdefault(id(problem), RegalSpace(problem, task))
-        return _params(head, out_, space, 0.5)
+        return _params(head, out_, space, config.elite_bias)
 
     def search(problem: Problem, params: dict | None, seed: int) -> float:
         return regal_value(problem, params, seed, config.evals, objective, task)

@@ -164,6 +164,13 @@ class SearchSpace:
         return out
 
     @property
+    def crossover_groups(self) -> np.ndarray | None:
+        """Group of every gene (int64 (G,), groups numbered from 0) where BRKGA's crossover
+        must pass genes on together, one coin per group; None: every gene on its own (this
+        chromosome: a gene decodes alone)."""
+        return None
+
+    @property
     def num_genes(self) -> int:
         return sum(s.stop - s.start for s in self.layout.values())
 

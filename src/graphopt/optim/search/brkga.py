@@ -6,7 +6,8 @@ one per node for fusion (fusion priority ``key − 0.5``: keys at or below 0.5 n
 for the parts the task searches (:meth:`BRKGA.layout` gives the slices). Each
 generation keeps the elite unchanged, adds mutants drawn afresh and fills the rest with
 children of one elite and one non-elite parent, each gene taken from the elite parent
-with the inheritance probability (Gonçalves & Resende, 2011). REGAL (Paliwal et al.,
+with the inheritance probability (Gonçalves & Resende, 2011), or each group of genes
+where the chromosome groups them (:attr:`SearchSpace.crossover_groups`). REGAL (Paliwal et al.,
 2020) drives this algorithm with a GNN that sets, per gene, the Beta distribution
 mutants are drawn from and the inheritance probability: both are constructor arguments.
 """
@@ -23,7 +24,29 @@ from graphopt.optim.base import Budget, register
 from graphopt.optim.search._space import SearchSpace
 from graphopt.sim import Plan, Problem
 
-__all__ = ["BRKGA"]
+__all__ = ["BRKGA", "crossover"]
+
+
+def crossover(rng: np.random.Generator, elite: np.ndarray, rest: np.ndarray, n: int,
+              inherit: np.ndarray, groups: np.ndarray | None = None) -> np.ndarray:
+    """``n`` children, each of an elite parent (a row of ``elite``) and a non-elite one (of
+    ``rest``), chosen at random: gene g from the elite parent with probability
+    ``inherit[g]``, one coin per gene or, with ``groups`` (group of every gene, numbered from
+    0), one per group, so that a group's genes all come from the same parent (for a group,
+    give its genes one inheritance). Without ``groups`` the draws are BRKGA's own.
+
+    >>> rng = np.random.default_rng(0)
+    >>> kids = crossover(rng, np.zeros((1, 4)), np.ones((1, 4)), 3, np.full(4, 0.5),
+    ...                  groups=np.array([0, 0, 1, 1]))
+    >>> bool((kids[:, 0] == kids[:, 1]).all() and (kids[:, 2] == kids[:, 3]).all())
+    True
+    """
+    a = elite[rng.integers(len(elite), size=n)]
+    b = rest[rng.integers(len(rest), size=n)]
+    genes = elite.shape[1]
+    coins = (rng.random((n, genes)) if groups is None
+             else rng.random((n, int(groups.max()) + 1))[:, groups])
+    return np.where(coins < inherit, a, b)
 
 
 @register("brkga")
@@ -111,6 +134,7 @@ class BRKGA:
         inherit = self._per_gene("inheritance", self.inheritance, genes, layout, 0.0, 1.0)
         alpha = self._per_gene("mutant_alpha", self.mutant_alpha, genes, layout, 1e-9, np.inf)
         beta = self._per_gene("mutant_beta", self.mutant_beta, genes, layout, 1e-9, np.inf)
+        groups = space.crossover_groups
         pop = self.population
         n_elite = max(1, round(self.elite_fraction * pop))
         n_mutant = round(self.mutant_fraction * pop)
@@ -130,9 +154,7 @@ class BRKGA:
                 keys, scores = keys[order], scores[order]
                 elite, rest = keys[:n_elite], keys[n_elite:]
                 mutants = rng.beta(alpha, beta, (n_mutant, genes))
-                a = elite[rng.integers(len(elite), size=n_child)]
-                b = rest[rng.integers(len(rest), size=n_child)]
-                children = np.where(rng.random((n_child, genes)) < inherit, a, b)
+                children = crossover(rng, elite, rest, n_child, inherit, groups)
                 new = np.vstack([mutants, children])
                 new_scores = space.evaluate(ev, space.decode(new))
                 keys = np.vstack([elite, new[:len(new_scores)]])
