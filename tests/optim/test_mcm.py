@@ -16,7 +16,7 @@ from graphopt.optim.partition import (
     valid_partitions,
 )
 from graphopt.optim.partition.constraints import chip_memory, pipeline_units
-from graphopt.optim.partition.methods import greedy_contiguous
+from graphopt.optim.partition.methods import cut_contiguous, greedy_contiguous
 from graphopt.sim import Problem
 from graphopt.sim.pipeline import pipeline_cost
 
@@ -106,7 +106,9 @@ def test_baselines_return_valid_partitions_deterministically(prob, method):
     assert check_partition(prob, plan.placement) == []
     assert stats["interval"] == pytest.approx(pipeline_cost(prob, plan.placement).interval[0])
     units = pipeline_units(prob)
-    starts = 1 + int((greedy_contiguous(prob, units) != greedy_contiguous(prob, units, False)).any())
+    starts = len(np.unique(np.stack([greedy_contiguous(prob, units),
+                                     greedy_contiguous(prob, units, False),
+                                     cut_contiguous(prob, units)]), axis=0))
     assert stats["evals"] == (starts if method == "mcm-greedy" else 9)
     assert stats["valid_after_repair"] == 1.0
     assert not plan.fusion.any()
@@ -215,7 +217,7 @@ def test_greedy_prior_brings_proposals_near_the_greedy_partition(prob):
 
 @pytest.mark.parametrize("method", ["mcm", "mcm-finetune"])
 def test_learned_methods_start_from_greedy_and_never_end_below_it(prob, method):
-    _, greedy = optimize(prob, "mcm-greedy", "placement", Budget(2), seed=0)
+    _, greedy = optimize(prob, "mcm-greedy", "placement", Budget(3), seed=0)
     kw = {"samples": 4} if method == "mcm" else {"num_samples": 4, "progress": False}
     for seed in (0, 1, 2):
         plan, stats = optimize(prob, method, "placement", Budget(9), seed=seed, **kw)
@@ -226,3 +228,45 @@ def test_learned_methods_start_from_greedy_and_never_end_below_it(prob, method):
         assert stats["interval"] == pytest.approx(pipeline_cost(prob, plan.placement).interval[0])
     again, same = optimize(prob, method, "placement", Budget(9), seed=2, **kw)
     assert (again.placement == plan.placement).all() and same["interval"] == stats["interval"]
+
+
+def _chain(sizes):
+    """A chain of matmuls, each with its own 4 MB weight, sending ``sizes`` bytes on."""
+    from graphopt.ir import GraphBuilder
+
+    b, prev = GraphBuilder("chain"), []
+    rng = np.random.default_rng(2)
+    for i, out in enumerate(sizes):
+        w = b.add_node(f"w{i}", "parameter", out_bytes=4e6, persistent_bytes=4e6)
+        prev = [b.add_node(f"x{i}", "matmul", inputs=prev + [w], bytes_read=1e4, out_bytes=out,
+                           flops=float(rng.uniform(1, 3) * 5e8))]
+    return b.build()
+
+
+@pytest.mark.parametrize("capacity", [None, 30e6])
+def test_cut_contiguous_is_the_best_contiguous_partition_of_a_chain(capacity):
+    from itertools import combinations
+
+    # small and large tensors between the matmuls: a large one crossing a cut is the
+    # slowest stage, so where the cuts fall matters
+    sizes = np.random.default_rng(2).choice([2e3, 4e6], 12).tolist()
+    cluster = load_cluster("mcm-ring4")
+    prob = Problem(_chain(sizes), cluster if capacity is None else cluster.with_memory(capacity))
+    units = pipeline_units(prob)
+    n = int(units.max()) + 1
+    assert n == 12  # every matmul a unit of its own, with its weight
+    every = []  # every contiguous partition of the chain onto the first k chips
+    for k in range(1, 5):
+        for cuts in combinations(range(1, n), k - 1):
+            every.append(np.repeat(np.arange(k), np.diff([0, *cuts, n])))
+    place = np.stack(every)[:, units]
+    ok = valid_partitions(prob, place)
+    assert ok.any() and (capacity is None or not ok.all())
+    best = pipeline_cost(prob, place[ok]).interval.min()
+    cut = cut_contiguous(prob, units)
+    assert valid_partitions(prob, cut[units][None])[0]
+    # on a chain every tensor goes to the next chip: the DP's model is the pipeline cost
+    assert pipeline_cost(prob, cut[units]).interval[0] == pytest.approx(best, rel=1e-12)
+    for memory in (True, False):  # the greedy cuts, blind to the tensors, are slower here
+        greedy = greedy_contiguous(prob, units, memory)
+        assert pipeline_cost(prob, greedy[units]).interval[0] > 1.2 * best

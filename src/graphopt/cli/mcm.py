@@ -110,8 +110,9 @@ def bench_mcm(
     budget: int = typer.Option(64, min=1, help="Evaluations (repaired partitions) per search "
                                                "method. Example: 128"),
     scratch_budget: int = typer.Option(0, min=0, help="Evaluations of mcm-one (from scratch) "
-                                                      "on BERT-base, for the fine-tuning "
-                                                      "speed-up (0: skip). Example: 512"),
+                                                      "and mcm-finetune on every graph and "
+                                                      "preset, for the fine-tuning speed-up "
+                                                      "(0: skip). Example: 512"),
     seed: int = typer.Option(0, help="Seed of every method."),
     out: Path = typer.Option(Path("bench/results/mcm.json"), help="Results JSON (extended "
                                                                   "row by row)."),
@@ -142,7 +143,7 @@ def bench_mcm(
             raise GraphoptError(f"--methods: {', '.join(unknown)} not a multi-chip "
                                 f"partitioning method; known: {', '.join(known)}")
         check_output(out, "--out")
-        params = method_params(param, list(names) + ["mcm-one"])
+        params = method_params(param, list(dict.fromkeys([*names, "mcm-one", "mcm-finetune"])))
         compile_simulator()
         res = mcm.run(pick(graphs, mcm.GRAPHS), pick(presets, mcm.PRESETS), names, budget,
                       seed, out, params=params, scratch_budget=scratch_budget, command=command)

@@ -17,9 +17,9 @@ The policy is GO's network (:class:`graphopt.nn.GOPolicy`: GraphSAGE, segment-re
 attention with FiLM) with a chiplet head (:class:`graphopt.nn.chiplet.ChipletPolicy`: a
 logit per chip up to 16, plus a positional prior of learned width), on the units of
 :func:`~graphopt.optim.partition.constraints.pipeline_units`. Every method starts from
-the best heuristic, the better greedy contiguous partition
-(:func:`~graphopt.optim.partition.methods.best_contiguous`): its two candidates are the
-first evaluations, and the prior is centred on the better one (:func:`chain_span`,
+the best heuristic, the best contiguous partition
+(:func:`~graphopt.optim.partition.methods.best_contiguous`): its candidates are the
+first evaluations, and the prior is centred on the best one (:func:`chain_span`,
 ``prior_width`` chips wide), so the policy proposes relative to it and mostly moves the
 units near its boundaries (``from_greedy=False``: the prior centred on each unit's
 compute position, as the policy was pre-trained). A sampled proposal is usually invalid;
@@ -297,10 +297,10 @@ class MCMOne:
         seed_everything(seed, self.threads)
         policy = self._policy(seed)
         _check(problem, task, policy, self.name)
-        # the greedy partitions are the first evaluations and the better one the policy's
+        # the contiguous partitions are the first evaluations and the best one the policy's
         # anchor; PPO gets the rest of the budget
         t0 = time.perf_counter()
-        s = PartitionSearch(problem, Budget(2 if budget.evals is None else min(budget.evals, 2),
+        s = PartitionSearch(problem, Budget(3 if budget.evals is None else min(budget.evals, 3),
                                             budget.seconds), self.repair_seconds)
         anchor = None
         if self.from_greedy:

@@ -41,7 +41,7 @@ from graphopt.optim.search.cpsat import _solve  # Ctrl-C stops the search, keeps
 from graphopt.sim import Problem
 from graphopt.sim.pipeline import stationary, stationary_bytes
 
-__all__ = ["RepairModel", "RepairResult", "solve_throughput"]
+__all__ = ["RepairModel", "RepairResult", "crossing_tensors", "solve_throughput"]
 
 #: Integer resolution of the repair's confidence weights.
 _WEIGHT_SCALE = 1000
@@ -274,6 +274,21 @@ def _weighted_median(pool: list[tuple[int, int]]) -> int:
     return pool[-1][0]
 
 
+def crossing_tensors(problem: Problem, unit: np.ndarray) -> tuple[np.ndarray, dict[int, set[int]]]:
+    """The tensors a partition of ``unit`` may send between chips: every op (not a
+    stationary weight) with a consumer in another unit, the units of those consumers, and
+    the bytes it sends (its largest edge out: once per destination chip, as the pipeline
+    cost charges it). Returns ``max_bytes`` (float64 (N,)) and ``{op: consumer units}``."""
+    g = problem.graph
+    cross = (unit[g.src] != unit[g.dst]) & ~stationary(g)[g.src]
+    max_bytes = np.zeros(problem.num_nodes)
+    np.maximum.at(max_bytes, g.src[cross], g.edge_bytes[cross])
+    consumers: dict[int, set[int]] = {}
+    for s, v in zip(g.src[cross].tolist(), unit[g.dst[cross]].tolist()):
+        consumers.setdefault(s, set()).add(v)
+    return max_bytes, consumers
+
+
 def solve_throughput(problem: Problem, units: np.ndarray | None = None,
                      time_limit: float = 60.0, workers: int = 1, seed: int = 0,
                      hint: np.ndarray | None = None) -> tuple[np.ndarray | None, dict]:
@@ -290,14 +305,7 @@ def solve_throughput(problem: Problem, units: np.ndarray | None = None,
     m, y, d, n = enc.model, enc.y, problem.num_devices, enc.num_units
     t_op = problem.costs.time.max(axis=1)  # the chips of a module are alike
     t = np.rint(np.bincount(enc.unit, t_op, n) / _NS).astype(np.int64)
-    g = problem.graph
-    # bytes each unit's outputs carry to another unit: its producers' largest edges out
-    cross = (enc.unit[g.src] != enc.unit[g.dst]) & ~stationary(g)[g.src]
-    max_bytes = np.zeros(problem.num_nodes)
-    np.maximum.at(max_bytes, g.src[cross], g.edge_bytes[cross])
-    consumers: dict[int, set[int]] = {}
-    for s, v in zip(g.src[cross].tolist(), enc.unit[g.dst[cross]].tolist()):
-        consumers.setdefault(s, set()).add(v)
+    max_bytes, consumers = crossing_tensors(problem, enc.unit)
     interval = m.new_int_var(0, int(t.sum()) + 10**12, "interval")
     for c in range(d):
         m.add(interval >= sum(int(t[u]) * enc.on[u][c] for u in range(n) if t[u]))
