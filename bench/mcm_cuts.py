@@ -20,16 +20,20 @@ from graphopt.sim import Problem
 from graphopt.sim.pipeline import pipeline_cost
 
 
+def _us(seconds: np.ndarray) -> str:
+    return " ".join(f"{v * 1e6:5.1f}" for v in seconds)
+
+
 def show(name: str, problem: Problem, unit: np.ndarray, chips: np.ndarray) -> None:
     place = chips[unit][None]
     cost = pipeline_cost(problem, place)
-    us = lambda x: " ".join(f"{v * 1e6:5.1f}" for v in x)  # noqa: E731
     print(f"{name}: {cost.throughput[0]:,.0f} inputs/s, interval {cost.interval[0] * 1e6:.2f} us "
           f"(chip {cost.bottleneck[0]}), valid {bool(valid_partitions(problem, place)[0])}")
     print(f"  cuts before units {(np.flatnonzero(np.diff(chips)) + 1).tolist()}")
-    print(f"  compute us  {us(cost.compute[0])}")
-    print(f"  link out us {us(cost.link[0].max(axis=1))}")
-    print(f"  SRAM MiB    " + " ".join(f"{v / 2**20:5.0f}" for v in chip_memory(problem, place)[0]))
+    print(f"  compute us  {_us(cost.compute[0])}")
+    print(f"  link out us {_us(cost.link[0].max(axis=1))}")
+    mib = chip_memory(problem, place)[0] / 2**20
+    print("  SRAM MiB    " + " ".join(f"{v:5.0f}" for v in mib))
 
 
 if __name__ == "__main__":
@@ -50,4 +54,5 @@ if __name__ == "__main__":
     part, stats = solve_throughput(prob, unit, a.time_limit, hint=start)
     if part is not None:
         show(f"CP-SAT ({stats['status']}, {stats['solver_seconds']:.1f} s)", prob, unit, part)
-        print(f"  units on another chip than cut_contiguous: {int((part != greedy['cut_contiguous']).sum())}")
+        moved = int((part != greedy["cut_contiguous"]).sum())
+        print(f"  units on another chip than cut_contiguous: {moved}")
