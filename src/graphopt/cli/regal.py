@@ -58,8 +58,9 @@ def train_regal(
                         *([f"--corpus {corpus}"] if corpus != "default" else []),
                         *([f"--cluster {cluster}"] if cluster != "p100:2" else []),
                         *([f"--objective {objective}"] if objective != "memory" else []),
-                        *(f"--{k.replace('_', '-')} {v}" for k, v in vars(config).items()
-                          if v != getattr(defaults, k))])
+                        *((f"--{'' if v else 'no-'}{k.replace('_', '-')}" if isinstance(v, bool)
+                           else f"--{k.replace('_', '-')} {v}")
+                          for k, v in vars(config).items() if v != getattr(defaults, k))])
     try:
         check_output(out, "--out", folder=True)
         check_fields(config, lambda key: "--" + key.replace("_", "-"))

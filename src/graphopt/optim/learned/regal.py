@@ -270,8 +270,16 @@ class REGAL:
             raise GraphoptError(f"regal: the policy has {head.max_devices} device slots; cluster "
                                 f"{problem.cluster.name} has {problem.num_devices} devices")
         space = RegalSpace(problem, task, init)
-        with torch.no_grad():
-            out = head(*regal_inputs(problem))
+        # one thread: the pass over a few thousand nodes takes a millisecond, and with the
+        # simulator's threads beside it more threads wait on each other for a tenth of a
+        # second, a tenth of BRKGA's own time on a small graph
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            with torch.no_grad():
+                out = head(*regal_inputs(problem))
+        finally:
+            torch.set_num_threads(threads)
         p = _params(head, out, space, self.elite_bias)
         brkga = BRKGA(self.population, self.elite_fraction, self.mutant_fraction,
                       inheritance=p["inheritance"], mutant_alpha=p["alpha"], mutant_beta=p["beta"])
