@@ -134,11 +134,11 @@ def train(policy: GOPolicy, envs: list[GOEnv], cfg: PPOConfig, *, seed: int,
 
     def forward(i: int, env: GOEnv) -> dict[str, Tensor]:
         if cfg.tune == "all":
-            return policy(*env.inputs(), tasks=env.tasks)
+            return env.with_prior(policy(*env.inputs(), tasks=env.tasks))
         if i not in embedded:  # the frozen trunk: one pass per graph for the whole run
             with torch.no_grad():
                 embedded[i] = policy.embed(*env.inputs())
-        return policy.decide(*embedded[i], env.problem.num_devices, env.tasks)
+        return env.with_prior(policy.decide(*embedded[i], env.problem.num_devices, env.tasks))
 
     # the evaluator owns this call's evals and seconds; updates count over the whole run.
     # make_evaluator: the rollouts' simulations run on the backend in use (a Ray pool)

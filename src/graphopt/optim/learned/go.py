@@ -112,6 +112,21 @@ def _result(env: GOEnv, plan: Plan | None, step_time: float, init: Plan | None,
                   "units": env.num_units, **stats}
 
 
+def _start(env: GOEnv, budget: Budget) -> tuple[Plan, float]:
+    """``env.init`` simulated (one of ``budget``'s evaluations; the tasks it leaves out
+    at the compiler default): the plan GO-one returns when training finds nothing
+    faster, as the searches never return worse than their start. Its step time is
+    infinite when it does not fit."""
+    init = env.init or Plan()
+    n = env.problem.num_nodes
+    place = np.zeros(n, np.int64) if init.placement is None else np.asarray(init.placement)
+    ev = LocalEvaluator.from_budget(env.problem, Budget(evals=1, seconds=budget.seconds))
+    res = ev.evaluate(place[None], None if init.priority is None else init.priority[None],
+                      None if init.fusion is None else init.fusion[None])
+    return (Plan(placement=place, priority=init.priority, fusion=init.fusion),
+            float(res.step_time[0]) if res.valid[0] else float("inf"))
+
+
 @register("go")
 @dataclass
 class GO:
@@ -147,7 +162,7 @@ class GO:
         env = GOEnv(problem, task, self.units, init)
         k = self.samples if ev.remaining is None else max(1, min(self.samples, ev.remaining))
         with torch.no_grad():
-            logits = policy(*env.inputs(), tasks=env.tasks)
+            logits = env.with_prior(policy(*env.inputs(), tasks=env.tasks))
         actions = sample(logits, k, generator)
         for t, a in sample(logits, 1, generator, greedy=True).items():
             actions[t][0] = a[0]
@@ -191,6 +206,9 @@ class GOOne:
         "help": "Width of the fresh policy (go-one only; a loaded policy keeps its own)."})
     units: str = field(default="groups", metadata={"choices": ("groups", "ops"),
         "help": "The policy's nodes: ``groups`` (colocation groups) or ``ops``."})
+    fusion_flips: float = field(default=GOEnv.fusion_flips, metadata={"gt": 0,
+        "help": "Nodes a plan moves off XLA's default fusion on average before training "
+                "(the fusion head's prior: GOEnv.with_prior)."})
     threads: int = field(default=1, metadata={"min": 1, "help": "torch CPU threads."})
     checkpoint_dir: str | None = field(default=None, metadata={
         "help": "Folder to checkpoint the run in and resume it from."})
@@ -203,23 +221,32 @@ class GOOne:
                  init: Plan | None = None) -> tuple[Plan, dict]:
         if budget.evals is None and budget.seconds is None:
             raise GraphoptError(f"{self.name}: needs an evaluation or time budget")
+        t0 = time.perf_counter()
         seed_everything(seed, self.threads)
         policy = self._policy(seed)
         _check(problem, task, policy, self.name)
-        env = GOEnv(problem, task, self.units, init)
+        env = GOEnv(problem, task, self.units, init, self.fusion_flips)
         cfg = PPOConfig(**{f.name: getattr(self, f.name) for f in fields(PPOConfig)
                            if hasattr(self, f.name)})
-        out = train(policy, [env], cfg, seed=seed, evals=budget.evals, seconds=budget.seconds,
+        start = _start(env, budget) if init is not None else None
+        evals = None if budget.evals is None else budget.evals - (start is not None)
+        seconds = (None if budget.seconds is None
+                   else max(budget.seconds - (time.perf_counter() - t0), 0.0))
+        out = train(policy, [env], cfg, seed=seed, evals=evals, seconds=seconds,
                     checkpoint_dir=self.checkpoint_dir, progress=self.progress,
                     run_config={"method": self.name, **{k: v for k, v in asdict(self).items()
                                                        if k not in ("progress", "threads",
                                                                     "checkpoint_dir")}},
                     label=f"{self.name} {problem.graph.name}")
         plan, best = out["best"][0] or (None, float("inf"))
+        if start is not None and start[1] <= best:  # training found nothing faster
+            plan, best = start
         evals_2pct, seconds_2pct = time_to_within(out["history"], 0.02)
         initial = next((m for _, m in out["curve"] if m is not None), None)
         return _result(env, plan, best, init, {
-            "evals": out["evals"], "seconds": out["seconds"], "updates": out["updates"],
+            "evals": out["evals"] + (start is not None),
+            "seconds": time.perf_counter() - t0, "updates": out["updates"],
+            "start_step_time": None if start is None else start[1],
             "initial_step_time": initial, "evals_to_within_2pct": evals_2pct,
             "seconds_to_within_2pct": seconds_2pct, "interrupted": out["interrupted"],
             "history": out["history"], "curve": out["curve"]})
