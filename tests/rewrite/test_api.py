@@ -14,7 +14,7 @@ from graphopt.rewrite.api import export_module, saturate
 from graphopt.rewrite.codegen import fused_kernels
 from graphopt.rewrite.extract import (Costs, dag_cost, extract_greedy, extract_ilp,
                                       read_egraph)
-from graphopt.rewrite.models import make_model
+from graphopt.rewrite.models import ZOO_BENCH, make_model
 from graphopt.rewrite.terms import to_terms
 
 
@@ -76,6 +76,29 @@ def test_limits_stop_saturation():
     model, inputs = make_model("bert", "tiny")
     assert rewrite(model, inputs, RewriteConfig(iterations=1)).stats["stop"] == "iterations"
     assert rewrite(model, inputs, RewriteConfig(node_limit=10)).stats["stop"] == "nodes"
+
+
+def test_node_limit_is_never_passed():
+    """The iteration that passes the limit is undone: the e-graph stays within it, and
+    the program is still rewritten by the iterations before."""
+    model, inputs = make_model("rnnlm-2", "tiny")
+    free = rewrite(model, inputs, RewriteConfig(iterations=4))
+    limit = free.stats["enodes"] - 1
+    res = rewrite(model, inputs, RewriteConfig(iterations=4, node_limit=limit))
+    assert res.stats["stop"] == "nodes" and res.stats["iterations"] < 4
+    assert res.stats["enodes"] <= limit
+    assert res.stats["max_error"] < 1e-4
+
+
+@pytest.mark.parametrize("name", list(ZOO_BENCH))
+def test_zoo_models_rewrite_to_equal_programs(name):
+    """The zoo's models (gated dilated convolutions, LSTM cells, embeddings, relative
+    attention: shapes the rules were not written for) come back computing their loss."""
+    model, inputs = make_model(name, "tiny")
+    res = rewrite(model, inputs)
+    assert res.stats["cost_after"] <= res.stats["cost_before"] * (1 + 1e-9)
+    with torch.no_grad():
+        torch.testing.assert_close(res.module(*inputs), model(*inputs), rtol=1e-4, atol=1e-5)
 
 
 def test_bad_config_and_unexportable_module(nasrnn):

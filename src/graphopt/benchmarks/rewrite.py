@@ -153,7 +153,9 @@ def targets(result: dict) -> dict:
     """The issue's targets, each with its figure: ``(met, text)``."""
     rows = result["rows"]
     # a program the rules left as it was cannot be faster: its ratio is the timer's noise
-    changed = [r for r in rows if r["predicted_ms"]["saturation"] < r["predicted_ms"]["original"]]
+    # (so is a predicted gain in the last bits of a float sum: WaveNet's re-associated adds)
+    changed = [r for r in rows
+               if r["predicted_ms"]["saturation"] < r["predicted_ms"]["original"] * (1 - 1e-9)]
     faster = [r["model"] for r in changed if _speedup(r, "saturation") > 1.0 + NOISE]
     unchanged = [r["model"] for r in rows if r not in changed]
     behind = [r["model"] for r in rows if not r.get("same_program") and

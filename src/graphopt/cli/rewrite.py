@@ -14,9 +14,10 @@ from graphopt.rewrite.config import RewriteConfig
 
 app = typer.Typer()
 
-MODEL_HELP = ("A program saved with torch.export.save (.pt2), or one of Tensat's benchmark "
-              "models written here: bert, resnext-50, inception-v3, squeezenet, vgg-19, nasrnn "
-              "(see --size). Example: nasrnn")
+MODEL_HELP = ("A program saved with torch.export.save (.pt2), or a benchmark model written "
+              "here (see --size): Tensat's bert, resnext-50, inception-v3, squeezenet, vgg-19, "
+              "nasrnn, or the zoo's resnet-50, amoebanet, wavenet-2x18, rnnlm-2, gnmt-2, "
+              "transformer-xl-2, gpt2-small (forward pass and loss). Example: nasrnn")
 
 
 @app.command("rewrite")
@@ -78,8 +79,9 @@ def rewrite_command(
 
 
 def bench_rewrite(
-    models: str = typer.Option("", help="Models, comma-separated (default: all six). "
-                                        "Example: nasrnn,bert"),
+    models: str = typer.Option("", help="Models, comma-separated (default: all, Tensat's "
+                                        "six then the zoo's seven; see 'graphopt rewrite "
+                                        "--help'). Example: nasrnn,bert"),
     size: str = typer.Option("bench", help="bench, or tiny (seconds; CI)."),
     repeats: int = typer.Option(30, min=1, help="Timed runs of each program (median kept)."),
     warmup: int = typer.Option(3, min=0, help="Untimed runs of each program first."),

@@ -15,7 +15,8 @@ class RewriteConfig:
     iterations: int = field(default=15, metadata={"min": 1,
         "help": "Saturation iterations at most (Tensat: 15). Example: --iterations 5"})
     node_limit: int = field(default=50_000, metadata={"min": 1,
-        "help": "Stop saturating once the e-graph holds this many e-nodes (Tensat: 50000)."})
+        "help": "E-nodes at most (Tensat: 50000): an iteration that would pass it is undone "
+                "and saturation stops. Example: --node-limit 20000"})
     time_limit: float = field(default=3600.0, metadata={"gt": 0,
         "help": "Stop saturating after this many seconds (Tensat: 3600). Example: 5"})
     multi_iterations: int = field(default=1, metadata={"min": 0,
