@@ -211,13 +211,15 @@ def to_markdown(res: dict) -> str:
             s0, s1 = f["scratch_seconds_to_within_1pct"], f["finetune_seconds"]
             e0, e1 = f.get("scratch_evals_to_within_1pct"), f["finetune_evals"]
             fi = f.get("finetune_interval")
-            note = " (start)" if f.get("start_within_1pct") else ""
+            if f.get("start_within_1pct"):
+                speed = ["start", "start"]
+            else:
+                speed = [f"{s0 / max(s1, 1e-9):.1f}x" if s0 and s1 is not None else "not reached",
+                         f"{e0 / e1:.1f}x" if e0 and e1 else "not reached"]
             lines.append(f"| {r['graph']} | {r['chips']} | {f['scratch_interval'] * 1e3:.4f} ms; "
                          f"{e0 or '-'}, {s0 or 0:.1f} s | "
                          f"{'-' if fi is None else f'{fi * 1e3:.4f} ms'}; {e1 or '-'}, "
-                         f"{'-' if s1 is None else f'{s1:.1f} s'} | "
-                         f"{f'{s0 / max(s1, 1e-9):.1f}x' if s0 and s1 is not None else 'not reached'}"
-                         f"{note} | {f'{e0 / e1:.1f}x' if e0 and e1 else 'not reached'}{note} |")
+                         f"{'-' if s1 is None else f'{s1:.1f} s'} | " + " | ".join(speed) + " |")
     return "\n".join(lines)
 
 
