@@ -84,6 +84,13 @@ def _more_bad_files(d: Path, g: dict, base: str) -> None:
     save_graph(mlp_training_graph(layers=1, hidden=8, batch=2), d / "whole.npz")
     whole = (d / "whole.npz").read_bytes()
     (d / "truncated.npz").write_bytes(whole[:len(whole) // 2])
+    import torch
+
+    class Masked(torch.nn.Module):
+        def forward(self, x):
+            return x[x > 0] * 2  # a size that depends on the data
+
+    torch.export.save(torch.export.export(Masked(), (torch.randn(8),)), d / "masked.pt2")
     docs = {"wrongfmt.json": {"format": "x"}, "version99.json": {**g, "version": 99},
             "nodes_str.json": {**g, "nodes": "x"},
             "edge_far.json": {**g, "edges": [[0, 999, 1.0]]},
@@ -399,6 +406,7 @@ CASES = [
     ("zoo build bogus -o {d}/z.npz", "unknown zoo model 'bogus'; known: rnnlm-2"),
     ("bench go-table2 --budget 0", "Invalid value for '--budget'"),
     ("bench rewrite --cost bogus --out {d}/rw.json", "--cost='bogus': expected one of roofline"),
+    ("rewrite {d}/masked.pt2 -o {d}/rw.pt2", "size (u0,) depends on the input data"),
     ("bench rewrite --models nope --out {d}/rw.json", "--models nope: expected some of bert"),
     ("bench go --budget 0", "Invalid value for '--budget'"),
     ("bench go --multitask-budget 0", "Invalid value for '--multitask-budget'"),

@@ -196,6 +196,9 @@ def _run(n: ENode, values: dict, tr: Translation) -> Any:
     if n.op == "T.output":
         return values[n.args[0]]
     target, args = call_of(n.op, n.args, values.__getitem__, tr)
+    if n.op == "T.op" and "device" in args[1]:
+        # a tensor the program creates (nn.LSTM's zero state) goes where its operands are
+        args = (args[0], {**args[1], "device": torch.device("meta")})
     out = run_call(target, args, n.op)
     if n.op == "T.op" and not isinstance(out, torch.Tensor):
         return out

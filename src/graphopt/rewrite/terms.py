@@ -320,7 +320,8 @@ def to_terms(gm: fx.GraphModule) -> Translation:
     Raises
     ------
     RewriteError
-        A node without a traced value, or an output that is not a tensor.
+        A node without a traced value or with a data-dependent size, or an output that
+        is not a tensor.
 
     Notes
     -----
@@ -360,6 +361,12 @@ def to_terms(gm: fx.GraphModule) -> Translation:
         elif n.op == "call_module":
             continue  # torch.export's input guards: checked when the program is built
         elif n.op == "call_function":
+            vals = n.meta.get("val")
+            for v in vals if isinstance(vals, (tuple, list)) else [vals]:
+                if isinstance(v, torch.Tensor) and not all(isinstance(d, int) for d in v.shape):
+                    raise RewriteError(f"node {n.name!r} ({n.target}): its output's size "
+                                       f"{tuple(v.shape)} depends on the input data; the "
+                                       "rewriter needs static shapes")
             term = _term(n, tensor, weight, tr, perms)
             env[n] = [bind(t) for t in term] if isinstance(term, list) else bind(term)
             tr.num_ops += 1
