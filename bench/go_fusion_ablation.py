@@ -1,9 +1,10 @@
 """What makes GO's fusion policy beat XLA's default fusion: an ablation on GO's Table 3.
 
 On each row, with the ``expert`` placement and first-ready-first-run order fixed (as in
-``graphopt bench fusion``), the speed-up over XLA's default fusion of ``sa`` and of
-``go-one`` on the fusion task in these variants, same budget of evaluations, for each
-seed:
+``graphopt bench fusion``), the speed-up over XLA's default fusion of three searches
+(``sa``, ``local-search``, ``brkga``: the first two toggle one node's fusion per move,
+BRKGA's keys are fusion priorities, so it can reorder too) and of ``go-one`` on the
+fusion task in these variants, same budget of evaluations, for each seed:
 
 - ``groups``: a fusion priority per colocation group (GO's nodes for placement);
 - ``ops, no prior``: per op, the fusion head's prior left out (``fusion_flips`` above
@@ -27,7 +28,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-#: The variants: (label, go-one hyperparameters, fusion levels of the head).
+#: The searches compared, each from XLA's default.
+SEARCHES = ("sa", "local-search", "brkga")
+#: GO's variants: (label, go-one hyperparameters, fusion levels of the head).
 VARIANTS = (("groups", {"units": "groups"}, 4),
             ("ops, no prior", {"units": "ops", "fusion_flips": 1e12}, 4),
             ("ops", {"units": "ops"}, 4),
@@ -61,7 +64,7 @@ def main() -> None:
             return new_policy(seed, dim=self.dim, fusion_levels=self.levels)
 
     seeds = [int(s) for s in a.seeds.split(",")]
-    labels = ["sa", *(v[0] for v in VARIANTS)]
+    labels = [*SEARCHES, *(f"go-one {v[0]}" for v in VARIANTS)]
     result = {"settings": {"rows": a.rows.split(","), "budget": a.budget, "seeds": seeds},
               "rows": []}
     for name in a.rows.split(","):
@@ -71,12 +74,13 @@ def main() -> None:
         default = simulate(prob, base).step_time
         row = {"model": name, "default": default, "speedup": {k: [] for k in labels}}
         for seed in seeds:
-            plan, _ = optimize(prob, "sa", "fusion", Budget(a.budget), seed, init=base)
-            row["speedup"]["sa"].append(default / simulate(prob, plan).step_time)
+            for m in SEARCHES:
+                plan, _ = optimize(prob, m, "fusion", Budget(a.budget), seed, init=base)
+                row["speedup"][m].append(default / simulate(prob, plan).step_time)
             for label, params, levels in VARIANTS:
                 plan, _ = Levels(progress=False, levels=levels, **params).optimize(
                     prob, frozenset({"fusion"}), Budget(a.budget), seed, init=base)
-                row["speedup"][label].append(default / simulate(prob, plan).step_time)
+                row["speedup"][f"go-one {label}"].append(default / simulate(prob, plan).step_time)
         result["rows"].append(row)
         save_json(result, a.out)
         print(json.dumps({name: {k: [round(x, 4) for x in v]

@@ -46,8 +46,8 @@ TABLE3_ROWS = ("gnmt-2", "gnmt-4", "gnmt-8", "rnnlm-4", "rnnlm-8", "transformer-
                "transformer-xl-4", "transformer-xl-8")
 #: GO's settings on Table 3: a fusion priority per op rather than per colocation group,
 #: which binds up to 28 fusion choices into one (a group at level 0 unfuses them all);
-#: 1.04-1.11x over the default on three rows at 500 evaluations against 1.00-1.01x per
-#: group (docs/go.md, "Fusion").
+#: 1.03-1.11x over the default on three rows at 500 evaluations against 1.00-1.01x per
+#: group (bench/go_fusion_ablation.py; docs/go.md, "The fusion head").
 GO_FUSION = {"units": "ops"}
 #: Rows of the tight-memory scheduling comparison.
 MEMORY_ROWS = ("gnmt-2", "transformer-xl-2", "inception-v3-b32", "wavenet-2x18")
@@ -168,7 +168,8 @@ def to_markdown(result: dict) -> str:
     s = result["settings"]
     go = "go-one" if s["learned"] else None
     out = [f"**GO's Table 3: fusion** (`expert` placement, first ready first run; step time "
-           f"in ms; `sa` and GO with {s['budget']} evaluations each):", "",
+           f"in ms; `sa` and GO with {s['budget']} evaluations each; GO is `go-one` on the "
+           "fusion task, a fusion priority per op, from XLA's default):", "",
            "| model | ops | dev | fusion choices | none | XLA default | sa | GO | default vs "
            "none | sa vs default | GO vs none | GO vs default | GO vs sa |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
