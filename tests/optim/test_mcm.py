@@ -270,3 +270,26 @@ def test_cut_contiguous_is_the_best_contiguous_partition_of_a_chain(capacity):
     for memory in (True, False):  # the greedy cuts, blind to the tensors, are slower here
         greedy = greedy_contiguous(prob, units, memory)
         assert pipeline_cost(prob, greedy[units]).interval[0] > 1.2 * best
+
+
+def test_bench_marks_a_fine_tuning_row_that_measures_no_learning():
+    from graphopt.benchmarks.mcm import to_markdown
+
+    def row(chips, start_within, scratch_at, ft_at):
+        return {"graph": "g", "chips": chips, "methods": {"mcm-greedy": {"throughput": 1.0}},
+                "finetune_to_scratch": {
+                    "scratch_interval": 1e-3, "finetune_interval": 1e-3,
+                    "scratch_evals_to_within_1pct": scratch_at[0],
+                    "scratch_seconds_to_within_1pct": scratch_at[1],
+                    "start_within_1pct": start_within,
+                    "finetune_evals": ft_at[0], "finetune_seconds": ft_at[1]}}
+
+    res = {"command": "c", "budget": 3, "seed": 0, "machine": "m", "date": "d",
+           "rows": [row(4, False, (96, 30.0), (32, 5.0)), row(8, True, (3, 0.01), (3, 0.02)),
+                    row(16, False, (144, 50.0), (None, None))]}
+    lines = {ln.split(" | ")[1]: ln for ln in to_markdown(res).splitlines()
+             if ln.startswith("| g |")}
+    assert lines["4"].endswith("| 6.0x | 3.0x |")
+    assert lines["8"].endswith("| start | start |")  # both at their start: no speed-up
+    assert lines["16"].endswith("| not reached | not reached |")
+    assert "Evaluations and seconds to come within 1%" not in to_markdown(res)  # no searches

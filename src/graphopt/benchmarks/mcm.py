@@ -180,15 +180,15 @@ def to_markdown(res: dict) -> str:
         if xs:
             lines.append(f"\nGeometric mean of mcm-finetune / {b}: {geomean(xs):.3f} over "
                          f"{len(xs)} rows.")
-    lines += ["", "Evaluations and seconds to come within 1% of the method's own best, and the "
-              "fraction of proposals valid before → after repair:", "",
-              "| graph | chips | " + " | ".join(m for m in methods if m in _SEARCHES) + " |",
-              "|---|---:|" + "---|" * len([m for m in methods if m in _SEARCHES])]
-    for r in rows:
+    searches = [m for m in methods if m in _SEARCHES]
+    if searches:
+        lines += ["", "Evaluations and seconds to come within 1% of the method's own best, and "
+                  "the fraction of proposals valid before → after repair:", "",
+                  "| graph | chips | " + " | ".join(searches) + " |",
+                  "|---|---:|" + "---|" * len(searches)]
+    for r in rows if searches else ():
         cells = []
-        for m in methods:
-            if m not in _SEARCHES:
-                continue
+        for m in searches:
             x = r["methods"].get(m, {})
             vb, va = x.get("valid_before_repair"), x.get("valid_after_repair")
             cells.append(f"{x.get('evals_to_within_1pct', '-')} ev / "
