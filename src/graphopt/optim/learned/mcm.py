@@ -5,10 +5,10 @@ Multi-Chip-Modules", MLSys 2022).
 =============  ==========================================================================
 name           what it does
 =============  ==========================================================================
-mcm            zero-shot: the greedy partitions, the pre-trained policy's most likely
+mcm            zero-shot: the contiguous starts, the pre-trained policy's most likely
                proposal and the rest of ``samples`` drawn from it, each repaired by
                CP-SAT and priced; the best one
-mcm-finetune   the greedy partitions, then the pre-trained policy trained further by PPO
+mcm-finetune   the contiguous starts, then the pre-trained policy trained further by PPO
                on this graph within the budget
 mcm-one        the same with a fresh policy trained on this graph alone (from scratch)
 =============  ==========================================================================
@@ -191,7 +191,7 @@ def _check(problem: Problem, task: frozenset[str], policy: ChipletPolicy, name: 
 
 def _greedy_field():
     return field(default=True, metadata={
-        "help": "Start from the best greedy contiguous partition: priced first, and the "
+        "help": "Start from the best contiguous partition (mcm-greedy's): priced first, and the "
                 "chiplet prior centred on it (False: on each unit's compute position, as "
                 "pre-trained)."})
 
@@ -220,7 +220,7 @@ class MCM:
     checkpoint: str | None = field(default=None, metadata={
         "help": "Folder of a saved MCM policy (None: the one shipped in the package)."})
     samples: int = field(default=16, metadata={"min": 1,
-        "help": "Proposals priced: the greedy partition (with from_greedy), the policy's most "
+        "help": "Proposals priced: the contiguous starts (with from_greedy), the policy's most "
                 "likely one, and the rest drawn from the policy."})
     repair_seconds: float = field(default=0.5, metadata={"gt": 0,
         "help": "CP-SAT seconds per repair."})

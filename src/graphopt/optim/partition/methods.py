@@ -259,7 +259,7 @@ def best_contiguous(s: PartitionSearch, seed: int = 0) -> np.ndarray:
 @register("mcm-greedy")
 @dataclass
 class MCMGreedy:
-    """Greedy contiguous partitions (:func:`best_contiguous`), repaired if they break a
+    """Contiguous partitions (:func:`best_contiguous`), repaired if they break a
     constraint (SRAM): the best of three; three evaluations (fewer when they agree).
 
     Examples
@@ -390,8 +390,8 @@ class MCMSA:
 class MCMCPSAT:
     """CP-SAT alone: the partition of least modelled interval
     (:func:`~graphopt.optim.partition.repair.solve_throughput`), started from the best
-    greedy contiguous partition (:func:`best_contiguous`); up to three evaluations (the
-    starts and the solution).
+    contiguous partition (:func:`best_contiguous`); up to four evaluations (the starts
+    and the solution).
 
     Examples
     --------
