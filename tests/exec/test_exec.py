@@ -89,6 +89,31 @@ def test_every_family_equals_the_unplaced_step(family, pool):
     _assert_state_close({prog.state[n]: v for n, v in pool.state().items()}, ref_state, exact=False)
 
 
+class _RNNLM(torch.nn.Module):
+    def __init__(self, cell: str):
+        super().__init__()
+        self.rnn = getattr(torch.nn, cell)(8, 16, 2, batch_first=True)
+        self.out = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.out(self.rnn(x)[0])
+
+
+@pytest.mark.parametrize("cell", ["LSTM", "GRU"])
+def test_torch_rnn_modules_run_under_any_split(cell, pool):
+    """nn.LSTM's and nn.GRU's backward write gate activations in place; a placement that
+    splits a cell reads them on another device before and after the write, which one
+    transfer cannot carry: those readers move to the writer, and the step is unchanged."""
+    torch.manual_seed(0)
+    traced = trace_program(_RNNLM(cell), (torch.randn(2, 5, 8),), training=True)
+    ref_out, ref_state = _reference(traced, seed=3)
+    prog = compile_program(traced, _random_plan(traced.graph, 2, 4), 2)
+    pool.load(prog)
+    values, _ = pool.step(3)
+    torch.testing.assert_close(values[prog.outputs[0].node], ref_out[0], rtol=1e-4, atol=1e-5)
+    _assert_state_close({prog.state[n]: v for n, v in pool.state().items()}, ref_state, exact=False)
+
+
 def test_one_device_step_equals_eager_sgd():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))

@@ -180,6 +180,48 @@ def refs(x: Any) -> list[int]:
     return out
 
 
+def _roots(alias: list[int], device: list[int]) -> list[int]:
+    """The tensor each node's output is part of. A view of a tensor received from another
+    device aliases that copy, not the original."""
+    root = list(range(len(alias)))
+    for i in range(len(alias)):
+        if alias[i] != i and device[alias[i]] == device[i]:
+            root[i] = root[alias[i]]
+    return root
+
+
+def _split_readers_to_writers(nodes: list[fx.Node], pos: dict[fx.Node, int], device: list[int],
+                              alias: list[int], written: dict[int, list[int]]) -> int:
+    """Move the readers that would need one tensor on a device both before and after it is
+    written in place (one transfer cannot carry two versions) to the writer's device: the
+    ones before the write, or the ones after where they are fewer. Autograd's in-place
+    sigmoid and mul in nn.LSTM's backward make such readers under any placement that
+    splits a cell. Returns how many moved; repeats until none need to, as a move can make
+    another tensor's readers split."""
+    moved = 0
+    for _ in range(len(nodes)):
+        root = _roots(alias, device)
+        reads: dict[int, list[int]] = defaultdict(list)  # root -> its readers, FX order
+        for i, n in enumerate(nodes):
+            if n.op == "call_function":
+                for r in sorted({root[pos[a]] for a in n.all_input_nodes}):
+                    reads[r].append(i)
+        change = False
+        for w, args in written.items():
+            for r in {root[a] for a in args}:
+                for d in {device[i] for i in reads[r]} - {device[w]}:
+                    before = [i for i in reads[r] if i < w and device[i] == d]
+                    after = [i for i in reads[r] if i > w and device[i] == d]
+                    if before and after:
+                        for i in min(before, after, key=len):
+                            device[i] = device[w]
+                        moved += min(len(before), len(after))
+                        change = True
+        if not change:
+            return moved
+    return moved
+
+
 def compile_program(traced: TracedProgram, plan: Plan | None, devices: int) -> Program:
     """Compile ``traced`` for ``plan`` on ``devices`` devices.
 
@@ -258,11 +300,8 @@ def compile_program(traced: TracedProgram, plan: Plan | None, devices: int) -> P
                     homed.add(j)
         moved += device[i] != home
         device[i] = home
-    # A view of a tensor received from another device aliases that copy, not the original.
-    root = list(range(len(nodes)))
-    for i in range(len(nodes)):
-        if alias[i] != i and device[alias[i]] == device[i]:
-            root[i] = root[alias[i]]
+    moved += _split_readers_to_writers(nodes, pos, device, alias, written)
+    root = _roots(alias, device)
     writes = {i: sorted({root[a] for a in args}) for i, args in written.items()}
 
     instrs: list[Instr] = []
