@@ -58,6 +58,7 @@ def train_regal(
                         *([f"--corpus {corpus}"] if corpus != "default" else []),
                         *([f"--cluster {cluster}"] if cluster != "p100:2" else []),
                         *([f"--objective {objective}"] if objective != "memory" else []),
+                        *([f"--minutes {minutes:g}"] if minutes is not None else []),
                         *((f"--{'' if v else 'no-'}{k.replace('_', '-')}" if isinstance(v, bool)
                            else f"--{k.replace('_', '-')} {v}")
                           for k, v in vars(config).items() if v != getattr(defaults, k))])
