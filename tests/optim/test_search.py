@@ -269,3 +269,30 @@ def test_keys_round_trip():
     r2 = simulate_batch(prob, space.placements(again), again.priority, again.fusion)
     assert np.array_equal(space.placements(dec), space.placements(again))
     assert np.array_equal(r1.step_time, r2.step_time)
+
+
+def test_fusion_reorder_moves_swap_neighbours_in_the_pass_order():
+    """Searches can reorder XLA's fusion pass, not only turn a node's fusion on or off:
+    a reorder swaps two fusing nodes adjacent in the pass's order, and no other."""
+    from graphopt.optim.search._space import FUSE, REORDER, Decisions
+
+    prob = PROBLEMS["layered"]
+    space = SearchSpace(prob, frozenset({"fusion"}))
+    assert REORDER in space.kinds and len(space.fusible) > 2
+    dec = Decisions(fusion=np.arange(1.0, prob.num_nodes + 1)[None])
+    moves = space.moves(dec)
+    reorders = moves[moves[:, 0] == REORDER]
+    assert len(moves[moves[:, 0] == FUSE]) == len(space.fusible)
+    assert len(reorders) == len(space.fusible) - 1
+    kind, a, b = reorders[0]
+    after = space.apply(dec, reorders[:1]).fusion[0]
+    assert after[a] == dec.fusion[0, b] and after[b] == dec.fusion[0, a]
+    changed = np.flatnonzero(after != dec.fusion[0])
+    assert sorted(changed) == sorted([a, b])
+    # adjacent: no fusing node lies strictly between the two in the pass order
+    lo, hi = sorted(dec.fusion[0, [a, b]])
+    between = dec.fusion[0, space.fusible]
+    assert not ((between > lo) & (between < hi)).any()
+    rng = np.random.default_rng(0)
+    random = space.random_moves(dec.take(np.zeros(64, np.int64)), rng)
+    assert {int(k) for k in random[:, 0]} == {FUSE, REORDER}

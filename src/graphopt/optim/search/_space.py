@@ -30,7 +30,7 @@ from graphopt.sim import Plan, Problem
 __all__ = ["Decisions", "SearchSpace", "priority_ranks"]
 
 #: Kinds of single moves (column 0 of a move array ``[kind, a, b]``).
-PLACE, SWAP, FUSE = 0, 1, 2
+PLACE, SWAP, FUSE, REORDER = 0, 1, 2, 3
 
 
 @dataclass
@@ -105,9 +105,9 @@ class SearchSpace:
         First node of every unit.
     num_units : int
     kinds : int64 array
-        Kinds of single moves available (PLACE, SWAP, FUSE): a part is searched only
-        where a choice exists (placement with two devices or more, fusion with a
-        fusible node). Empty: there is nothing to search.
+        Kinds of single moves available (PLACE, SWAP, FUSE, REORDER): a part is searched
+        only where a choice exists (placement with two devices or more, fusion with a
+        fusible node, the fusion pass's order with two). Empty: nothing to search.
     fusible : int64 array
         Nodes whose fusion priority matters (``Problem.fusion_choice``): fused into their
         consumer, duplicated into their consumers, or their consumers merged as siblings.
@@ -137,7 +137,8 @@ class SearchSpace:
                          "scheduling": "scheduling" in task and n > 1,
                          "fusion": "fusion" in task and len(self.fusible) > 0}
         self.kinds = np.array([k for k, name in ((PLACE, "placement"), (SWAP, "scheduling"),
-                                                 (FUSE, "fusion")) if self.searches[name]],
+                                                 (FUSE, "fusion"), (REORDER, "fusion"))
+                               if self.searches[name] and (k != REORDER or len(self.fusible) > 1)],
                               dtype=np.int64)
         base = init or Plan()
         self.fixed_placement = (np.zeros(n, np.int64) if base.placement is None
@@ -213,7 +214,8 @@ class SearchSpace:
     def moves(self, dec: Decisions) -> np.ndarray:
         """Every single move from row 0 of ``dec``, as rows ``[kind, a, b]``: move unit a to
         device b; swap the priorities of nodes a and b, adjacent in the priority order of
-        one device; toggle node a's fusion."""
+        one device; toggle node a's fusion; swap the fusion priorities of nodes a and b,
+        adjacent in the fusion pass's order (where fusions compete, the earlier wins)."""
         out = []
         if self.searches["placement"]:
             assert dec.units is not None
@@ -231,12 +233,22 @@ class SearchSpace:
         if self.searches["fusion"]:
             f = self.fusible
             out.append(np.stack([np.full(len(f), FUSE), f, np.zeros_like(f)], axis=1))
+            if REORDER in self.kinds:
+                assert dec.fusion is not None
+                on = self._fusion_order(dec.fusion[0])
+                out.append(np.stack([np.full(len(on) - 1, REORDER), on[:-1], on[1:]], axis=1))
         return np.concatenate(out) if out else np.zeros((0, 3), np.int64)
+
+    def _fusion_order(self, fusion: np.ndarray) -> np.ndarray:
+        """The fusible nodes that fuse, in the fusion pass's order (first first)."""
+        f = self.fusible[fusion[self.fusible] > 0]
+        return f[np.argsort(-fusion[f], kind="stable")]
 
     def random_moves(self, dec: Decisions, rng: np.random.Generator) -> np.ndarray:
         """One random single move per row, of a kind drawn uniformly among the searched
         parts. A priority swap exchanges a random node with its neighbour, above or below
-        at random, in its device's priority order."""
+        at random, in its device's priority order; a reorder likewise in the fusion
+        pass's order."""
         b, n, d = len(dec), self.problem.num_nodes, self.problem.num_devices
         kind = rng.choice(self.kinds, size=b)
         unit, shift = rng.integers(self.num_units, size=b), rng.integers(1, max(d, 2), size=b)
@@ -260,6 +272,14 @@ class SearchSpace:
                 elif below.any():
                     j = np.flatnonzero(below)[np.argmax(p[below])]
                 moves[row, 1:] = i, j
+        for row in np.flatnonzero(kind == REORDER):
+            assert dec.fusion is not None
+            on = self._fusion_order(dec.fusion[row])
+            if len(on) < 2:
+                moves[row] = FUSE, toggle[row], 0  # nothing fuses yet: nothing to reorder
+                continue
+            k = rng.integers(len(on) - 1)
+            moves[row, 1:] = on[k], on[k + 1]
         return moves
 
     def apply(self, dec: Decisions, moves: np.ndarray) -> Decisions:
@@ -276,6 +296,9 @@ class SearchSpace:
         if out.fusion is not None:
             r = np.flatnonzero(kind == FUSE)
             out.fusion[r, a[r]] = -out.fusion[r, a[r]]
+            r = np.flatnonzero(kind == REORDER)
+            f = out.fusion
+            f[r, a[r]], f[r, b[r]] = f[r, b[r]], f[r, a[r]]
         return out
 
     # -- evaluation ------------------------------------------------------------------------
