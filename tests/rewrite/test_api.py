@@ -238,3 +238,19 @@ def test_fused_kernels_only_for_their_dtypes():
     res = rewrite(model.double(), (x.double(),))
     assert not set(_FUSED_OPS) & set(_targets(res.module))
     assert res.stats["max_error"] < 1e-10
+
+
+def test_rewritten_program_keeps_the_original_order_of_ops():
+    """Ops are emitted in the input program's order, not depth-first from the outputs
+    (which took the decoder's ops into the encoder's and cost GNMT-2 9% on a CPU)."""
+
+    class Branches(torch.nn.Module):
+        def forward(self, x):
+            a = torch.sin(x)
+            b = torch.cos(x)
+            return a + torch.exp(b)  # depth-first from here: cos, exp, sin, add
+
+    x = torch.randn(4, 4)
+    res = rewrite(Branches(), (x,))
+    assert _targets(res.module) == _targets(res.original)
+    assert _targets(res.module)[:2] == ["aten.sin.default", "aten.cos.default"]

@@ -214,7 +214,7 @@ def rewrite(module: torch.nn.Module, example_inputs: tuple,
     stats["enodes"], stats["eclasses"] = ec.num_nodes, len(ec.nodes)
     stats["cost_before"] = _program_cost(tr, costs, cfg)
     stats["cost_after"] = dag_cost(choice, ec.root, cost)
-    new = build_module(choice, ec.root, tr, original)
+    new = build_module(choice, ec.root, tr, original, ec.position)
     stats["ops_before"], stats["ops_after"] = _ops(original), _ops(new)
     if cfg.check:
         stats["max_error"] = _check(original, new, tuple(example_inputs), cfg)
@@ -303,7 +303,7 @@ def sequential_rewrite(module: torch.nn.Module, example_inputs: tuple,
                 steps += 1
                 improved = True
     search = time.perf_counter() - start
-    new = build_module(choice, ec.root, tr, original)
+    new = build_module(choice, ec.root, tr, original, ec.position)
     stats = {"steps": steps, "search_s": search, "cost_before": before, "cost_after": best,
              "ops_before": _ops(original), "ops_after": _ops(new), "config": asdict(cfg)}
     if cfg.check:

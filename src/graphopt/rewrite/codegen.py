@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import heapq
 import operator
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -211,6 +212,39 @@ def post_order(choice: dict[str, ENode], root: str,
         stack.extend((k, False) for k in choice[c].children if k not in seen and follow(k))
 
 
+def program_order(choice: dict[str, ENode], root: str, position: dict[str, int],
+                  follow: Callable[[str], bool] = lambda c: True) -> list[str]:
+    """The e-classes :func:`post_order` yields, ordered as the input program ran them:
+    a class holding one of its nodes at that node's position, a new one (a merged op)
+    just after its last operand. Emitting depth-first from the outputs instead cost
+    GNMT-2 9% on this CPU with no rewrite at all (the decoder's ops interleaved with
+    the encoder's, the live tensors out of cache)."""
+    classes = list(post_order(choice, root, follow))
+    key: dict[str, float] = {}
+    for c in classes:  # operands first
+        kids = [key[k] for k in choice[c].children if k in key]
+        key[c] = position.get(c, max(kids, default=-1.0) + 0.5)
+    users: dict[str, list[str]] = {c: [] for c in classes}
+    waiting = {}
+    for c in classes:
+        kids = {k for k in choice[c].children if k in key}
+        waiting[c] = len(kids)
+        for k in kids:
+            users[k].append(c)
+    index = {c: i for i, c in enumerate(classes)}  # ties: depth-first order
+    ready = [(key[c], index[c], c) for c in classes if not waiting[c]]
+    heapq.heapify(ready)
+    out = []
+    while ready:
+        c = heapq.heappop(ready)[2]
+        out.append(c)
+        for u in users[c]:
+            waiting[u] -= 1
+            if not waiting[u]:
+                heapq.heappush(ready, (key[u], index[u], u))
+    return out
+
+
 def _set_nested(root: nn.Module, name: str, value: nn.Parameter | torch.Tensor) -> None:
     *path, leaf = name.split(".")
     mod = root
@@ -225,7 +259,8 @@ def _set_nested(root: nn.Module, name: str, value: nn.Parameter | torch.Tensor) 
 
 
 def build_module(choice: dict[str, ENode], root: str, tr: Translation,
-                 original: fx.GraphModule) -> fx.GraphModule:
+                 original: fx.GraphModule, position: dict[str, int] | None = None
+                 ) -> fx.GraphModule:
     """The program that computes the terms chosen for each e-class, from ``root``.
 
     Parameters
@@ -239,6 +274,9 @@ def build_module(choice: dict[str, ENode], root: str, tr: Translation,
         Inputs, constants and the op table of the original program.
     original : torch.fx.GraphModule
         The original program: its input and output structure and parameters are kept.
+    position : dict, optional
+        E-class → position in the original program (``EClasses.position``): ops are
+        emitted in the original's order where they have one (:func:`program_order`).
 
     Notes
     -----
@@ -284,7 +322,8 @@ def build_module(choice: dict[str, ENode], root: str, tr: Translation,
     def value(c: str) -> Any:
         return weight_node(c) if choice[c].op.startswith("W") else done[c]
 
-    for c in post_order(choice, root, lambda k: not choice[k].op.startswith("W")):
+    for c in program_order(choice, root, position or {},
+                           lambda k: not choice[k].op.startswith("W")):
         node = choice[c]
         op = node.op
         if op == "T":

@@ -63,11 +63,15 @@ class EClasses:
         The e-class of the program's outputs (``T.output``).
     values : dict
         E-class → a meta tensor of its shape and dtype (a list for ``L`` classes).
+    position : dict
+        E-class → the earliest position in the input program of a node it holds
+        (``terms.fx_order``).
     """
 
     nodes: dict[str, list[ENode]]
     root: str
     values: dict[str, Any] = field(default_factory=dict)
+    position: dict[str, int] = field(default_factory=dict)
 
     @property
     def num_nodes(self) -> int:
@@ -94,9 +98,15 @@ def read_egraph(egraph: EGraph, tr: Translation) -> EClasses:
     """
     raw = json.loads(egraph._serialize().to_json())["nodes"]
     by_class: dict[str, list[ENode]] = defaultdict(list)
+    literal = {e["eclass"]: e["op"] for k, e in raw.items() if k.startswith("primitive-")}
+    position: dict[str, int] = {}
     root = None
     for entry in raw.values():
         op = entry["op"]
+        if op == "fx_order":
+            c, at = raw[entry["children"][0]]["eclass"], int(literal[entry["eclass"]])
+            position[c] = min(at, position.get(c, at))
+            continue
         kinds = ARGS.get(op)
         if kinds is None or len(kinds) != len(entry["children"]):
             continue  # primitives and functions (shape_of, perm_compose)
@@ -108,7 +118,7 @@ def read_egraph(egraph: EGraph, tr: Translation) -> EClasses:
             root = entry["eclass"]
     if root is None:
         raise RewriteError("the e-graph has no T.output root")
-    ec = EClasses(dict(by_class), root)
+    ec = EClasses(dict(by_class), root, position=position)
     _infer(ec, tr)
     return ec
 

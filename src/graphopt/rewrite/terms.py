@@ -30,7 +30,7 @@ from torch import fx
 from graphopt.errors import GraphoptError
 
 __all__ = ["FUSED", "L", "RewriteError", "T", "Translation", "W", "hi", "is_identity", "lo",
-           "perm_compose", "shape_of", "to_terms"]
+           "fx_order", "perm_compose", "shape_of", "to_terms"]
 
 
 class RewriteError(GraphoptError):
@@ -168,6 +168,13 @@ class L(Expr):
 @function
 def shape_of(t: T) -> String:
     """The comma-separated shape of ``t``, known for the input program's tensors."""
+
+
+@function(merge=lambda old, new: old.min(new))
+def fx_order(t: T) -> i64:
+    """The position of ``t``'s node in the input program, the earliest where two nodes
+    are one value (an identity op and its input): the rewritten program keeps the
+    original's order of ops where it can (codegen's ``program_order``)."""
 
 
 @function
@@ -371,6 +378,8 @@ def to_terms(gm: fx.GraphModule) -> Translation:
             env[n] = [bind(t) for t in term] if isinstance(term, list) else bind(term)
             tr.num_ops += 1
             v = n.meta.get("val")
+            if isinstance(env[n], T):
+                tr.facts.append(set_(fx_order(env[n])).to(i64(tr.num_ops)))
             if isinstance(v, torch.Tensor) and n in env and isinstance(env[n], T):
                 ranks.add(v.dim())
                 tr.facts.append(set_(shape_of(env[n])).to(String(_csv(v.shape))))
