@@ -245,12 +245,17 @@ class SearchSpace:
         return f[np.argsort(-fusion[f], kind="stable")]
 
     def random_moves(self, dec: Decisions, rng: np.random.Generator) -> np.ndarray:
-        """One random single move per row, of a kind drawn uniformly among the searched
-        parts. A priority swap exchanges a random node with its neighbour, above or below
-        at random, in its device's priority order; a reorder likewise in the fusion
-        pass's order."""
+        """One random single move per row, its part drawn uniformly among the searched
+        parts (fusion's toggle or reorder then at even odds). A priority swap exchanges a
+        random node with its neighbour, above or below at random, in its device's
+        priority order; a reorder likewise in the fusion pass's order."""
         b, n, d = len(dec), self.problem.num_nodes, self.problem.num_devices
-        kind = rng.choice(self.kinds, size=b)
+        if REORDER in self.kinds:  # fusion's toggles and reorders share its part's turn
+            part = np.where(self.kinds == REORDER, FUSE, self.kinds)
+            share = 1.0 / (len(np.unique(part)) * (part[:, None] == part[None, :]).sum(axis=1))
+            kind = rng.choice(self.kinds, size=b, p=share)
+        else:
+            kind = rng.choice(self.kinds, size=b)
         unit, shift = rng.integers(self.num_units, size=b), rng.integers(1, max(d, 2), size=b)
         node, up = rng.integers(n, size=b), rng.random(b) < 0.5
         toggle = rng.choice(self.fusible, size=b) if len(self.fusible) else node
