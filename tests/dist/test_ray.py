@@ -189,8 +189,10 @@ def test_tune_writes_a_file_that_p_reads(pool, tmp_path):
     from graphopt.optim.tune import score, tune
 
     small = Problem(mlp_training_graph(), load_cluster("p100:2"))
+    handler = signal.getsignal(signal.SIGINT)
     # one trial at a time: one worker (graphopt and torch imported once) runs both
     res = tune([small], "sa", trials=2, budget=24, keys=["chains"], seed=1, concurrent=1)
+    assert signal.getsignal(signal.SIGINT) is handler  # Tune's own Ctrl-C handler is gone
     assert len(res["trials"]) == 2 and res["ratio"] == res["trials"][0]["ratio"]
     assert res["ratio"] <= res["default_ratio"]
     assert {"config": {"chains": 16}, "ratio": res["default_ratio"], "refused": None} \

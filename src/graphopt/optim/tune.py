@@ -22,8 +22,10 @@ import copy
 import dataclasses
 import math
 import os
+import signal
 import sys
 import tempfile
+import threading
 import typing
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -189,7 +191,14 @@ def tune(problems: Sequence[Problem], method: str, *, trials: int = 16, budget: 
                                       search_alg=BasicVariantGenerator(
                                           points_to_evaluate=[defaults], random_state=seed)),
             run_config=rt.RunConfig(storage_path=storage, name="tune", verbose=0))
-        grid = tuner.fit()
+        # Tune installs a Ctrl-C handler of its own and leaves it: after a tuning run in
+        # a Python session, Ctrl-C would no longer stop anything else
+        handler = signal.getsignal(signal.SIGINT)
+        try:
+            grid = tuner.fit()
+        finally:
+            if threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGINT, handler)
         errors = [r.error for r in grid if r.error is not None]
         if errors:
             cause = getattr(errors[0], "cause", errors[0])
