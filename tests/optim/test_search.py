@@ -224,7 +224,8 @@ def test_cpsat_ctrl_c_keeps_best_solution(monkeypatch):
     timer.start()
     plan, stats = CPSAT(time_limit=60).optimize(prob, PLACE_SCHED, Budget(evals=20), seed=0)
     timer.join()
-    assert stats["interrupted"] and stats["status"] != "OPTIMAL"
+    assert stats["interrupted"] and stats["status"] != "OPTIMAL", (
+        stats, signal.getsignal(signal.SIGINT))
     assert simulate(prob, plan).step_time <= stats["initial_step_time"]
 
 
