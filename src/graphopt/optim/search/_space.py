@@ -140,6 +140,11 @@ class SearchSpace:
                                                  (FUSE, "fusion"), (REORDER, "fusion"))
                                if self.searches[name] and (k != REORDER or len(self.fusible) > 1)],
                               dtype=np.int64)
+        # random moves: each part equally likely, fusion's toggles and reorders sharing
+        # its turn (None: uniform over the kinds, the draws as before reorders existed)
+        self._kind_odds = (None if REORDER not in self.kinds else
+                           np.where(np.isin(self.kinds, (FUSE, REORDER)), 0.5, 1.0)
+                           / (len(self.kinds) - 1))
         base = init or Plan()
         self.fixed_placement = (np.zeros(n, np.int64) if base.placement is None
                                 else np.array(base.placement, np.int64))
@@ -250,12 +255,7 @@ class SearchSpace:
         random node with its neighbour, above or below at random, in its device's
         priority order; a reorder likewise in the fusion pass's order."""
         b, n, d = len(dec), self.problem.num_nodes, self.problem.num_devices
-        if REORDER in self.kinds:  # fusion's toggles and reorders share its part's turn
-            part = np.where(self.kinds == REORDER, FUSE, self.kinds)
-            share = 1.0 / (len(np.unique(part)) * (part[:, None] == part[None, :]).sum(axis=1))
-            kind = rng.choice(self.kinds, size=b, p=share)
-        else:
-            kind = rng.choice(self.kinds, size=b)
+        kind = rng.choice(self.kinds, size=b, p=self._kind_odds)
         unit, shift = rng.integers(self.num_units, size=b), rng.integers(1, max(d, 2), size=b)
         node, up = rng.integers(n, size=b), rng.random(b) < 0.5
         toggle = rng.choice(self.fusible, size=b) if len(self.fusible) else node
