@@ -78,6 +78,25 @@ def test_limits_stop_saturation():
     assert rewrite(model, inputs, RewriteConfig(node_limit=10)).stats["stop"] == "nodes"
 
 
+def test_search_time_limit_counts_saturation_in(monkeypatch):
+    """The ILP gets what saturation left of the search's limit, and never less than
+    MIN_ILP_S, so that a slow saturation still ends with more than the greedy program."""
+    from graphopt.rewrite import api
+
+    given = []
+
+    def spy(ec, cost, time_limit, seed, hint):
+        given.append(time_limit)
+        return extract_ilp(ec, cost, time_limit, seed, hint=hint)
+
+    monkeypatch.setattr(api, "extract_ilp", spy)
+    model, inputs = make_model("bert", "tiny")
+    res = rewrite(model, inputs, RewriteConfig(search_time_limit=30.0))
+    assert 30.0 - res.stats["saturate_s"] - res.stats["extract_s"] < given[0] < 30.0
+    rewrite(model, inputs, RewriteConfig(search_time_limit=1e-3))
+    assert given[1] == api.MIN_ILP_S
+
+
 def test_node_limit_is_never_passed():
     """The iteration that passes the limit is undone: the e-graph stays within it, and
     the program is still rewritten by the iterations before."""
@@ -129,7 +148,7 @@ def test_cli_rewrites_and_round_trips(tmp_path):
                                  "--iterations", "1", "--extractor", "greedy"])
     assert r.exit_code == 0, r.output
     for args in (["bogus", "-o", str(out)], ["nasrnn", "-o", str(tmp_path / "x.txt")],
-                 ["nasrnn", "--size", "tiny", "-o", str(out), "--ilp-time-limit", "0"]):
+                 ["nasrnn", "--size", "tiny", "-o", str(out), "--search-time-limit", "0"]):
         r = CliRunner().invoke(app, ["rewrite", *args])
         assert r.exit_code == 2 and "error:" in r.output, (args, r.output)
 

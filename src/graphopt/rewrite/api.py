@@ -90,8 +90,8 @@ def _count_nodes(eg: EGraph) -> int:
 def saturate(tr: Translation, cfg: RewriteConfig, rules: Any = None) -> tuple[EGraph, dict]:
     """An e-graph of ``tr`` with ``rules`` (default: Tensat's schedule of all rules) run
     until saturation or one of ``cfg``'s limits."""
-    eg = tr.egraph()
     start = time.perf_counter()
+    eg = tr.egraph()
     matches: dict[str, int] = {}
     stop, it = "iterations", 0
     for it in range(1, cfg.iterations + 1):
@@ -122,12 +122,20 @@ def _costs(cfg: RewriteConfig) -> Costs:
     return Costs(load_cluster(cfg.cluster), measure=cfg.cost == "measured")
 
 
-def _extract(ec: EClasses, cost: dict[ENode, float], cfg: RewriteConfig
+#: Seconds the ILP gets however long saturation took: a search past its limit still
+#: improves on the greedy program.
+MIN_ILP_S = 1.0
+
+
+def _extract(ec: EClasses, cost: dict[ENode, float], cfg: RewriteConfig, deadline: float
              ) -> tuple[dict[str, ENode], dict]:
+    """The cheapest program of ``ec`` by ``cfg.extractor``; the ILP stops by ``deadline``
+    (a ``time.perf_counter()`` value) or after :data:`MIN_ILP_S`, whichever is later."""
     greedy = extract_greedy(ec, cost)
     if cfg.extractor == "greedy":
         return greedy, {}
-    choice, ilp = extract_ilp(ec, cost, cfg.ilp_time_limit, cfg.seed, hint=greedy)
+    seconds = max(deadline - time.perf_counter(), MIN_ILP_S)
+    choice, ilp = extract_ilp(ec, cost, seconds, cfg.seed, hint=greedy)
     if dag_cost(choice, ec.root, cost) > dag_cost(greedy, ec.root, cost):
         choice = greedy  # the solver stopped before reaching its hint's cost
     return choice, {"ilp": ilp}
@@ -202,12 +210,13 @@ def rewrite(module: torch.nn.Module, example_inputs: tuple,
     check_fields(cfg, lambda name: f"RewriteConfig.{name}")
     original = export_module(module, example_inputs)
     tr = to_terms(original)
+    began = time.perf_counter()
     eg, stats = saturate(tr, cfg)
     start = time.perf_counter()
     ec = read_egraph(eg, tr)
     costs = _costs(cfg)
     cost = costs.of(ec)
-    choice, extra = _extract(ec, cost, cfg)
+    choice, extra = _extract(ec, cost, cfg, began + cfg.search_time_limit)
     stats.update(extra)
     stats["extract_s"] = time.perf_counter() - start
     stats["search_s"] = stats["saturate_s"] + stats["extract_s"]
@@ -274,7 +283,7 @@ def sequential_rewrite(module: torch.nn.Module, example_inputs: tuple,
     singles = {name: ruleset(r, name=f"seq-{name}") for name, r in R.BY_NAME.items()}
     # each step's program is priced as a DAG (a merged op shared by its splits counts
     # once), as TASO does; the greedy tree cost would never accept a merge
-    step_cfg = replace(cfg, ilp_time_limit=min(cfg.ilp_time_limit, 2.0))
+    step_ilp_s = min(cfg.search_time_limit, 2.0)
     current = tr
     ec = read_egraph(tr.egraph(), tr)
     cost = costs.of(ec)
@@ -292,7 +301,7 @@ def sequential_rewrite(module: torch.nn.Module, example_inputs: tuple,
             cand_ec = read_egraph(eg, current)
             eg.pop()
             cand_cost = costs.of(cand_ec)
-            cand, _ = _extract(cand_ec, cand_cost, step_cfg)
+            cand, _ = _extract(cand_ec, cand_cost, cfg, time.perf_counter() + step_ilp_s)
             value = dag_cost(cand, cand_ec.root, cand_cost)
             if value < best * (1 - 1e-9):
                 best, ec, cost, choice = value, cand_ec, cand_cost, cand

@@ -26,9 +26,11 @@ class RewriteConfig:
     extractor: str = field(default="ilp", metadata={"choices": ("ilp", "greedy"),
         "help": "ilp: Tensat's ILP with cycle constraints (OR-Tools CP-SAT); greedy: each "
                 "e-class's cheapest tree. Example: --extractor greedy"})
-    ilp_time_limit: float = field(default=10.0, metadata={"gt": 0,
-        "help": "Seconds for the ILP solver (Tensat: 10); the best program found by then "
-                "is used."})
+    search_time_limit: float = field(default=10.0, metadata={"gt": 0,
+        "help": "Seconds for the whole search, saturation included: the ILP gets what "
+                "saturation left of them (at least 1 s) and the best program found by "
+                "then is used. Tensat gives its ILP 10 s on top of saturation; counting "
+                "saturation in keeps every search within the limit. Example: 30"})
     cluster: str = field(default="cpu:1", metadata={
         "help": "Cluster preset whose first device prices ops by roofline. Example: h100:1"})
     cost: str = field(default="roofline", metadata={"choices": ("roofline", "measured"),
