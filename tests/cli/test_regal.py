@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 from typer.testing import CliRunner
 
 from graphopt.cli import app
+from graphopt.optim.base import Budget, optimize
+from graphopt.optim.learned.regal import SHIPPED, load_corpus
+from graphopt.sim import simulate
 
 runner = CliRunner()
 
@@ -45,6 +49,38 @@ def test_bench_regal_writes_results_and_its_docs_section(tmp_path):
     assert "% improvement over BRKGA-5K" in docs.read_text()
 
 
+def test_bench_regal_elite_bias_row_runs_its_policy_in_its_own_section(tmp_path):
+    pol, res, docs = tmp_path / "eb", tmp_path / "r.json", tmp_path / "b.md"
+    r = runner.invoke(app, ["train", "regal", "--corpus", "layered:4x3:0", "--updates", "2",
+                            "--samples", "2", "--evals", "20", "--dim", "8", "--elite-bias",
+                            "--out", str(pol)])
+    assert r.exit_code == 0, r.output
+    docs.write_text("<!-- regal:start -->\nmain table\n<!-- regal:end -->\n")
+    r = runner.invoke(app, ["bench", "regal", "--objectives", "memory", "--evals", "60",
+                            "--seeds", "2", "--graphs", "layered:4x3:101,layered:5x3:102",
+                            "--methods", "BRKGA-5K,REGAL,REGAL elite bias", "--elite-bias-policy",
+                            str(pol), "--no-train-check", "--out", str(res), "--docs", str(docs),
+                            "--section", "regal-elite-bias"])
+    assert r.exit_code == 0, r.output
+    result = json.loads(res.read_text())
+    assert result["settings"]["elite_bias_policy"]["updates"] == 2
+    prob = load_corpus(["layered:4x3:101"])[0]
+    row = result["results"]["memory"]["layered-4x3-s101"]
+    assert set(row) == {"BRKGA-5K", "REGAL", "REGAL elite bias"}
+    # the row is the regal method with that policy and elite bias, seed for seed
+    plans = [optimize(prob, "regal", "placement,scheduling", Budget(60, objective="memory"), s,
+                      checkpoint=str(pol), elite_bias=True)[0] for s in range(2)]
+    direct = [float(simulate(prob, plan).peak_memory.max()) for plan in plans]
+    assert row["REGAL elite bias"]["values"] == direct
+    text = docs.read_text()
+    assert "main table" in text  # the main section is left alone
+    section = text[text.index("<!-- regal-elite-bias:start -->"):]
+    mean = np.mean([100 * (g["BRKGA-5K"]["value"] - g["REGAL elite bias"]["value"])
+                    / g["BRKGA-5K"]["value"] for g in result["results"]["memory"].values()])
+    assert "| **mean** |" in section and f"**{mean:+.2f}**" in section
+    assert f"--elite-bias-policy {pol}" in section
+
+
 def test_bad_objective_and_method_are_one_line_errors():
     r = runner.invoke(app, ["optimize", "example:layered-30", "--objective", "speed"])
     assert r.exit_code == 2 and "unknown objective 'speed'" in r.output
@@ -53,3 +89,11 @@ def test_bad_objective_and_method_are_one_line_errors():
     assert r.exit_code == 2 and "method cpsat cannot minimise memory" in r.output
     r = runner.invoke(app, ["bench", "regal", "--methods", "BRKGA-6K"])
     assert r.exit_code == 2 and "BRKGA-6K" in r.output
+    r = runner.invoke(app, ["bench", "regal", "--methods", "REGAL elite bias"])
+    assert r.exit_code == 2 and "needs a policy trained with --elite-bias" in r.output
+    r = runner.invoke(app, ["bench", "regal", "--methods", "REGAL elite bias",
+                            "--elite-bias-policy", str(SHIPPED)])
+    assert r.exit_code == 2 and "trained without --elite-bias" in r.output
+    r = runner.invoke(app, ["bench", "regal", "--methods", "REGAL", "--elite-bias-policy",
+                            str(SHIPPED)])
+    assert r.exit_code == 2 and "no 'REGAL elite bias' row" in r.output

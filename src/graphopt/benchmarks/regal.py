@@ -10,8 +10,10 @@ Rows are :data:`graphopt.optim.learned.regal.TEST_GRAPHS` (never trained on). Me
 - **local search**, **BRKGA-5K** (uniform, the registry's ``brkga``), **tuned BRKGA**
   (population and fractions chosen on training graphs by :func:`tune_brkga`), **REGAL
   untrained** (uniform BRKGA on REGAL's chromosome) and **REGAL** (the shipped policy), all
-  at the same evaluations; no elite-bias row, since the shipped policy was trained without
-  elite bias (its offsets are zero: the row would be REGAL's);
+  at the same evaluations;
+- **REGAL elite bias**: a policy trained with ``--elite-bias``, run with ``elite_bias``
+  (REGAL's ablation); only when :func:`run` is given such a policy, since the shipped one
+  was trained without elite bias (its offsets are zero: the row would be REGAL's);
 - CP-SAT is not a row: its model minimises the makespan only (``graphopt optimize
   --objective memory -m cpsat`` says so).
 
@@ -29,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from graphopt.benchmarks import replace_section, save_json
+from graphopt.errors import GraphoptError
 from graphopt.optim.base import Budget, optimize
 from graphopt.optim.heuristics.schedulers import dfs_memory
 from graphopt.optim.learned.regal import (TEST_GRAPHS, TRAIN_CORPUS, RegalSpace, _params,
@@ -36,8 +39,8 @@ from graphopt.optim.learned.regal import (TEST_GRAPHS, TRAIN_CORPUS, RegalSpace,
 from graphopt.rl.regal import RegalConfig, regal_inputs
 from graphopt.sim import Problem, simulate
 
-__all__ = ["METHODS", "TUNING_GRID", "run", "summary", "targets", "to_markdown", "train_check",
-           "tune_brkga", "update_docs"]
+__all__ = ["ELITE_BIAS", "METHODS", "TUNING_GRID", "run", "summary", "targets", "to_markdown",
+           "train_check", "tune_brkga", "update_docs"]
 
 TASK = "placement,scheduling"
 
@@ -50,7 +53,11 @@ METHODS: dict[str, tuple[str | None, dict]] = {
     "tuned BRKGA": ("brkga", {}),
     "REGAL untrained": ("regal", {"checkpoint": "untrained"}),
     "REGAL": ("regal", {}),
+    "REGAL elite bias": ("regal", {"elite_bias": True}),
 }
+
+#: The row whose policy :func:`run` takes as ``elite_bias_policy``.
+ELITE_BIAS = "REGAL elite bias"
 
 #: BRKGA settings tried by :func:`tune_brkga`: population, elite and mutant fractions,
 #: inheritance (Gonçalves & Resende's recommended ranges).
@@ -98,15 +105,25 @@ def _gp(problem: Problem, objective: str, dfs_only: bool, seed: int) -> tuple[fl
 
 def run(objectives: tuple[str, ...] = ("memory", "runtime"), evals: int = 5000,
         seeds: int = 3, graphs: tuple[str, ...] = TEST_GRAPHS,
-        methods: tuple[str, ...] = tuple(METHODS), out: Path | None = None,
-        on_step=None) -> dict:
+        methods: tuple[str, ...] = tuple(m for m in METHODS if m != ELITE_BIAS),
+        out: Path | None = None, on_step=None, elite_bias_policy: Path | None = None) -> dict:
     """Run every method of ``methods`` on ``graphs`` for each objective; write ``out``.
+
+    ``elite_bias_policy`` is the folder of a policy trained with ``--elite-bias``, which the
+    :data:`ELITE_BIAS` row runs (and needs).
 
     Returns a JSON-ready dict: ``settings``, ``tuned`` (per objective, the chosen BRKGA
     setting and the grid's ratios) and ``results[objective][graph][method]`` with
     ``values`` (one per seed), ``value`` (their median), ``seconds`` (median per run) and
     ``evals``.
+
+    Raises
+    ------
+    GraphoptError
+        The :data:`ELITE_BIAS` row without ``elite_bias_policy``, or with a policy trained
+        without elite bias.
     """
+    eb_policy = _elite_bias_policy(elite_bias_policy) if ELITE_BIAS in methods else None
     probs = load_corpus(list(graphs))
     result: dict = {"settings": {"objectives": list(objectives), "evals": evals, "seeds": seeds,
                                  "task": TASK, "cluster": probs[0].cluster.name,
@@ -115,6 +132,8 @@ def run(objectives: tuple[str, ...] = ("memory", "runtime"), evals: int = 5000,
                                  "machine": f"{platform.machine()}, {platform.processor() or '?'}, "
                                             "2 cores shared with other jobs"},
                     "tuned": {}, "results": {}}
+    if eb_policy:
+        result["settings"]["elite_bias_policy"] = eb_policy
     for objective in objectives:
         tuned: dict = {}
         if "tuned BRKGA" in methods:
@@ -136,7 +155,8 @@ def run(objectives: tuple[str, ...] = ("memory", "runtime"), evals: int = 5000,
                     row[label] = {"values": [v], "value": v, "seconds": time.perf_counter() - t0,
                                   "evals": n}
                     continue
-                params = {**params, **(tuned if label == "tuned BRKGA" else {})}
+                params = {**params, **(tuned if label == "tuned BRKGA" else {}),
+                          **({"checkpoint": eb_policy["path"]} if label == ELITE_BIAS else {})}
                 vals, secs = [], []
                 for s in range(1 if name == "local-search" and seeds > 1 else seeds):
                     t0 = time.perf_counter()
@@ -149,6 +169,19 @@ def run(objectives: tuple[str, ...] = ("memory", "runtime"), evals: int = 5000,
             if out:
                 save_json(result, out)
     return result
+
+
+def _elite_bias_policy(folder: Path | None) -> dict:
+    """Where the :data:`ELITE_BIAS` row's policy is and how it was made (its command and
+    updates), refusing none or one trained without elite bias (its offsets are zero)."""
+    if folder is None:
+        raise GraphoptError(f"the {ELITE_BIAS!r} row needs a policy trained with --elite-bias "
+                            "(graphopt bench regal --elite-bias-policy FOLDER)")
+    _, info = load_regal_policy(folder)
+    if not info.get("config", {}).get("elite_bias"):
+        raise GraphoptError(f"{folder}: policy trained without --elite-bias (its elite-bias "
+                            f"offsets are zero); the {ELITE_BIAS!r} row needs one trained with it")
+    return {"path": str(folder), "command": info.get("command"), "updates": info.get("updates")}
 
 
 def train_check(evals: int | None = None, seeds: int = 5, objective: str = "memory") -> dict:
@@ -226,6 +259,8 @@ def to_markdown(result: dict) -> str:
             lines += ["", f"REGAL against REGAL untrained (the same chromosome and inheritance "
                           f"prior, uniform distributions: what training changed): mean "
                           f"{np.mean(d):+.2f}%, better on {sum(x > 0 for x in d)} of {len(d)}."]
+        if all(ELITE_BIAS in r and "BRKGA-5K" in r for r in rows.values()):
+            lines += ["", _elite_bias_markdown(result, objective)]
         if objective in result.get("tuned", {}):
             lines += ["", f"tuned BRKGA: {result['tuned'][objective]['params']}"]
         methods = list(summ)
@@ -250,6 +285,32 @@ def to_markdown(result: dict) -> str:
     return "\n\n".join(parts)
 
 
+def _elite_bias_markdown(result: dict, objective: str) -> str:
+    """Per graph and on the mean, every row's % improvement over BRKGA-5K, and the
+    elite-bias row against REGAL (REGAL's ablation)."""
+    rows = result["results"][objective]
+    pol = result["settings"]["elite_bias_policy"]
+    methods = [m for m in next(iter(rows.values())) if m != "BRKGA-5K"]
+    imp = {g: {m: 100 * (row["BRKGA-5K"]["value"] - row[m]["value"]) / row["BRKGA-5K"]["value"]
+               for m in methods} for g, row in rows.items()}
+    lines = [f"Elite bias ({ELITE_BIAS}: the policy in `{pol['path']}`, made by "
+             f"`{pol['command']}`, {pol['updates']} updates, run with elite_bias=true), "
+             f"% improvement over BRKGA-5K (positive: lower than BRKGA-5K):", "",
+             "| graph | " + " | ".join(methods) + " |", "|---|" + "---:|" * len(methods)]
+    lines += [f"| {g} | " + " | ".join(f"{v[m]:+.2f}" for m in methods) + " |"
+              for g, v in imp.items()]
+    lines.append("| **mean** | " + " | ".join(
+        f"**{np.mean([v[m] for v in imp.values()]):+.2f}**" for m in methods) + " |")
+    if "REGAL" in methods:
+        d = [100 * (row["REGAL"]["value"] - row[ELITE_BIAS]["value"]) / row["REGAL"]["value"]
+             for row in rows.values()]
+        lines += ["", f"{ELITE_BIAS} against REGAL (two policies, each run as it was trained, "
+                      f"with and without elite bias; positive: elite bias lowers the value): "
+                      f"mean {np.mean(d):+.2f}%, better on {sum(x > 0 for x in d)} of {len(d)}, "
+                      f"worse on {sum(x < 0 for x in d)}."]
+    return "\n".join(lines)
+
+
 def targets(result: dict) -> str:
     """The issue's targets against this result: REGAL at least 5% mean peak-memory
     improvement over BRKGA-5K on held-out graphs, at no more than 10% extra wall time."""
@@ -266,12 +327,18 @@ def targets(result: dict) -> str:
             f"over graphs; timings on a shared machine are noisy).")
 
 
-def update_docs(result: dict, docs: Path, command: str) -> None:
-    """Replace the ``regal`` section of ``docs`` with this result."""
+def update_docs(result: dict, docs: Path, command: str, section: str = "regal",
+                out: Path = Path("bench/results/regal.json")) -> None:
+    """Replace the ``section`` section of ``docs`` with this result (written to ``out``):
+    ``regal`` is REGAL's Table 1; another section (an ablation, a few rows) is titled by
+    its rows."""
     s = result["settings"]
-    replace_section(docs, "regal", "## REGAL: learned BRKGA for peak memory "
-                    f"(`graphopt bench regal`)\n\n`{command}` — cluster `{s['cluster']}`, task {s['task']}, "
+    rows = list(next(iter(next(iter(result["results"].values())).values())))
+    title = ("REGAL: learned BRKGA for peak memory" if section == "regal"
+             else "REGAL: " + ", ".join(rows))
+    replace_section(docs, section, f"## {title} (`graphopt bench regal`)\n\n`{command}` — "
+                    f"cluster `{s['cluster']}`, task {s['task']}, "
                     f"{s['evals']:,} evaluations per search, {s['seeds']} seeds; machine: "
                     f"{s['machine']} (timings noisy; compare within a run); results in "
-                    f"`bench/results/regal.json`. CP-SAT is not a row: its model minimises the makespan "
+                    f"`{out}`. CP-SAT is not a row: its model minimises the makespan "
                     f"only.\n\n{targets(result)}\n\n{to_markdown(result)}")

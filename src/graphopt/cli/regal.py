@@ -108,11 +108,20 @@ def bench_regal(
                                                "(default: the test set of docs/regal.md). "
                                                "Example: layered:15x8:101"),
     methods: str = typer.Option("all", help="Rows, comma-separated labels of "
-                                            "graphopt.benchmarks.regal.METHODS, or 'all'. "
-                                            "Example: BRKGA-5K,REGAL"),
+                                            "graphopt.benchmarks.regal.METHODS, or 'all' (the "
+                                            "'REGAL elite bias' row only with "
+                                            "--elite-bias-policy). Example: BRKGA-5K,REGAL"),
+    elite_bias_policy: Path | None = typer.Option(
+        None, help="Folder of a policy trained with 'graphopt train regal --elite-bias': the "
+                   "'REGAL elite bias' row runs it with elite_bias=true (the shipped policy has "
+                   "no elite bias). Example: runs/regal-eb"),
     out: Path = typer.Option(Path("bench/results/regal.json"), help="Results JSON."),
     docs: Path | None = typer.Option(Path("docs/benchmarks.md"),
-                                     help="Markdown file whose regal section is rewritten."),
+                                     help="Markdown file whose --section is rewritten."),
+    section: str = typer.Option("regal", help="Section of --docs the tables replace (between "
+                                              "<!-- SECTION:start/end --> markers, appended when "
+                                              "missing): 'regal' is the main table. "
+                                              "Example: regal-elite-bias"),
     train_check: bool = typer.Option(True, help="Also price the shipped policy against uniform "
                                                 "BRKGA on every training graph at the training "
                                                 "budget (did it learn what it was rewarded for?)."),
@@ -125,18 +134,24 @@ def bench_regal(
     from graphopt.benchmarks import regal as bench
     from graphopt.optim.learned.regal import TEST_GRAPHS
 
-    labels = tuple(bench.METHODS) if methods == "all" else tuple(
-        m.strip() for m in methods.split(",") if m.strip())
+    labels = tuple(m for m in bench.METHODS if m != bench.ELITE_BIAS or elite_bias_policy) \
+        if methods == "all" else tuple(m.strip() for m in methods.split(",") if m.strip())
     command = " ".join(["graphopt bench regal", f"--objectives {objectives}", f"--evals {evals}",
                         f"--seeds {seeds}", *([f"--graphs {graphs}"] if graphs != "default" else []),
-                        *([f"--methods {methods}"] if methods != "all" else []),
-                        *([] if train_check else ["--no-train-check"])])
+                        *([f'--methods "{methods}"'] if methods != "all" else []),
+                        *([f"--elite-bias-policy {elite_bias_policy}"] if elite_bias_policy else []),
+                        *([] if train_check else ["--no-train-check"]),
+                        *([f"--out {out}"] if out != Path("bench/results/regal.json") else []),
+                        *([f"--section {section}"] if section != "regal" else [])])
     try:
         check_output(out, "--out")
         bad = [m for m in labels if m not in bench.METHODS]
         if bad or not labels:
             raise GraphoptError(f"--methods: unknown {bad or methods!r}; rows are "
                                 f"{', '.join(bench.METHODS)}")
+        if elite_bias_policy and bench.ELITE_BIAS not in labels:
+            raise GraphoptError(f"--elite-bias-policy: --methods has no {bench.ELITE_BIAS!r} row "
+                                "to run it")
         objs = tuple(o.strip() for o in objectives.split(",") if o.strip())
         from graphopt.dist.local import check_objective
 
@@ -146,7 +161,8 @@ def bench_regal(
         with console.status("") as status:
             res = bench.run(objs, evals, seeds, TEST_GRAPHS if graphs == "default" else tuple(
                 g.strip() for g in graphs.split(",") if g.strip()), labels, out,
-                on_step=lambda text: status.update(text + " ..."))
+                on_step=lambda text: status.update(text + " ..."),
+                elite_bias_policy=elite_bias_policy)
             if train_check:
                 status.update("the shipped policy on the training graphs ...")
                 res["train_check"] = bench.train_check()
@@ -155,5 +171,5 @@ def bench_regal(
         fail(err)
     console.print(bench.to_markdown(res))
     if docs:
-        bench.update_docs(res, docs, command)
+        bench.update_docs(res, docs, command, section, out)
     console.print(f"results: {out}" + (f"; tables written into {docs}" if docs else ""))
