@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import os
+import tempfile
 import types
 import typing
 from collections.abc import Callable
@@ -101,6 +102,11 @@ def check_output(path: Path | None, option: str, *, folder: bool = False) -> Non
         raise GraphoptError(f"{where}: {existing} is a file, not a folder")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise GraphoptError(f"{where}: cannot write in {existing} (permission denied)")
+    try:  # access() says yes to root everywhere, and to folders like /proc where nothing can be made
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as err:
+        raise GraphoptError(f"{where}: cannot write in {existing} ({err.strerror})") from None
 
 
 def compile_simulator() -> None:
