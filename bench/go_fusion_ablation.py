@@ -2,16 +2,17 @@
 
 On each row, with the ``expert`` placement and first-ready-first-run order fixed (as in
 ``graphopt bench fusion``), the speed-up over XLA's default fusion of three searches
-(``sa``, ``local-search``, ``brkga``: the first two toggle one node's fusion per move,
-BRKGA's keys are fusion priorities, so it can reorder too) and of ``go-one`` on the
-fusion task in these variants, same budget of evaluations, for each seed:
+(``sa`` and ``local-search``: each move toggles one op's fusion or swaps two fusing ops
+adjacent in the fusion pass's order; ``brkga``: its keys are fusion priorities, so it
+can set the whole order) and of ``go-one`` on the fusion task in these variants, same
+budget of evaluations, for each seed:
 
 - ``groups``: a fusion priority per colocation group (GO's nodes for placement);
 - ``ops, no prior``: per op, the fusion head's prior left out (``fusion_flips`` above
   the number of nodes: every level equally likely at first);
 - ``ops``: per op with the prior centred on the default (what ``bench fusion`` runs);
 - ``ops, 2 levels``: per op, the head choosing only fuse or not (the default's order
-  kept: what ``sa``'s single toggles can reach).
+  kept: what the searches' toggles alone can reach).
 
 Step times are simulated, so the figures do not depend on the machine's load.
 
