@@ -303,3 +303,21 @@ def test_fusion_reorder_moves_swap_neighbours_in_the_pass_order():
     rng = np.random.default_rng(0)
     random = space.random_moves(dec.take(np.zeros(64, np.int64)), rng)
     assert {int(k) for k in random[:, 0]} == {FUSE, REORDER}
+
+
+def test_sa_spends_its_budget_on_the_parts_that_pay():
+    """With several parts searched, sa's odds follow each part's gains: on this graph
+    placement pays and priorities hardly do, so most proposals move units; with fixed
+    odds (adapt=0) the parts share them evenly. One part searched: adapt changes nothing."""
+    prob = PROBLEMS["layered"]
+    split = {a: method("sa", adapt=a).optimize(prob, PLACE_SCHED, Budget(800), seed=0)[1]
+             for a in (0.0, 0.9)}
+    even, adapted = split[0.0]["proposals"], split[0.9]["proposals"]
+    assert abs(even["placement"] - even["scheduling"]) < 0.1 * sum(even.values())
+    assert adapted["scheduling"] < 0.2 * sum(adapted.values())
+    assert split[0.9]["step_time"] <= split[0.0]["step_time"]
+    place = frozenset({"placement"})
+    alone = [method("sa", adapt=a).optimize(prob, place, Budget(300), seed=0) for a in (0.0, 0.9)]
+    assert np.array_equal(alone[0][0].placement, alone[1][0].placement)
+    assert alone[0][1]["proposals"] == alone[1][1]["proposals"]
+    assert list(alone[0][1]["proposals"]) == ["placement"]

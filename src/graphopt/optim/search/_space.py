@@ -108,6 +108,9 @@ class SearchSpace:
         Kinds of single moves available (PLACE, SWAP, FUSE, REORDER): a part is searched
         only where a choice exists (placement with two devices or more, fusion with a
         fusible node, the fusion pass's order with two). Empty: nothing to search.
+    kind_odds : float64 array or None
+        Odds of each kind in :meth:`random_moves`: the searched parts equally likely,
+        fusion's two kinds sharing its turn; None where that is uniform.
     fusible : int64 array
         Nodes whose fusion priority matters (``Problem.fusion_choice``): fused into their
         consumer, duplicated into their consumers, or their consumers merged as siblings.
@@ -142,9 +145,9 @@ class SearchSpace:
                               dtype=np.int64)
         # random moves: each part equally likely, fusion's toggles and reorders sharing
         # its turn (None: uniform over the kinds, the draws as before reorders existed)
-        self._kind_odds = (None if REORDER not in self.kinds else
-                           np.where(np.isin(self.kinds, (FUSE, REORDER)), 0.5, 1.0)
-                           / (len(self.kinds) - 1))
+        self.kind_odds = (None if REORDER not in self.kinds else
+                          np.where(np.isin(self.kinds, (FUSE, REORDER)), 0.5, 1.0)
+                          / (len(self.kinds) - 1))
         base = init or Plan()
         self.fixed_placement = (np.zeros(n, np.int64) if base.placement is None
                                 else np.array(base.placement, np.int64))
@@ -249,13 +252,15 @@ class SearchSpace:
         f = self.fusible[fusion[self.fusible] > 0]
         return f[np.argsort(-fusion[f], kind="stable")]
 
-    def random_moves(self, dec: Decisions, rng: np.random.Generator) -> np.ndarray:
-        """One random single move per row, its part drawn uniformly among the searched
-        parts (fusion's toggle or reorder then at even odds). A priority swap exchanges a
+    def random_moves(self, dec: Decisions, rng: np.random.Generator,
+                     odds: np.ndarray | None = None) -> np.ndarray:
+        """One random single move per row, its kind drawn with ``odds`` (one per entry of
+        :attr:`kinds`; default :attr:`kind_odds`: the searched parts equally likely,
+        fusion's toggle or reorder then at even odds). A priority swap exchanges a
         random node with its neighbour, above or below at random, in its device's
         priority order; a reorder likewise in the fusion pass's order."""
         b, n, d = len(dec), self.problem.num_nodes, self.problem.num_devices
-        kind = rng.choice(self.kinds, size=b, p=self._kind_odds)
+        kind = rng.choice(self.kinds, size=b, p=self.kind_odds if odds is None else odds)
         unit, shift = rng.integers(self.num_units, size=b), rng.integers(1, max(d, 2), size=b)
         node, up = rng.integers(n, size=b), rng.random(b) < 0.5
         toggle = rng.choice(self.fusible, size=b) if len(self.fusible) else node

@@ -14,6 +14,14 @@ temperature T falls geometrically from 1 to ``final_temperature`` over the budge
 
 ``final_temperature = 1`` gives FlexFlow's fixed-temperature MCMC. Every ``reset_every``
 rounds every chain restarts from the best plan seen.
+
+Where the task searches several parts of the plan (placement with fusion, say), the
+parts are not drawn at fixed odds: each part earns the relative gains of its proposals
+over their chain's current plan, and ``adapt`` of the odds follow each part's mean gain
+per proposal so far, the rest the fixed odds (adaptive operator selection, as in Ropke
+& Pisinger's ALNS, 2006). A part that stops paying, such as priority swaps on devices
+that are never idle, then costs little of the budget. Within fusion, toggles and
+reorders keep even odds.
 """
 
 from __future__ import annotations
@@ -24,10 +32,15 @@ import numpy as np
 
 from graphopt.dist.local import BudgetExhausted, LocalEvaluator
 from graphopt.optim.base import Budget, register
-from graphopt.optim.search._space import SearchSpace
+from graphopt.optim.search._space import FUSE, PLACE, REORDER, SWAP, SearchSpace
 from graphopt.sim import Plan, Problem
 
 __all__ = ["SimulatedAnnealing"]
+
+#: The parts of a plan, and the part each kind of move changes (indexed by kind).
+PARTS = ("placement", "scheduling", "fusion")
+PART_OF = np.zeros(max(PLACE, SWAP, FUSE, REORDER) + 1, np.int64)
+PART_OF[[PLACE, SWAP, FUSE, REORDER]] = 0, 1, 2, 2
 
 
 @register("sa")
@@ -66,6 +79,10 @@ class SimulatedAnnealing:
         "help": "Temperature at the end of the budget; equal to the initial one: FlexFlow's fixed T."})
     reset_every: int = field(default=50, metadata={"min": 1,
         "help": "Rounds between restarts of every chain from the best plan seen."})
+    adapt: float = field(default=0.9, metadata={"min": 0, "max": 1,
+        "help": "Share of the odds of each part's moves (placement, scheduling, fusion) that "
+                "follows the part's mean gain so far, where a task searches several (the "
+                "rest: parts equally likely). 0: fixed odds. Example: -p sa.adapt=0"})
 
     def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,
                  init: Plan | None = None) -> tuple[Plan, dict]:
@@ -73,18 +90,33 @@ class SimulatedAnnealing:
         space = SearchSpace(problem, task, init)
         ev = LocalEvaluator.from_budget(problem, budget)
         interrupted, rounds, accepted = False, 0, 0
+        kinds = len(space.kinds)
+        fixed = np.full(kinds, 1 / max(kinds, 1)) if space.kind_odds is None else space.kind_odds
+        part = np.array([PART_OF[k] for k in space.kinds], np.int64)
+        share = np.bincount(part, fixed, minlength=3)  # each part's fixed odds
+        gain, tries = np.zeros(3), np.zeros(3)  # per part of the plan
+        adapting = self.adapt > 0 and len(np.unique(part)) > 1
         try:
             start, start_score = space.start(ev)
             chains = start.take(np.zeros(self.chains, np.int64))
             current = np.full(self.chains, start_score)
             best, best_score = start, start_score
-            while len(space.kinds):
-                proposal = space.apply(chains, space.random_moves(chains, rng))
+            while kinds:
+                odds = None
+                if adapting:
+                    earned = share * (gain + 1e-3) / (tries + 1)  # a part yet to pay keeps some
+                    odds_part = (1 - self.adapt) * share + self.adapt * earned / earned.sum()
+                    odds = fixed * odds_part[part] / share[part]
+                moves = space.random_moves(chains, rng, odds)
+                proposal = space.apply(chains, moves)
                 scores = space.evaluate(ev, proposal)
                 k = len(scores)
                 temperature = self.initial_temperature * (
                     self.final_temperature / self.initial_temperature) ** ev.fraction_spent()
                 delta = (scores - current[:k]) / current[:k]
+                of = PART_OF[moves[:k, 0]]
+                np.add.at(tries, of, 1)
+                np.add.at(gain, of, np.maximum(-delta, 0.0))
                 accept = rng.random(k) < np.exp(-self.alpha * np.maximum(delta, 0.0) / temperature)
                 rows = np.flatnonzero(accept)
                 chains.put(rows, proposal.take(rows))
@@ -102,4 +134,6 @@ class SimulatedAnnealing:
         except KeyboardInterrupt:
             interrupted = True
         return space.result(ev, interrupted, rounds=rounds,
-                            acceptance=accepted / max(rounds * self.chains, 1))
+                            acceptance=accepted / max(rounds * self.chains, 1),
+                            proposals={name: int(tries[i]) for i, name in enumerate(PARTS)
+                                       if share[i] > 0})
