@@ -58,7 +58,8 @@ def test_bench_regal_elite_bias_row_runs_its_policy_in_its_own_section(tmp_path)
     docs.write_text("<!-- regal:start -->\nmain table\n<!-- regal:end -->\n")
     r = runner.invoke(app, ["bench", "regal", "--objectives", "memory", "--evals", "60",
                             "--seeds", "2", "--graphs", "layered:4x3:101,layered:5x3:102",
-                            "--methods", "BRKGA-5K,REGAL,REGAL elite bias", "--elite-bias-policy",
+                            "--methods", "BRKGA-5K,REGAL,REGAL elite bias,REGAL elite-bias policy "
+                            "(bias off)", "--elite-bias-policy",
                             str(pol), "--no-train-check", "--out", str(res), "--docs", str(docs),
                             "--section", "regal-elite-bias"])
     assert r.exit_code == 0, r.output
@@ -66,18 +67,21 @@ def test_bench_regal_elite_bias_row_runs_its_policy_in_its_own_section(tmp_path)
     assert result["settings"]["elite_bias_policy"]["updates"] == 2
     prob = load_corpus(["layered:4x3:101"])[0]
     row = result["results"]["memory"]["layered-4x3-s101"]
-    assert set(row) == {"BRKGA-5K", "REGAL", "REGAL elite bias"}
-    # the row is the regal method with that policy and elite bias, seed for seed
-    plans = [optimize(prob, "regal", "placement,scheduling", Budget(60, objective="memory"), s,
-                      checkpoint=str(pol), elite_bias=True)[0] for s in range(2)]
-    direct = [float(simulate(prob, plan).peak_memory.max()) for plan in plans]
-    assert row["REGAL elite bias"]["values"] == direct
+    assert set(row) == {"BRKGA-5K", "REGAL", "REGAL elite bias",
+                        "REGAL elite-bias policy (bias off)"}
+    # the rows are the regal method with that policy, elite bias on and off, seed for seed
+    for label, on in (("REGAL elite bias", True),
+                      ("REGAL elite-bias policy (bias off)", False)):
+        plans = [optimize(prob, "regal", "placement,scheduling", Budget(60, objective="memory"),
+                          s, checkpoint=str(pol), elite_bias=on)[0] for s in range(2)]
+        assert row[label]["values"] == [float(simulate(prob, p).peak_memory.max()) for p in plans]
     text = docs.read_text()
     assert "main table" in text  # the main section is left alone
     section = text[text.index("<!-- regal-elite-bias:start -->"):]
     mean = np.mean([100 * (g["BRKGA-5K"]["value"] - g["REGAL elite bias"]["value"])
                     / g["BRKGA-5K"]["value"] for g in result["results"]["memory"].values()])
     assert "| **mean** |" in section and f"**{mean:+.2f}**" in section
+    assert "against REGAL elite-bias policy (bias off), one policy" in section
     assert f"--elite-bias-policy {pol}" in section
 
 
@@ -90,10 +94,10 @@ def test_bad_objective_and_method_are_one_line_errors():
     r = runner.invoke(app, ["bench", "regal", "--methods", "BRKGA-6K"])
     assert r.exit_code == 2 and "BRKGA-6K" in r.output
     r = runner.invoke(app, ["bench", "regal", "--methods", "REGAL elite bias"])
-    assert r.exit_code == 2 and "needs a policy trained with --elite-bias" in r.output
+    assert r.exit_code == 2 and "need a policy trained with --elite-bias" in r.output
     r = runner.invoke(app, ["bench", "regal", "--methods", "REGAL elite bias",
                             "--elite-bias-policy", str(SHIPPED)])
     assert r.exit_code == 2 and "trained without --elite-bias" in r.output
     r = runner.invoke(app, ["bench", "regal", "--methods", "REGAL", "--elite-bias-policy",
                             str(SHIPPED)])
-    assert r.exit_code == 2 and "no 'REGAL elite bias' row" in r.output
+    assert r.exit_code == 2 and "none of the rows that run it" in r.output

@@ -12,8 +12,10 @@ Rows are :data:`graphopt.optim.learned.regal.TEST_GRAPHS` (never trained on). Me
   untrained** (uniform BRKGA on REGAL's chromosome) and **REGAL** (the shipped policy), all
   at the same evaluations;
 - **REGAL elite bias**: a policy trained with ``--elite-bias``, run with ``elite_bias``
-  (REGAL's ablation); only when :func:`run` is given such a policy, since the shipped one
-  was trained without elite bias (its offsets are zero: the row would be REGAL's);
+  (REGAL's ablation), and **REGAL elite-bias policy (bias off)**: the same policy without
+  it (its Beta distributions only); only when :func:`run` is given such a policy, since the
+  shipped one was trained without elite bias (its offsets are zero: the rows would be
+  REGAL's);
 - CP-SAT is not a row: its model minimises the makespan only (``graphopt optimize
   --objective memory -m cpsat`` says so).
 
@@ -39,8 +41,8 @@ from graphopt.optim.learned.regal import (TEST_GRAPHS, TRAIN_CORPUS, RegalSpace,
 from graphopt.rl.regal import RegalConfig, regal_inputs
 from graphopt.sim import Problem, simulate
 
-__all__ = ["ELITE_BIAS", "METHODS", "TUNING_GRID", "run", "summary", "targets", "to_markdown",
-           "train_check", "tune_brkga", "update_docs"]
+__all__ = ["ELITE_BIAS", "ELITE_BIAS_OFF", "ELITE_BIAS_ROWS", "METHODS", "TUNING_GRID", "run",
+           "summary", "targets", "to_markdown", "train_check", "tune_brkga", "update_docs"]
 
 TASK = "placement,scheduling"
 
@@ -54,10 +56,13 @@ METHODS: dict[str, tuple[str | None, dict]] = {
     "REGAL untrained": ("regal", {"checkpoint": "untrained"}),
     "REGAL": ("regal", {}),
     "REGAL elite bias": ("regal", {"elite_bias": True}),
+    "REGAL elite-bias policy (bias off)": ("regal", {"elite_bias": False}),
 }
 
-#: The row whose policy :func:`run` takes as ``elite_bias_policy``.
-ELITE_BIAS = "REGAL elite bias"
+#: The rows that run the policy :func:`run` takes as ``elite_bias_policy``: with elite bias
+#: (REGAL's ablation) and without (what its offsets add, the policy's Betas held fixed).
+ELITE_BIAS, ELITE_BIAS_OFF = "REGAL elite bias", "REGAL elite-bias policy (bias off)"
+ELITE_BIAS_ROWS = (ELITE_BIAS, ELITE_BIAS_OFF)
 
 #: BRKGA settings tried by :func:`tune_brkga`: population, elite and mutant fractions,
 #: inheritance (Gonçalves & Resende's recommended ranges).
@@ -105,12 +110,12 @@ def _gp(problem: Problem, objective: str, dfs_only: bool, seed: int) -> tuple[fl
 
 def run(objectives: tuple[str, ...] = ("memory", "runtime"), evals: int = 5000,
         seeds: int = 3, graphs: tuple[str, ...] = TEST_GRAPHS,
-        methods: tuple[str, ...] = tuple(m for m in METHODS if m != ELITE_BIAS),
+        methods: tuple[str, ...] = tuple(m for m in METHODS if m not in ELITE_BIAS_ROWS),
         out: Path | None = None, on_step=None, elite_bias_policy: Path | None = None) -> dict:
     """Run every method of ``methods`` on ``graphs`` for each objective; write ``out``.
 
     ``elite_bias_policy`` is the folder of a policy trained with ``--elite-bias``, which the
-    :data:`ELITE_BIAS` row runs (and needs).
+    :data:`ELITE_BIAS_ROWS` run (and need).
 
     Returns a JSON-ready dict: ``settings``, ``tuned`` (per objective, the chosen BRKGA
     setting and the grid's ratios) and ``results[objective][graph][method]`` with
@@ -120,10 +125,11 @@ def run(objectives: tuple[str, ...] = ("memory", "runtime"), evals: int = 5000,
     Raises
     ------
     GraphoptError
-        The :data:`ELITE_BIAS` row without ``elite_bias_policy``, or with a policy trained
-        without elite bias.
+        A row of :data:`ELITE_BIAS_ROWS` without ``elite_bias_policy``, or with a policy
+        trained without elite bias.
     """
-    eb_policy = _elite_bias_policy(elite_bias_policy) if ELITE_BIAS in methods else None
+    eb_policy = (_elite_bias_policy(elite_bias_policy)
+                 if any(m in ELITE_BIAS_ROWS for m in methods) else None)
     probs = load_corpus(list(graphs))
     result: dict = {"settings": {"objectives": list(objectives), "evals": evals, "seeds": seeds,
                                  "task": TASK, "cluster": probs[0].cluster.name,
@@ -156,7 +162,7 @@ def run(objectives: tuple[str, ...] = ("memory", "runtime"), evals: int = 5000,
                                   "evals": n}
                     continue
                 params = {**params, **(tuned if label == "tuned BRKGA" else {}),
-                          **({"checkpoint": eb_policy["path"]} if label == ELITE_BIAS else {})}
+                          **({"checkpoint": eb_policy["path"]} if label in ELITE_BIAS_ROWS else {})}
                 vals, secs = [], []
                 for s in range(1 if name == "local-search" and seeds > 1 else seeds):
                     t0 = time.perf_counter()
@@ -172,15 +178,16 @@ def run(objectives: tuple[str, ...] = ("memory", "runtime"), evals: int = 5000,
 
 
 def _elite_bias_policy(folder: Path | None) -> dict:
-    """Where the :data:`ELITE_BIAS` row's policy is and how it was made (its command and
+    """Where the policy of :data:`ELITE_BIAS_ROWS` is and how it was made (its command and
     updates), refusing none or one trained without elite bias (its offsets are zero)."""
     if folder is None:
-        raise GraphoptError(f"the {ELITE_BIAS!r} row needs a policy trained with --elite-bias "
-                            "(graphopt bench regal --elite-bias-policy FOLDER)")
+        raise GraphoptError(f"the rows {', '.join(ELITE_BIAS_ROWS)} need a policy trained with "
+                            "--elite-bias (graphopt bench regal --elite-bias-policy FOLDER)")
     _, info = load_regal_policy(folder)
     if not info.get("config", {}).get("elite_bias"):
         raise GraphoptError(f"{folder}: policy trained without --elite-bias (its elite-bias "
-                            f"offsets are zero); the {ELITE_BIAS!r} row needs one trained with it")
+                            f"offsets are zero); the rows {', '.join(ELITE_BIAS_ROWS)} need one "
+                            "trained with it")
     return {"path": str(folder), "command": info.get("command"), "updates": info.get("updates")}
 
 
@@ -287,27 +294,32 @@ def to_markdown(result: dict) -> str:
 
 def _elite_bias_markdown(result: dict, objective: str) -> str:
     """Per graph and on the mean, every row's % improvement over BRKGA-5K, and the
-    elite-bias row against REGAL (REGAL's ablation)."""
+    elite-bias row against REGAL and against its own policy with elite bias off (REGAL's
+    ablation)."""
     rows = result["results"][objective]
     pol = result["settings"]["elite_bias_policy"]
     methods = [m for m in next(iter(rows.values())) if m != "BRKGA-5K"]
     imp = {g: {m: 100 * (row["BRKGA-5K"]["value"] - row[m]["value"]) / row["BRKGA-5K"]["value"]
                for m in methods} for g, row in rows.items()}
     lines = [f"Elite bias ({ELITE_BIAS}: the policy in `{pol['path']}`, made by "
-             f"`{pol['command']}`, {pol['updates']} updates, run with elite_bias=true), "
+             f"`{pol['command']}`, {pol['updates']} updates, run with elite_bias=true; "
+             f"{ELITE_BIAS_OFF}: the same policy without), "
              f"% improvement over BRKGA-5K (positive: lower than BRKGA-5K):", "",
              "| graph | " + " | ".join(methods) + " |", "|---|" + "---:|" * len(methods)]
     lines += [f"| {g} | " + " | ".join(f"{v[m]:+.2f}" for m in methods) + " |"
               for g, v in imp.items()]
     lines.append("| **mean** | " + " | ".join(
         f"**{np.mean([v[m] for v in imp.values()]):+.2f}**" for m in methods) + " |")
-    if "REGAL" in methods:
-        d = [100 * (row["REGAL"]["value"] - row[ELITE_BIAS]["value"]) / row["REGAL"]["value"]
-             for row in rows.values()]
-        lines += ["", f"{ELITE_BIAS} against REGAL (two policies, each run as it was trained, "
-                      f"with and without elite bias; positive: elite bias lowers the value): "
-                      f"mean {np.mean(d):+.2f}%, better on {sum(x > 0 for x in d)} of {len(d)}, "
-                      f"worse on {sum(x < 0 for x in d)}."]
+    for other, what in (("REGAL", "two policies, each run as it was trained, with and without "
+                                  "elite bias"),
+                        (ELITE_BIAS_OFF, "one policy, its elite bias on and off: what the "
+                                         "offsets add")):
+        if other in methods:
+            d = [100 * (row[other]["value"] - row[ELITE_BIAS]["value"]) / row[other]["value"]
+                 for row in rows.values()]
+            lines += ["", f"{ELITE_BIAS} against {other}, {what} (positive: elite bias lowers "
+                          f"the value): mean {np.mean(d):+.2f}%, better on "
+                          f"{sum(x > 0 for x in d)} of {len(d)}, worse on {sum(x < 0 for x in d)}."]
     return "\n".join(lines)
 
 

@@ -109,12 +109,13 @@ def bench_regal(
                                                "Example: layered:15x8:101"),
     methods: str = typer.Option("all", help="Rows, comma-separated labels of "
                                             "graphopt.benchmarks.regal.METHODS, or 'all' (the "
-                                            "'REGAL elite bias' row only with "
+                                            "two rows of the elite-bias policy only with "
                                             "--elite-bias-policy). Example: BRKGA-5K,REGAL"),
     elite_bias_policy: Path | None = typer.Option(
         None, help="Folder of a policy trained with 'graphopt train regal --elite-bias': the "
-                   "'REGAL elite bias' row runs it with elite_bias=true (the shipped policy has "
-                   "no elite bias). Example: runs/regal-eb"),
+                   "'REGAL elite bias' row runs it with elite_bias=true, 'REGAL elite-bias "
+                   "policy (bias off)' without (the shipped policy has no elite bias). "
+                   "Example: runs/regal-eb"),
     out: Path = typer.Option(Path("bench/results/regal.json"), help="Results JSON."),
     docs: Path | None = typer.Option(Path("docs/benchmarks.md"),
                                      help="Markdown file whose --section is rewritten."),
@@ -134,7 +135,7 @@ def bench_regal(
     from graphopt.benchmarks import regal as bench
     from graphopt.optim.learned.regal import TEST_GRAPHS
 
-    labels = tuple(m for m in bench.METHODS if m != bench.ELITE_BIAS or elite_bias_policy) \
+    labels = tuple(m for m in bench.METHODS if m not in bench.ELITE_BIAS_ROWS or elite_bias_policy) \
         if methods == "all" else tuple(m.strip() for m in methods.split(",") if m.strip())
     command = " ".join(["graphopt bench regal", f"--objectives {objectives}", f"--evals {evals}",
                         f"--seeds {seeds}", *([f"--graphs {graphs}"] if graphs != "default" else []),
@@ -149,9 +150,9 @@ def bench_regal(
         if bad or not labels:
             raise GraphoptError(f"--methods: unknown {bad or methods!r}; rows are "
                                 f"{', '.join(bench.METHODS)}")
-        if elite_bias_policy and bench.ELITE_BIAS not in labels:
-            raise GraphoptError(f"--elite-bias-policy: --methods has no {bench.ELITE_BIAS!r} row "
-                                "to run it")
+        if elite_bias_policy and not set(bench.ELITE_BIAS_ROWS) & set(labels):
+            raise GraphoptError(f"--elite-bias-policy: --methods has none of the rows that run it "
+                                f"({', '.join(bench.ELITE_BIAS_ROWS)})")
         objs = tuple(o.strip() for o in objectives.split(",") if o.strip())
         from graphopt.dist.local import check_objective
 
