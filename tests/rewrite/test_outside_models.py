@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from graphopt.rewrite import RewriteError, rewrite
+from graphopt.rewrite.codegen import fused_kernels
 
 
 def _cases() -> dict:
@@ -60,3 +61,20 @@ def test_pyg_sage_rewrites_and_gat_is_refused_by_name():
     # GATConv drops self-loops first: sizes that depend on the edges
     with pytest.raises(RewriteError, match="depends on the input data"):
         rewrite(pyg.GATConv(8, 4, heads=2).eval(), (x, edges))
+
+
+def test_bfloat16_programs_are_checked_at_their_precision():
+    """A fused linear + gelu rounds differently from the pair in bfloat16 (by 0.4% here):
+    the output check allows two units in the last place of the dtype, not float32's 0.1%."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.GELU()).to(torch.bfloat16).eval()
+    x = torch.randn(2, 8, dtype=torch.bfloat16)
+    res = rewrite(model, (x,))
+    if fused_kernels():  # oneDNN's fused kernel exists in this build of torch
+        assert res.stats["ops_after"] < res.stats["ops_before"]
+    assert res.stats["max_error"] <= 2 * torch.finfo(torch.bfloat16).eps
+
+
+def test_empty_inputs_are_refused_by_name():
+    with pytest.raises(RewriteError, match=r"example input 0 has shape \(0, 4\)"):
+        rewrite(nn.Linear(4, 4), (torch.randn(0, 4),))

@@ -64,6 +64,11 @@ def export_module(module: torch.nn.Module, example_inputs: tuple) -> fx.GraphMod
     RewriteError
         ``torch.export`` cannot trace the module.
     """
+    for i, x in enumerate(torch.utils._pytree.tree_leaves(tuple(example_inputs))):
+        if isinstance(x, torch.Tensor) and 0 in x.shape:
+            raise RewriteError(f"example input {i} has shape {tuple(x.shape)}: a rewrite prices "
+                               "ops at the inputs' sizes, so give inputs of the size the "
+                               "program runs at, none of them empty")
     if isinstance(module, fx.GraphModule) and any(
             isinstance(n.meta.get("val"), torch.Tensor) for n in module.graph.nodes
             if n.op == "placeholder"):
@@ -162,9 +167,13 @@ def _check(original: fx.GraphModule, new: fx.GraphModule, inputs: tuple,
         scale = float(a.abs().max()) if a.numel() else 0.0
         err = float((a - b).abs().max()) if a.numel() else 0.0
         worst = max(worst, err / max(scale, 1e-12))
-        if not torch.allclose(b, a, rtol=cfg.rtol, atol=cfg.atol * max(scale, 1.0)):
+        # a rewrite may round differently (a fused kernel, a sum re-associated): allow two
+        # units in the last place of the output's dtype (bfloat16: 1.6%) when rtol is tighter
+        rtol = max(cfg.rtol, 2 * torch.finfo(a.dtype).eps)
+        if not torch.allclose(b, a, rtol=rtol, atol=cfg.atol * max(scale, 1.0)):
             raise RewriteError(f"output {i} differs from the original's by {err:.3g} "
-                               f"(largest value {scale:.3g}); a rule is wrong for this program")
+                               f"(largest value {scale:.3g}, rtol {rtol:.2g}); a rule is wrong "
+                               "for this program")
     return worst
 
 
