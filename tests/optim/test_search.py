@@ -321,3 +321,18 @@ def test_sa_spends_its_budget_on_the_parts_that_pay():
     assert np.array_equal(alone[0][0].placement, alone[1][0].placement)
     assert alone[0][1]["proposals"] == alone[1][1]["proposals"]
     assert list(alone[0][1]["proposals"]) == ["placement"]
+
+
+def test_sa_on_a_program_that_takes_no_time():
+    """An identity program simulates to 0 s: relative changes have no meaning there, and
+    sa must neither divide by zero nor draw moves at NaN odds."""
+    import warnings
+
+    jnp = pytest.importorskip("jax.numpy")
+    from graphopt.frontends.jax import from_jax
+
+    prob = Problem(from_jax(lambda x: x, jnp.ones(3)), cluster("p100:2"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _, stats = method("sa").optimize(prob, ALL, Budget(50), seed=0)
+    assert stats["step_time"] == 0.0

@@ -113,7 +113,8 @@ class SimulatedAnnealing:
                 k = len(scores)
                 temperature = self.initial_temperature * (
                     self.final_temperature / self.initial_temperature) ** ev.fraction_spent()
-                delta = (scores - current[:k]) / current[:k]
+                cur = current[:k]  # a plan of no time (a graph of views only) has no ratio
+                delta = np.divide(scores - cur, cur, out=scores - cur, where=cur > 0)
                 of = PART_OF[moves[:k, 0]]
                 np.add.at(tries, of, 1)
                 np.add.at(gain, of, np.maximum(-delta, 0.0))
