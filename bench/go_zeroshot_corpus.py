@@ -6,8 +6,10 @@ Issue 14 asks for a pre-training corpus that covers depth and size: the shipped 
 one: on every row of ``graphopt bench go-table2`` (a zoo model on the p100 cluster of the
 row's device count), ``expert`` once, then ``go`` (16 plans, zero-shot) with each
 checkpoint, through :func:`graphopt.optim.compare.compare` with one budget and seed.
-Rows of the held-out families (WaveNet, AmoebaNet: never in any corpus) are summed up
-apart from the rest.
+Beside each step time, how undecided the policy is on the row: the mean entropy per node
+of its placement distribution, as a share of the uniform distribution's (1: every device
+equally likely for every node; 0: one plan). Rows of the held-out families (WaveNet,
+AmoebaNet: never in any corpus) are summed up apart from the rest.
 
 Usage:  nice -n 19 .venv/bin/python bench/go_zeroshot_corpus.py --candidate DIR
             [--baseline DIR] [--rows rnnlm-2,gnmt-8] [--seed 0] [--out FILE]
@@ -17,6 +19,7 @@ Writes bench/results/go_zeroshot_corpus.json and prints a markdown table.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import platform
 import shlex
@@ -24,12 +27,16 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 from graphopt.benchmarks import geomean, save_json
 from graphopt.benchmarks.go_table2 import ROWS, row_entry
 from graphopt.hardware import load_cluster
 from graphopt.optim.base import Budget
 from graphopt.optim.compare import compare
-from graphopt.optim.learned.go import SHIPPED
+from graphopt.optim.learned.go import SHIPPED, load_go_policy
+from graphopt.rl.go_env import GOEnv
+from graphopt.rl.ppo import log_prob
 from graphopt.sim import Problem
 from graphopt.zoo import HELD_OUT_FAMILIES, build
 
@@ -41,6 +48,21 @@ def _figures(res) -> dict:
     """One method's step time, validity, wall seconds and evaluations."""
     return {"step_time": res.step_time, "valid": res.result.valid,
             "seconds": res.stats.get("seconds"), "evals": res.stats.get("evals", 0)}
+
+
+def entropy_share(problem: Problem, checkpoint: str) -> float:
+    """Mean entropy per node of the policy's placement distribution on ``problem``, over
+    that of the uniform distribution (``log`` of the device count)."""
+    import torch
+
+    policy, _ = load_go_policy(checkpoint)
+    env = GOEnv(problem, frozenset({"placement"}), "groups")
+    with torch.no_grad():
+        logits = env.with_prior(policy(*env.inputs(), tasks=env.tasks))
+    # log_prob wants one plan's actions (k=1, N); any will do, only the entropy is read
+    any_plan = np.zeros((1, logits["placement"].shape[0]), dtype=np.int64)
+    _, ent = log_prob(logits, {"placement": any_plan})
+    return float(ent.mean()) / math.log(problem.num_devices)
 
 
 def held_out(row: str) -> bool:
@@ -67,7 +89,7 @@ def run(checkpoints: dict[str, str], rows: tuple[str, ...], budget: int, seed: i
         for label, ckpt in checkpoints.items():
             (go,) = compare(prob, ["go"], "placement", Budget(budget), seed,
                             params={"go": {"checkpoint": ckpt}})
-            row[label] = _figures(go)
+            row[label] = {**_figures(go), "entropy_share": entropy_share(prob, ckpt)}
         result["rows"].append(row)
         print(f"{time.strftime('%H:%M:%S')} {name}: expert {expert.step_time * 1e3:.1f} ms, "
               + ", ".join(f"{k} {row[k]['step_time'] * 1e3:.1f} ms" for k in checkpoints),
@@ -103,12 +125,14 @@ def summary(result: dict) -> dict:
 
 
 def to_markdown(result: dict) -> str:
-    """Step times (ms) per row, speed-up over ``expert`` in brackets, and the summary."""
+    """Step times (ms) per row, speed-up over ``expert`` in brackets, the entropy share
+    after it, and the summary."""
     labels = list(result["settings"]["checkpoints"])
 
     def cell(row: dict, label: str) -> str:
         g, up = row[label], _speedup(row, label)
-        return "OOM" if up is None else f"{g['step_time'] * 1e3:.1f} ({up:.2f}x)"
+        return ("OOM" if up is None else f"{g['step_time'] * 1e3:.1f} ({up:.2f}x)") + \
+            f", H {g['entropy_share']:.2f}"
 
     lines = ["| row | ops | devices | expert | " + " | ".join(f"go, {k}" for k in labels) + " |",
              "|---" * (4 + len(labels)) + "|"]
