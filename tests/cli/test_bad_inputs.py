@@ -410,6 +410,11 @@ CASES = [
     ("bench rewrite --models nope --out {d}/rw.json", "--models nope: expected some of bert"),
     # a folder where nothing can be made, whoever asks (access() says yes to root)
     ("rewrite nasrnn --size tiny -o /proc/graphopt/rw.pt2", "cannot write in /proc"),
+    ("rewrite nasrnn --size tiny -o {d}/rw.pt2 --search-time-limit 0",
+     "--search-time-limit=0.0: expected > 0"),
+    ("bench regal --elite-bias-policy {d}/nope --out {d}/r.json", "nope/policy.json: no such file"),
+    ("bench regal --methods BRKGA-5K --elite-bias-policy {d} --out {d}/r.json",
+     "--elite-bias-policy: --methods has none of the rows that run it"),
     ("bench go --budget 0", "Invalid value for '--budget'"),
     ("bench go --multitask-budget 0", "Invalid value for '--multitask-budget'"),
     # cost model: options (TrainConfig ranges), data files, run directories

@@ -31,6 +31,8 @@ __all__ = ["Decisions", "SearchSpace", "priority_ranks"]
 
 #: Kinds of single moves (column 0 of a move array ``[kind, a, b]``).
 PLACE, SWAP, FUSE, REORDER = 0, 1, 2, 3
+#: The part of the plan each kind of move changes, in the kinds' order.
+PART_OF_KIND = {PLACE: "placement", SWAP: "scheduling", FUSE: "fusion", REORDER: "fusion"}
 
 
 @dataclass
@@ -139,8 +141,7 @@ class SearchSpace:
         self.searches = {"placement": "placement" in task and d > 1,
                          "scheduling": "scheduling" in task and n > 1,
                          "fusion": "fusion" in task and len(self.fusible) > 0}
-        self.kinds = np.array([k for k, name in ((PLACE, "placement"), (SWAP, "scheduling"),
-                                                 (FUSE, "fusion"), (REORDER, "fusion"))
+        self.kinds = np.array([k for k, name in PART_OF_KIND.items()
                                if self.searches[name] and (k != REORDER or len(self.fusible) > 1)],
                               dtype=np.int64)
         # random moves: each part equally likely, fusion's toggles and reorders sharing

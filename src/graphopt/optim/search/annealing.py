@@ -32,15 +32,14 @@ import numpy as np
 
 from graphopt.dist.local import BudgetExhausted, LocalEvaluator
 from graphopt.optim.base import Budget, register
-from graphopt.optim.search._space import FUSE, PLACE, REORDER, SWAP, SearchSpace
+from graphopt.optim.search._space import PART_OF_KIND, SearchSpace
 from graphopt.sim import Plan, Problem
 
 __all__ = ["SimulatedAnnealing"]
 
-#: The parts of a plan, and the part each kind of move changes (indexed by kind).
+#: The parts of a plan, and the index in it of the part each kind of move changes.
 PARTS = ("placement", "scheduling", "fusion")
-PART_OF = np.zeros(max(PLACE, SWAP, FUSE, REORDER) + 1, np.int64)
-PART_OF[[PLACE, SWAP, FUSE, REORDER]] = 0, 1, 2, 2
+PART_OF = np.array([PARTS.index(PART_OF_KIND[k]) for k in sorted(PART_OF_KIND)], np.int64)
 
 
 @register("sa")
@@ -92,7 +91,7 @@ class SimulatedAnnealing:
         interrupted, rounds, accepted = False, 0, 0
         kinds = len(space.kinds)
         fixed = np.full(kinds, 1 / max(kinds, 1)) if space.kind_odds is None else space.kind_odds
-        part = np.array([PART_OF[k] for k in space.kinds], np.int64)
+        part = PART_OF[space.kinds]
         share = np.bincount(part, fixed, minlength=3)  # each part's fixed odds
         gain, tries = np.zeros(3), np.zeros(3)  # per part of the plan
         adapting = self.adapt > 0 and len(np.unique(part)) > 1
