@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import fx
 
-from graphopt.exec.program import Instr, Program, Ref, refs, resolve_target
+from graphopt.exec.program import Instr, Program, Ref, Transfer, refs, resolve_target
 
 __all__ = ["issue_order", "materialize", "pack", "run_op", "run_inprocess", "unpack"]
 
@@ -170,6 +170,83 @@ def issue_order(prog: Program) -> list[tuple[str, int]]:
     return order
 
 
+class _Streams:
+    """The CUDA side of :func:`run_inprocess`: one stream per device, one copy stream per
+    link, events for every dependency, and (``timed``) each op's span as the GPU ran it.
+
+    The host issues ahead, so a device's stream waits only on events: the values it
+    reads (made on another stream) and, before an op writes into a tensor, the copies
+    that still read it (``Instr.wait_sends``): without that wait an in-place update
+    (an optimizer step) could overwrite a parameter while a copy stream sends it.
+    """
+
+    def __init__(self, dev: list[torch.device], timed: bool):
+        for x in dict.fromkeys(dev):
+            torch.cuda.synchronize(x)
+        self.dev, self.timed = dev, timed
+        self.streams = [torch.cuda.Stream(device=x) for x in dev]
+        self.copy_streams: dict[tuple[int, int], Any] = {}
+        self.ready: list[dict[int, Any]] = [{} for _ in dev]  # device -> node -> event
+        self.sent: dict[int, Any] = {}  # transfer tag -> its copy's event
+        self.spans: list[tuple[int, str, str, Any, Any]] = []
+        self.host0 = time.perf_counter()
+        # Spans are read against one event per device, recorded once the device is idle.
+        self.base = [self._event(s) for s in self.streams]
+
+    def _event(self, stream: Any) -> Any:
+        ev = torch.cuda.Event(enable_timing=self.timed)
+        ev.record(stream)
+        return ev
+
+    def op(self, ins: Instr, values: dict[int, Any], seed: int) -> Any:
+        d, s = ins.device, self.streams[ins.device]
+        with torch.cuda.stream(s):
+            for p in refs((ins.args, ins.kwargs)):
+                if p in self.ready[d]:
+                    s.wait_event(self.ready[d][p])
+            for tag in ins.wait_sends:
+                if tag in self.sent:
+                    s.wait_event(self.sent[tag])
+            start = self._event(s) if self.timed else None
+            out = run_op(ins, values, seed, self.dev[d])
+            self.ready[d][ins.node] = end = self._event(s)
+        if self.timed:
+            self.spans.append((d, "op", ins.name, start, end))
+        return out
+
+    def copy(self, t: Transfer, value: Any) -> Any:
+        key = (t.src, t.dst)
+        if key not in self.copy_streams:
+            self.copy_streams[key] = torch.cuda.Stream(device=self.dev[t.dst])
+        s = self.copy_streams[key]
+        with torch.cuda.stream(s):
+            if t.node in self.ready[t.src]:
+                s.wait_event(self.ready[t.src][t.node])
+            to = self.dev[t.dst]
+            # copy=True: between streams of one GPU too, a transfer is a copy, so that a
+            # later in-place write on either side cannot reach the other
+            moved = fx.node.map_aggregate(value, lambda v: v.to(to, non_blocking=True, copy=True)
+                                          if isinstance(v, torch.Tensor) else v)
+            self.ready[t.dst][t.node] = self.sent[t.tag] = done = self._event(s)
+        if self.timed:
+            self.spans.append((t.dst, "recv", t.name, done, done))
+        return moved
+
+    def finish(self, events: list[list[tuple]] | None) -> None:
+        """Wait for every device; turn the spans into host-clock events."""
+        for x in dict.fromkeys(self.dev):
+            torch.cuda.synchronize(x)
+        end = time.perf_counter()
+        if events is None:
+            return
+        for d, kind, name, a, b in self.spans:
+            t0 = self.host0 + self.base[d].elapsed_time(a) / 1e3
+            t1 = self.host0 + self.base[d].elapsed_time(b) / 1e3
+            events[d].append((kind, name, t0, t1, None))
+        # the step as the host saw it: issue, then waiting for the last kernel
+        events[0].append(("step", "step", self.host0, end, None))
+
+
 def run_inprocess(prog: Program, seed: int = 0, values: dict[int, Any] | None = None,
                   devices: list[torch.device] | None = None,
                   events: list[list[tuple]] | None = None) -> tuple[Any, dict[int, Any]]:
@@ -195,9 +272,8 @@ def run_inprocess(prog: Program, seed: int = 0, values: dict[int, Any] | None = 
     local: list[dict[int, Any]] = [{} for _ in range(prog.devices)]
     for node, (d, v) in (values or prog.feeds).items():
         local[d][node] = v.to(dev[d]) if cuda and isinstance(v, torch.Tensor) else v
-    streams = [torch.cuda.Stream(device=x) for x in dev] if cuda else None
-    copy_streams: dict[tuple[int, int], Any] = {}
-    ready_event: list[dict[int, Any]] = [{} for _ in range(prog.devices)]
+    if cuda:
+        gpu = _Streams(dev, timed=events is not None)
     keep = set(prog.feeds) | set(refs(prog.outputs))
     uses: dict[tuple[int, int], int] = {}
     for ins in prog.instrs:
@@ -211,29 +287,17 @@ def run_inprocess(prog: Program, seed: int = 0, values: dict[int, Any] | None = 
         if not cuda and not uses[d, node] and node not in keep:
             del local[d][node]
 
-    def stamp(d: int, node: int) -> None:
-        if cuda:
-            ev = torch.cuda.Event()
-            ev.record(torch.cuda.current_stream(dev[d]))
-            ready_event[d][node] = ev
-
     for kind, k in issue_order(prog):
         if kind == "op":
             ins = prog.instrs[k]
             d = ins.device
-            t0 = time.perf_counter()
             if cuda:
-                with torch.cuda.stream(streams[d]):
-                    for p in refs((ins.args, ins.kwargs)):
-                        ev = ready_event[d].get(p)
-                        if ev is not None:
-                            streams[d].wait_event(ev)
-                    local[d][ins.node] = run_op(ins, local[d], seed, dev[d])
-                    stamp(d, ins.node)
+                local[d][ins.node] = gpu.op(ins, local[d], seed)
             else:
+                t0 = time.perf_counter()
                 local[d][ins.node] = run_op(ins, local[d], seed)
-            if events is not None:
-                events[d].append(("op", ins.name, t0, time.perf_counter(), None))
+                if events is not None:
+                    events[d].append(("op", ins.name, t0, time.perf_counter(), None))
             for p in set(refs((ins.args, ins.kwargs))):
                 release(d, p)
             if not cuda and (d, ins.node) not in uses and ins.node not in keep:  # nobody reads it
@@ -242,27 +306,12 @@ def run_inprocess(prog: Program, seed: int = 0, values: dict[int, Any] | None = 
             t = prog.transfers[k]
             value = local[t.src][t.node]
             if cuda:
-                key = (t.src, t.dst)
-                if key not in copy_streams:
-                    copy_streams[key] = torch.cuda.Stream(device=dev[t.dst])
-                s = copy_streams[key]
-                ev = ready_event[t.src].get(t.node)
-                with torch.cuda.stream(s):
-                    if ev is not None:
-                        s.wait_event(ev)
-                    target = dev[t.dst]
-                    moved = fx.node.map_aggregate(value, lambda v, to=target: v.to(to, non_blocking=True)
-                                                  if isinstance(v, torch.Tensor) else v)
-                    out = torch.cuda.Event()
-                    out.record(s)
-                ready_event[t.dst][t.node] = out
-                local[t.dst][t.node] = moved
+                local[t.dst][t.node] = gpu.copy(t, value)
             else:  # a copy, so a later in-place write on the sender cannot reach it
                 local[t.dst][t.node] = unpack(prog.specs[t.node], [x.clone() for x in pack(value)])
             release(t.src, t.node)
     if cuda:
-        for x in dev:
-            torch.cuda.synchronize(x)
+        gpu.finish(events)
     out = materialize(prog.outputs, {n: v for d in reversed(range(prog.devices))
                                      for n, v in local[d].items()})
     return out, {n: local[d][n] for n, (d, _) in prog.feeds.items()}
