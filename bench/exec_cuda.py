@@ -8,8 +8,8 @@ and for in-place writes after a send) is exercised as on separate GPUs, but tran
 are copies within one GPU and the devices share its compute, so the times say how
 the streams overlap, not what two GPUs would give.
 
-For each model (the zoo's ``-quick`` sizes) and each plan (``single``, ``expert``,
-``m-etf``, ``sa`` and random placements with random priorities, made for ``h100:2``):
+For each model (the zoo's ``-quick`` sizes; ``--size full``, its own) and each plan
+(``single``, ``expert``, ``m-etf``, ``sa`` and random placements with random priorities, made for ``h100:2``):
 ``--steps`` training steps, then
 - the loss of every step and every updated parameter against ``single`` on the GPU
   (bitwise equal, or the largest relative difference);
@@ -98,6 +98,8 @@ def _summary(p: dict) -> str:
 
 
 def _same(d: dict) -> str:
+    if not d:
+        return "not run"
     return "bitwise" if d.get("bitwise") else f"loss {d['loss_rel']:.1e} state {d['state_rel']:.1e}"
 
 
@@ -108,7 +110,8 @@ def dispatch_per_op(ops: int = 200, steps: int = 10) -> float:
 
 
 def run(models=MODELS, methods=METHODS, steps: int = 6, randoms: int = 3, budget: int = 300,
-        seed: int = 0, trace_dir: str | None = None) -> dict:
+        seed: int = 0, trace_dir: str | None = None, size: str = "quick", out: str | None = None) -> dict:
+    """Run the check; ``out`` gets the results so far after each model (JSON)."""
     torch.backends.cuda.matmul.allow_tf32 = False  # compare against the CPU in float32
     torch.backends.cudnn.allow_tf32 = False
     cluster = load_cluster("h100:2")
@@ -123,7 +126,7 @@ def run(models=MODELS, methods=METHODS, steps: int = 6, randoms: int = 3, budget
         t0 = time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            traced = trace_source(f"zoo:{name}-quick")
+            traced = trace_source(f"zoo:{name}-quick" if size == "quick" else f"zoo:{name}")
         prob = Problem(traced.graph, cluster)
         off = np.zeros(prob.num_nodes)
         plans: dict[str, Plan] = {}
@@ -139,14 +142,16 @@ def run(models=MODELS, methods=METHODS, steps: int = 6, randoms: int = 3, budget
         again = run_plan(traced, None, 1, steps, seed)  # the GPU's own nondeterminism
         again_flat = {"loss": again["losses"], **again["state"]}
         repeat = {"bitwise": bitwise(again_flat, ref_flat), **differences(again_flat, ref_flat)}
-        with PlacedProgram(traced, None, "cpu:1", seed=seed) as cpu:
-            cpu_losses = torch.stack([cpu().outputs[0].detach() for _ in range(steps)])
-            cpu_flat = {"loss": cpu_losses, **cpu.state_dict()}
+        cpu_losses, cpu_check = None, None
+        if size == "quick":  # a full-size step takes seconds to minutes on a CPU
+            with PlacedProgram(traced, None, "cpu:1", seed=seed) as cpu:
+                cpu_losses = torch.stack([cpu().outputs[0].detach() for _ in range(steps)])
+                cpu_check = differences(ref_flat, {"loss": cpu_losses, **cpu.state_dict()})
         single_sim = simulate(Problem(traced.graph, one), Plan(fusion=off)).step_time
         single_ms = statistics.median(ref["times"][1:]) * 1e3
-        row = {"model": f"{name}-quick", "ops": prob.num_nodes,
-               "gpu_vs_cpu": differences(ref_flat, cpu_flat), "repeat": repeat,
-               "losses": [ref["losses"].tolist(), cpu_losses.tolist()],
+        row = {"model": traced.graph.name, "ops": prob.num_nodes, "gpu_vs_cpu": cpu_check,
+               "repeat": repeat,
+               "losses": [ref["losses"].tolist(), None if cpu_losses is None else cpu_losses.tolist()],
                "single_ms": single_ms, "single_sim_ms": single_sim * 1e3,
                "single_error": single_sim * 1e3 / single_ms - 1, "plans": []}
         for method, plan in plans.items():
@@ -168,10 +173,17 @@ def run(models=MODELS, methods=METHODS, steps: int = 6, randoms: int = 3, budget
                 save_trace(res["last"], Path(trace_dir) / f"{name}-expert.json", 2)
         row["seconds"] = time.perf_counter() - t0
         rows.append(row)
+        if out:
+            Path(out).parent.mkdir(parents=True, exist_ok=True)
+            Path(out).write_text(json.dumps(_result(rows, dispatch, steps, budget, seed, size), indent=1))
         print(f"{name}: single {single_ms:.1f} ms, simulated {single_sim * 1e3:.1f} ms; "
-              f"again {_same(row['repeat'])}, on the CPU {_same(row['gpu_vs_cpu'])}; "
+              f"again {_same(row['repeat'])}, on the CPU {_same(row['gpu_vs_cpu'] or {})}; "
               + "; ".join(_summary(p) for p in row["plans"]) + f" ({row['seconds']:.0f} s)", flush=True)
-    return {"gpu": torch.cuda.get_device_name(0), "gpus": torch.cuda.device_count(),
+    return _result(rows, dispatch, steps, budget, seed, size)
+
+
+def _result(rows: list[dict], dispatch: float, steps: int, budget: int, seed: int, size: str) -> dict:
+    return {"gpu": torch.cuda.get_device_name(0), "gpus": torch.cuda.device_count(), "size": size,
             "dispatch_us": dispatch * 1e6, "deterministic": torch.are_deterministic_algorithms_enabled(),
             "torch": torch.__version__, "steps": steps, "budget": budget, "seed": seed, "rows": rows}
 
@@ -197,9 +209,10 @@ def to_markdown(res: dict) -> str:
         rep = row["repeat"]
         again = "bitwise" if rep["bitwise"] else f"loss {rep['loss_rel']:.0e}, state {rep['state_rel']:.0e}"
         cpu = row["gpu_vs_cpu"]
+        cpu = "not run" if cpu is None else f"{cpu['loss_rel']:.0e}, {cpu['state_rel']:.0e}"
         lines.append(f"| {row['model']} | {row['ops']} | {row['single_ms']:.1f} / {row['single_sim_ms']:.1f} "
-                     f"ms ({row['single_error']:+.0%}) | {again} | {cpu['loss_rel']:.0e}, "
-                     f"{cpu['state_rel']:.0e} | {eq} | {times} |")
+                     f"ms ({row['single_error']:+.0%}) | {again} | {cpu} | {eq} | "
+                     f"{times} |")
     return "\n".join(lines)
 
 
@@ -209,6 +222,9 @@ def main() -> None:
     ap.add_argument("--methods", default=",".join(METHODS), help="methods, comma-separated")
     ap.add_argument("--steps", type=int, default=6, help="training steps per plan")
     ap.add_argument("--randoms", type=int, default=3, help="random plans per model")
+    ap.add_argument("--size", choices=("quick", "full"), default="quick",
+                    help="the zoo's -quick sizes (checked against the CPU engine too) or its "
+                         "full sizes (GPU only)")
     ap.add_argument("--budget", type=int, default=300, help="evaluations per search method")
     ap.add_argument("--out", default="bench/results/exec_cuda.json", help="results (JSON)")
     ap.add_argument("--trace-dir", default=None, help="write each model's expert-plan trace here")
@@ -224,9 +240,7 @@ def main() -> None:
     if not torch.cuda.is_available():
         raise SystemExit("bench/exec_cuda.py: no CUDA device on this machine")
     res = run(tuple(a.models.split(",")), tuple(a.methods.split(",")), a.steps, a.randoms, a.budget,
-              trace_dir=a.trace_dir)
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(res, indent=1))
+              trace_dir=a.trace_dir, size=a.size, out=a.out)
     print(to_markdown(res))
     if a.docs:
         replace_section(a.docs, "exec-cuda", "## Real execution on a GPU\n\n" + to_markdown(res))
