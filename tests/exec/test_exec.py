@@ -241,6 +241,19 @@ def test_bad_devices_and_plans_are_clear_errors():
         compile_program(traced, Plan(placement=np.zeros(3, int)), 1)
 
 
+def test_default_cluster_is_the_preset_of_the_gpu(monkeypatch):
+    from graphopt.exec.api import default_cluster
+    from graphopt.hardware import load_cluster
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "NVIDIA H200")
+    assert default_cluster("cuda", 2) == "h100:2" and load_cluster("h100:2").num_devices == 2
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "Tesla V100-SXM2-16GB")
+    assert default_cluster("cuda", 1) == "dgx1-v100:1"
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "AMD Instinct MI300X")
+    with pytest.raises(GraphoptError, match="--cluster"):
+        default_cluster("cuda", 1)
+
+
 def test_cli_run_measures_a_zoo_plan(tmp_path):
     from typer.testing import CliRunner
 

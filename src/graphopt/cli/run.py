@@ -34,7 +34,8 @@ def run(
                                             "from 'graphopt calibrate' (then every op of the "
                                             "program is first timed on one worker, as a profile) "
                                             "or a preset; default: the 'cpu' preset with the same "
-                                            "device count. Example: cluster.toml"),
+                                            "device count, or on GPUs the preset of this GPU "
+                                            "(h100 for an H100 or H200). Example: cluster.toml"),
     trace: Path | None = typer.Option(None, "--trace",
                                       help="Write a Chrome trace of the last real step, and the "
                                            "simulated one beside it as *.sim.json. "
@@ -45,7 +46,7 @@ def run(
 
     Example: graphopt run zoo:rnnlm-2-quick --plan runs/r/sa/plan.json --devices cpu:2
     """
-    from graphopt.exec.api import apply_traced, parse_devices, save_trace, trace_source
+    from graphopt.exec.api import apply_traced, default_cluster, parse_devices, save_trace, trace_source
     from graphopt.exec.calibrate import DEVICE_KIND, profile_program
     from graphopt.hardware import load_cluster
     from graphopt.sim import Plan, Problem, simulate
@@ -55,7 +56,7 @@ def run(
         kind, count = parse_devices(devices)
         p = Plan.load(plan) if plan else Plan()
         traced = trace_source(graph)
-        c = load_cluster(cluster or f"cpu:{count}")
+        c = load_cluster(cluster or default_cluster(kind, count))
         if c.num_devices != count:
             raise GraphoptError(f"--cluster {c.name} has {c.num_devices} devices; --devices "
                                 f"{devices} has {count}")

@@ -20,8 +20,8 @@ from graphopt.frontends.torch import TracedProgram, trace_program
 from graphopt.ir.io import atomic_write
 from graphopt.sim import Plan
 
-__all__ = ["PlacedProgram", "StepResult", "apply", "apply_traced", "parse_devices", "save_trace",
-           "trace_source"]
+__all__ = ["PlacedProgram", "StepResult", "apply", "apply_traced", "default_cluster", "parse_devices",
+           "save_trace", "trace_source"]
 
 
 def trace_source(spec: str) -> TracedProgram:
@@ -60,6 +60,29 @@ def parse_devices(spec: str) -> tuple[str, int]:
         raise GraphoptError(f"--devices {spec!r}: this machine has {torch.cuda.device_count()} CUDA "
                             "device(s)")
     return kind, n
+
+
+#: The preset whose roofline stands for a GPU, by a part of its name (the H200 is an H100
+#: chip with more memory bandwidth than the preset's).
+_GPU_PRESETS = (("H100", "h100"), ("H200", "h100"), ("A100", "dgx-a100"), ("V100", "dgx1-v100"),
+                ("P100", "p100"), ("K80", "k80"))
+
+
+def default_cluster(kind: str, count: int) -> str:
+    """The cluster a run on ``count`` devices of ``kind`` is simulated on when none is
+    given: the ``cpu`` preset, or the preset of this machine's GPU.
+
+    >>> default_cluster("cpu", 2)
+    'cpu:2'
+    """
+    if kind == "cpu":
+        return f"cpu:{count}"
+    name = torch.cuda.get_device_name(0)
+    for part, preset in _GPU_PRESETS:
+        if part in name.upper():
+            return f"{preset}:{count}"
+    raise GraphoptError(f"--devices {kind}:{count}: no preset for {name!r}; give --cluster "
+                        "(a preset or a cluster TOML file)")
 
 
 @dataclass
