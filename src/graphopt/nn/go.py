@@ -111,6 +111,14 @@ class GOPolicy(nn.Module):
         for child in self.children():
             reset(child)
 
+    def zero_head(self, task: str) -> None:
+        """Set ``task``'s output layer to zero: its logits start at zero, so that a plan
+        starts at the environment's prior (:meth:`graphopt.rl.go_env.GOEnv.with_prior`,
+        centred on a start plan) while the trunk keeps what it learned."""
+        out = self.head[task][-1]
+        nn.init.zeros_(out.weight)
+        nn.init.zeros_(out.bias)
+
     def __repr__(self) -> str:
         c = self.config
         return (f"{type(self).__name__}(in_dim={c.in_dim}, dim={c.dim}, "

@@ -48,6 +48,9 @@ class GOEnv:
     fusion_flips : float
         How many nodes the fusion prior (:meth:`with_prior`) expects a plan to move off
         XLA's default fusion.
+    placement_flips : float
+        How many nodes the placement prior expects a plan to move off ``init``'s
+        placement (no prior without an ``init`` placement, or at 0).
 
     Attributes
     ----------
@@ -83,6 +86,7 @@ class GOEnv:
     units: str | np.ndarray = "groups"
     init: Plan | None = None
     fusion_flips: float = 2.0
+    placement_flips: float = 4.0
 
     def __post_init__(self) -> None:
         g, p = self.problem.graph, self.problem
@@ -129,6 +133,12 @@ class GOEnv:
         self.tasks = tuple(t for t in ("placement", "scheduling", "fusion") if t in self.task)
         self.fusion_matters = torch.as_tensor(
             np.bincount(unit, self.problem.fusion_choice, u) > 0)
+        self.home = None  # each node's device in init's placement: the most compute on it
+        if (self.init is not None and self.init.placement is not None and d > 1
+                and self.placement_flips > 0):
+            share = np.zeros((u, d))
+            np.add.at(share, (unit, np.asarray(self.init.placement)), op_time + 1e-12)
+            self.home = torch.as_tensor(share.argmax(1))
 
     def with_prior(self, logits: dict[str, Tensor]) -> dict[str, Tensor]:
         """The policy's ``logits`` plus the environment's prior, which centres the fusion
@@ -152,6 +162,9 @@ class GOEnv:
         >>> round(float((1 - p[m, -1]).sum()), 6), bool((p[~m, -1] == 1).all())
         (2.0, True)
         """
+        if "placement" in logits and self.home is not None:
+            logits = {**logits, "placement": self._centred(
+                logits["placement"], self.home, self.placement_flips, self.problem.num_devices)}
         if "fusion" not in logits:
             return logits
         z = logits["fusion"]
@@ -162,6 +175,18 @@ class GOEnv:
         if n > self.fusion_flips:  # else no bias: the prior alone moves fewer than asked
             prior[m, -1] = float(np.log((levels - 1) * (n / self.fusion_flips - 1)))
         return {**logits, "fusion": z + prior}
+
+    @staticmethod
+    def _centred(z: Tensor, home: Tensor, flips: float, k: int) -> Tensor:
+        """``z`` (N_units, >= k) biased towards choice ``home`` of each node so that, with
+        ``z`` at zero over the ``k`` open choices, a plan moves ``flips`` nodes elsewhere
+        on average."""
+        n = z.shape[0]
+        if n <= flips or k < 2:
+            return z
+        prior = torch.zeros_like(z)
+        prior[torch.arange(n), home] = float(np.log((k - 1) * (n / flips - 1)))
+        return z + prior
 
     def inputs(self) -> tuple[Tensor, Tensor, Tensor, Tensor, int]:
         """Positional arguments of :meth:`graphopt.nn.GOPolicy.forward` (less ``tasks``)."""
