@@ -55,3 +55,12 @@ def test_go_finetune_from_the_best_heuristic_spends_one_budget_and_never_loses_t
     rows = np.array([(e, s, b) for e, s, b in stats["history"]], dtype=float)
     assert (np.diff(rows[:, 0]) >= 0).all() and (np.diff(rows[:, 2]) <= 0).all()
     assert rows[-1, 0] <= 80 and rows[-1, 2] == stats["step_time"]
+
+
+def test_the_scheduling_prior_keeps_most_nodes_at_one_shared_priority():
+    env = GOEnv(_prob(), frozenset({"scheduling"}), "ops", scheduling_flips=2.0)
+    z = torch.zeros(env.num_units, 4)
+    p = torch.softmax(env.with_prior({"scheduling": z})["scheduling"], 1)
+    assert torch.isclose((1 - p[:, -1]).sum(), torch.tensor(2.0))
+    off = GOEnv(_prob(), frozenset({"scheduling"}), "ops", scheduling_flips=0.0)
+    assert off.with_prior({"scheduling": z})["scheduling"] is z

@@ -51,6 +51,10 @@ class GOEnv:
     placement_flips : float
         How many nodes the placement prior expects a plan to move off ``init``'s
         placement (no prior without an ``init`` placement, or at 0).
+    scheduling_flips : float
+        How many nodes the scheduling prior expects a plan to give a priority other
+        than the one all share (equal priorities run in the nodes' topological order);
+        0: no prior.
 
     Attributes
     ----------
@@ -87,6 +91,7 @@ class GOEnv:
     init: Plan | None = None
     fusion_flips: float = 2.0
     placement_flips: float = 4.0
+    scheduling_flips: float = 2.0
 
     def __post_init__(self) -> None:
         g, p = self.problem.graph, self.problem
@@ -165,6 +170,10 @@ class GOEnv:
         if "placement" in logits and self.home is not None:
             logits = {**logits, "placement": self._centred(
                 logits["placement"], self.home, self.placement_flips, self.problem.num_devices)}
+        if "scheduling" in logits and self.scheduling_flips > 0:
+            z = logits["scheduling"]  # centred on one level for all: the nodes' own order
+            logits = {**logits, "scheduling": self._centred(
+                z, torch.full((z.shape[0],), z.shape[1] - 1), self.scheduling_flips, z.shape[1])}
         if "fusion" not in logits:
             return logits
         z = logits["fusion"]

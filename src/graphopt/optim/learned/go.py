@@ -237,6 +237,10 @@ class GOOne:
         "help": "With a start plan, nodes a plan moves off its placement on average before "
                 "training (the placement head's prior: GOEnv.with_prior, with the head's "
                 "output layer at zero); 0: no prior."})
+    scheduling_flips: float = field(default=GOEnv.scheduling_flips, metadata={"min": 0,
+        "help": "Nodes a plan gives a priority of their own on average before training (the "
+                "scheduling head's prior, around one priority for all: GOEnv.with_prior); 0: "
+                "no prior."})
     start: str = field(default="init", metadata={"choices": ("init", "best"),
         "help": "The start plan: ``init`` (--init, or none), or ``best``: every placement "
                 "heuristic first, within the budget, and the fastest (as ``portfolio`` "
@@ -270,12 +274,14 @@ class GOOne:
             # GOFinetune's docstring)
             init, heuristics = run_heuristics(problem, task, budget, seed, init, HEURISTICS)
             start, spent = (init, heuristics["step_time"]), heuristics["evals"]
-            plain = GOEnv(problem, task, self.units, init, self.fusion_flips, placement_flips=0.0)
+            plain = GOEnv(problem, task, self.units, init, self.fusion_flips, 0.0,
+                          self.scheduling_flips)
             own = self._own_plan(policy, plain, budget, spent, seed)
             if own is not None:
                 spent += own[2]
                 start = min(start, own[:2], key=lambda c: c[1])
-        env = GOEnv(problem, task, self.units, init, self.fusion_flips, self.placement_flips)
+        env = GOEnv(problem, task, self.units, init, self.fusion_flips, self.placement_flips,
+                    self.scheduling_flips)
         if env.home is not None:
             policy.zero_head("placement")
         cfg = PPOConfig(**{f.name: getattr(self, f.name) for f in fields(PPOConfig)
