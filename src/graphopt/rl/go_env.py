@@ -139,8 +139,8 @@ class GOEnv:
         self.fusion_matters = torch.as_tensor(
             np.bincount(unit, self.problem.fusion_choice, u) > 0)
         self.home = None  # each node's device in init's placement: the most compute on it
-        if (self.init is not None and self.init.placement is not None and d > 1
-                and self.placement_flips > 0):
+        if ("placement" in self.task and self.init is not None
+                and self.init.placement is not None and d > 1 and self.placement_flips > 0):
             share = np.zeros((u, d))
             np.add.at(share, (unit, np.asarray(self.init.placement)), op_time + 1e-12)
             self.home = torch.as_tensor(share.argmax(1))

@@ -253,10 +253,10 @@ class GOOne:
     def _policy(self, seed: int) -> GOPolicy:
         return new_policy(seed, dim=self.dim)
 
-    def _own_plan(self, policy: GOPolicy, env: GOEnv, budget: Budget, spent: int,
+    def _own_plan(self, policy: GOPolicy, env: GOEnv, budget: Budget,
                   seed: int) -> tuple[Plan, float, int] | None:
-        """A start of the policy's own, to weigh against the heuristics: none for a fresh
-        policy; ``(plan, step time, evaluations)``."""
+        """A start of the policy's own within ``budget``, to weigh against the heuristics:
+        none for a fresh policy; ``(plan, step time, evaluations)``."""
         return None
 
     def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,
@@ -276,7 +276,10 @@ class GOOne:
             start, spent = (init, heuristics["step_time"]), heuristics["evals"]
             plain = GOEnv(problem, task, self.units, init, self.fusion_flips, 0.0,
                           self.scheduling_flips)
-            own = self._own_plan(policy, plain, budget, spent, seed)
+            left = Budget(evals=None if budget.evals is None else budget.evals - spent,
+                          seconds=None if budget.seconds is None
+                          else max(budget.seconds - (time.perf_counter() - t0), 0.0))
+            own = self._own_plan(policy, plain, left, seed)
             if own is not None:
                 spent += own[2]
                 start = min(start, own[:2], key=lambda c: c[1])
@@ -354,11 +357,11 @@ class GOFinetune(GOOne):
     def _policy(self, seed: int) -> GOPolicy:
         return load_go_policy(self.checkpoint)[0]
 
-    def _own_plan(self, policy: GOPolicy, env: GOEnv, budget: Budget, spent: int,
+    def _own_plan(self, policy: GOPolicy, env: GOEnv, budget: Budget,
                   seed: int) -> tuple[Plan, float, int] | None:
         """The pre-trained policy's zero-shot plans (as ``go``: 16 of them)."""
-        k = GO.samples if budget.evals is None else min(GO.samples, budget.evals - spent)
-        if k < 1:
+        k = GO.samples if budget.evals is None else min(GO.samples, budget.evals)
+        if k < 1 or budget.seconds == 0.0:
             return None
         ev = LocalEvaluator.from_budget(env.problem, Budget(evals=k, seconds=budget.seconds))
         try:
