@@ -226,6 +226,9 @@ CASES = [
     ("optimize example:mlp --methods go-one -p go-one.dim=40000", "expected <= 8192"),
     ("optimize example:mlp --methods go-one -p go-one.num_samples=0", "expected >= 1"),
     ("optimize example:mlp --methods go-finetune -p go-finetune.clip_coef=0", "expected > 0"),
+    ("optimize example:mlp --methods go-finetune -p go-finetune.start=bogus",
+     "go-finetune.start='bogus': expected one of init, best"),
+    ("optimize example:mlp --methods go-one -p go-one.placement_flips=-1", "expected >= 0"),
     ("profile example:mlp -o {d}/p.json --device bogus", "device 'bogus'"),
     ("train --seed -1 --updates 1 --out {d}/t", "--seed"),
     # output paths, refused before any work
