@@ -188,7 +188,8 @@ class GO:
         generator = seed_everything(seed, self.threads)
         policy, _ = load_go_policy(self.checkpoint)
         _check(problem, task, policy, "go")
-        env = GOEnv(problem, task, self.units, init)
+        # the policy's own placements: no prior around --init (that is go-finetune's start)
+        env = GOEnv(problem, task, self.units, init, placement_flips=0.0)
         k = self.samples if ev.remaining is None else max(1, min(self.samples, ev.remaining))
         place, prio, fuse = _zero_shot(policy, env, k, generator)
         infer_s = time.perf_counter() - t0
