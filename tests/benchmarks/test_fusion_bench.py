@@ -36,6 +36,19 @@ def test_bench_fusion_runs_every_part(tmp_path, monkeypatch):
     assert "<!-- fusion:start -->" in text and "graphopt bench fusion --budget 20" in text
 
 
+def test_multitask_with_go_finetune_never_loses_to_the_defaults(monkeypatch):
+    # the joint policy of docs/benchmarks.md: go-finetune from the best heuristic
+    monkeypatch.setattr(fusion, "_problem", lambda name, cluster, quick: Problem(
+        layered_graph(8, 6, seed=1), load_cluster(f"{cluster}:2")))
+    res = fusion.run(budget=60, table3_rows=(), memory_rows=(), multitask_rows=("c",),
+                     method="go-finetune", progress=False)
+    (mt,) = res["multitask"]
+    default = mt["default"]["step_time"]
+    for task in ("placement", "placement,scheduling,fusion"):
+        cell = mt["tasks"][task]
+        assert cell["valid"] and cell["step_time"] <= default and cell["evals"] <= 60
+
+
 @pytest.mark.parametrize("args, message", [
     (["bench", "fusion", "--fractions", "0.9,abc"], "--fractions"),
     (["bench", "fusion", "--fractions", "1.5"], "--fractions"),
