@@ -201,8 +201,8 @@ def to_markdown(result: dict) -> str:
            "\\* held-out family" + ("; " + ", ".join(prior) + " from go-table2's run with the "
                                     "same settings, - where it has none" if prior else "")
            + "):", "",
-           "| model | ops | dev | " + " | ".join(methods) + " | " + " | ".join(
-               f"{m} vs best non-learned" for m in vs_cols) + " |",
+           "| " + " | ".join(["model", "ops", "dev", *methods,
+                               *(f"{m} vs best non-learned" for m in vs_cols)]) + " |",
            "|" + "---|" * (len(methods) + 3 + len(vs_cols))]
     vs_best: dict[str, list[float]] = {m: [] for m in vs_cols}
     for row in result["placement"]:
@@ -221,8 +221,8 @@ def to_markdown(result: dict) -> str:
             if best and t:
                 vs_best[m].append(best / t)
             vs.append(f"{best / t:.2f}x" if best and t else "-")
-        out.append(f"| {_name(row)} | {row['ops']:,} | {row['devices']} | "
-                   + " | ".join(cells) + " | " + " | ".join(vs) + " |")
+        out.append("| " + " | ".join([_name(row), f"{row['ops']:,}", str(row["devices"]),
+                                      *cells, *vs]) + " |")
     gm = result.get("geomean_speedup_vs_expert", {})
     rows = len(result["placement"])
 
@@ -230,8 +230,9 @@ def to_markdown(result: dict) -> str:
         n = sum(m in r["methods"] and r["methods"][m]["valid"] for r in result["placement"])
         return "-" if not gm.get(m) else f"{gm[m]:.3f}x" + (f" ({n} rows)" if n < rows else "")
 
-    out.append("| **geomean** | | | " + " | ".join(geo(m) for m in methods) + " | " + " | ".join(
-        f"{geomean(v):.3f}x" if v else "-" for v in vs_best.values()) + " |")
+    out.append("| " + " | ".join(["**geomean**", "", "", *(geo(m) for m in methods),
+                                  *(f"{geomean(v):.3f}x" if v else "-" for v in vs_best.values())])
+               + " |")
 
     out += _vs_portfolio(result["placement"])
     searches = [m for m in ("sa", "brkga", "portfolio", "rl-lstm", "hdp", "go-finetune", "go-one",
