@@ -176,14 +176,13 @@ class GOEnv:
                 z, torch.full((z.shape[0],), z.shape[1] - 1), self.scheduling_flips, z.shape[1])}
         if "fusion" not in logits:
             return logits
-        z = logits["fusion"]
-        levels, m = z.shape[1], self.fusion_matters
-        n = int(m.sum())
-        prior = torch.zeros_like(z)
-        prior[~m, :-1] = float("-inf")
-        if n > self.fusion_flips:  # else no bias: the prior alone moves fewer than asked
-            prior[m, -1] = float(np.log((levels - 1) * (n / self.fusion_flips - 1)))
-        return {**logits, "fusion": z + prior}
+        z, m = logits["fusion"], self.fusion_matters
+        levels = z.shape[1]
+        fused = z.clone()
+        fused[~m, :-1] = float("-inf")
+        fused[m] = self._centred(z[m], torch.full((int(m.sum()),), levels - 1),
+                                 self.fusion_flips, levels)
+        return {**logits, "fusion": fused}
 
     @staticmethod
     def _centred(z: Tensor, home: Tensor, flips: float, k: int) -> Tensor:
@@ -191,7 +190,7 @@ class GOEnv:
         ``z`` at zero over the ``k`` open choices, a plan moves ``flips`` nodes elsewhere
         on average."""
         n = z.shape[0]
-        if n <= flips or k < 2:
+        if n <= flips or k < 2:  # the prior alone would move fewer than asked: no bias
             return z
         prior = torch.zeros_like(z)
         prior[torch.arange(n), home] = float(np.log((k - 1) * (n / flips - 1)))

@@ -33,7 +33,7 @@ from graphopt.errors import GraphoptError
 from graphopt.ir.ops import OP_VOCAB
 from graphopt.nn import GOPolicy, GOPolicyConfig
 from graphopt.optim.base import Budget, compose, register
-from graphopt.optim.search.portfolio import HEURISTICS, run_heuristics
+from graphopt.optim.search.portfolio import HEURISTICS, budget_left, run_heuristics
 from graphopt.rl.checkpoint import load_policy, save_policy
 from graphopt.rl.go_env import UNIT_FEATURES, GOEnv
 from graphopt.rl.ppo import PPOConfig, sample, train
@@ -277,10 +277,7 @@ class GOOne:
             start, spent = (init, heuristics["step_time"]), heuristics["evals"]
             plain = GOEnv(problem, task, self.units, init, self.fusion_flips, 0.0,
                           self.scheduling_flips)
-            left = Budget(evals=None if budget.evals is None else budget.evals - spent,
-                          seconds=None if budget.seconds is None
-                          else max(budget.seconds - (time.perf_counter() - t0), 0.0))
-            own = self._own_plan(policy, plain, left, seed)
+            own = self._own_plan(policy, plain, budget_left(budget, spent, t0), seed)
             if own is not None:
                 spent += own[2]
                 start = min(start, own[:2], key=lambda c: c[1])

@@ -23,14 +23,14 @@ from graphopt.optim.base import Budget, get_optimizer, register
 from graphopt.optim.search.annealing import SimulatedAnnealing
 from graphopt.sim import Plan, Problem
 
-__all__ = ["HEURISTICS", "BestHeuristic", "Portfolio"]
+__all__ = ["HEURISTICS", "BestHeuristic", "Portfolio", "budget_left", "run_heuristics"]
 
 #: Placement heuristics ``best`` runs, cheapest first, so that a time budget cuts the
 #: slow list schedulers (minutes on 50k-op graphs) before the partitioners.
 HEURISTICS = "single,expert,round-robin,metis,heft,m-topo,m-etf,m-sct"
 
 
-def _left(budget: Budget, evals: int, t0: float) -> Budget:
+def budget_left(budget: Budget, evals: int, t0: float) -> Budget:
     """What remains of ``budget`` after ``evals`` evaluations and the seconds since ``t0``."""
     return replace(budget, evals=None if budget.evals is None else max(budget.evals - evals, 0),
                    seconds=None if budget.seconds is None
@@ -63,7 +63,7 @@ def run_heuristics(problem: Problem, task: frozenset[str], budget: Budget, seed:
     ev = LocalEvaluator(problem)  # prices the plans; the budget is checked against the total
     evals, found, chosen, history = 0, {}, None, []
     for i, name in enumerate(methods):
-        left = _left(budget, evals + ev.evals, t0)
+        left = budget_left(budget, evals + ev.evals, t0)
         if i and _spent(left):
             break
         if not i:  # the first always runs, whatever the clock says
@@ -151,7 +151,7 @@ class Portfolio:
                              "history": []}
         if "placement" in task:
             start, head = run_heuristics(problem, task, budget, seed, init, self.heuristics)
-        left = _left(budget, head["evals"], t0)
+        left = budget_left(budget, head["evals"], t0)
         if _spent(left):
             return start, {**head, "seconds": time.perf_counter() - t0,
                            "heuristic_step_time": head["step_time"], "sa_evals": 0,
