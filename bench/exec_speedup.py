@@ -43,7 +43,6 @@ def run(layers: int, hidden: int, seq_len: int, rounds: int, steps: int) -> dict
         for r in range(rounds):
             this = {}
             for m in plans:
-                pool.load(placed[m].program)
                 this[m] = placed[m].measure(steps=steps, warmup=1)["median"]
                 times[m].append(this[m])
             ratios.append(this["single"] / this["expert"])

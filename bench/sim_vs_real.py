@@ -3,13 +3,16 @@ devices by graphopt.exec, beside the simulator's prediction on the calibrated cl
 
 For each model (the zoo's ``-quick`` sizes, one training step a few tens of ms on a
 core) and each method's plan on 2 devices:
-- measured step time: median over ``--steps`` steps after one warm-up, on 2 worker
+- measured step time: the median over ``--steps`` steps after one warm-up, the plans of
+  a model in turns, a step each (:func:`graphopt.exec.api.measure_plans`), on 2 worker
   processes pinned to their cores (one pool for the whole run);
 - simulated step time: the calibrated cluster (``graphopt calibrate``: latency of a
   device change through the engine, bandwidth by ping-pong, the engine's per-op
-  dispatch, devices sharing a host, transfers' host work) with every op's time
-  measured on one worker as the engine runs it (a profile, by op signature). Fusion is off in the prediction,
-  as the engine runs op by op. Nothing is fitted to the plans reported here.
+  dispatch, transfers' host work) with every op's time measured on one worker as the
+  engine runs it (a profile, by op signature), and the model's own shared slowdown (its
+  single-device program on both workers at once against one alone). Fusion is off in
+  the prediction, as the engine runs op by op. Nothing is fitted to the plans reported
+  here.
 Per model: Kendall tau between the simulated and the measured order of the plans,
 and the speed-up of each plan over ``single``, measured and simulated. The one-device
 error is ``single``'s (one worker runs it all); the two-device errors are the others'.
@@ -31,8 +34,8 @@ import numpy as np
 from scipy.stats import kendalltau
 
 from graphopt.benchmarks import replace_section, save_json
-from graphopt.exec.api import PlacedProgram, trace_source
-from graphopt.exec.calibrate import calibrate, profile_program
+from graphopt.exec.api import PlacedProgram, measure_plans, trace_source
+from graphopt.exec.calibrate import calibrate, profile_program, shared_slowdown
 from graphopt.exec.workers import CPUWorkers
 from graphopt.hardware.presets import cluster_from_toml
 from graphopt.optim import Budget, optimize
@@ -82,15 +85,18 @@ def run(models=MODELS, methods=METHODS, steps: int = 15, budget: int = 500, seed
                 warnings.simplefilter("ignore")
                 traced = _traced(name, size)
             profile = profile_program(traced, pool=pool)
-            prob = Problem(traced.graph, cluster, profile=profile)
+            slowdown = shared_slowdown(traced, pool)
+            prob = Problem(traced.graph, cluster.with_shared_slowdown(slowdown), profile=profile)
             off = np.zeros(prob.num_nodes)
+            found = [optimize(prob, m, "placement", Budget(evals=budget), seed)[0].replace(fusion=off)
+                     for m in methods]  # the engine runs op by op
+            placed = [PlacedProgram(traced, p, "cpu:2", pool=pool, seed=seed) for p in found]
+            timings = measure_plans(placed, steps=steps)
+            for p in placed:
+                p.close()
             plans = []
-            for method in methods:
-                plan, _ = optimize(prob, method, "placement", Budget(evals=budget), seed)
-                plan = plan.replace(fusion=off)  # the engine runs op by op
+            for method, plan, timing in zip(methods, found, timings):
                 sim = simulate(prob, plan).step_time
-                placed = PlacedProgram(traced, plan, "cpu:2", pool=pool, seed=seed)
-                timing = placed.measure(steps=steps, warmup=1)
                 plans.append({"method": method, "simulated": sim, "measured": timing["median"],
                               "spread": [timing["min"], timing["max"]],
                               "error": sim / timing["median"] - 1,
@@ -101,6 +107,7 @@ def run(models=MODELS, methods=METHODS, steps: int = 15, budget: int = 500, seed
                 p["speedup_simulated"] = single["simulated"] / p["simulated"]
             tau = kendalltau([p["simulated"] for p in plans], [p["measured"] for p in plans]).statistic
             rows.append({"model": f"{name}-{size}", "ops": traced.graph.num_nodes, "plans": plans,
+                         "shared_slowdown": slowdown,
                          "kendall_tau": None if np.isnan(tau) else float(tau),
                          "seconds": time.perf_counter() - t0})
             print(f"{name}: tau {tau:.2f}, " + ", ".join(
@@ -112,9 +119,15 @@ def run(models=MODELS, methods=METHODS, steps: int = 15, budget: int = 500, seed
                             "transfer_cpu_us_per_message": cal.transfer_overhead * 1e6,
                             "shared_slowdown": cal.shared_slowdown,
                             "matmul_gflops": cal.matmul_flops / 1e9},
-            "rows": rows, "steps": steps, "budget": budget, "seed": seed, "size": size,
+            "rows": rows, "in_turns": True, "steps": steps, "budget": budget, "seed": seed, "size": size,
             "machine": f"{platform.machine()}, {platform.processor() or 'cpu'}",
             "summary": summarize(rows)}
+
+
+def _steps(res: dict) -> str:
+    if "in_turns" not in res:  # results from before the plans were measured in turns
+        return f"{res['steps']} timed steps after a warm-up"
+    return f"{res['steps']} timed steps after a warm-up, the plans of a model in turns"
 
 
 def summarize(rows: list[dict]) -> dict:
@@ -138,14 +151,15 @@ def to_markdown(res: dict) -> str:
     size = "" if res.get("size", "quick") == "quick" else f" --size {res['size']}"
     lines = [
         f"Measured by `.venv/bin/python bench/sim_vs_real.py{size}` on " + res["machine"] + ": 2 worker "
-        f"processes, one core each; {res['steps']} timed steps after a warm-up; plans from "
+        f"processes, one core each; {_steps(res)}; plans from "
         f"{res['budget']} evaluations, seed {res['seed']}. Calibration: link latency "
         f"{c['latency_us']:.0f} us, bandwidth {c['bandwidth_gbps']:.2f} GB/s, dispatch "
         f"{c['dispatch_us']:.1f} us per op, transfers' host work "
         f"{c.get('transfer_cpu_ns_per_byte', 0):.2f} ns per byte"
         + (f" and {c['transfer_cpu_us_per_message']:.1f} us per message"
-           if "transfer_cpu_us_per_message" in c else "") + " at each end, shared slowdown "
-        f"{c.get('shared_slowdown', 1):.2f}.",
+           if "transfer_cpu_us_per_message" in c else "") + " at each end"
+        + (", shared slowdown per model (below)." if "shared_slowdown" in res["rows"][0] else
+           f", shared slowdown {c.get('shared_slowdown', 1):.2f}."),
         "",
         "| model | ops | method | measured ms | simulated ms | error | speed-up measured | "
         "speed-up simulated |",
@@ -156,12 +170,12 @@ def to_markdown(res: dict) -> str:
             lines.append(f"| {r['model']} | {r['ops']} | {p['method']} | {p['measured'] * 1e3:.1f} | "
                          f"{p['simulated'] * 1e3:.1f} | {p['error'] * 100:+.0f}% | "
                          f"{p['speedup_measured']:.2f}x | {p['speedup_simulated']:.2f}x |")
-    lines += ["", "| model | Kendall tau |", "|---|---|"]
+    lines += ["", "| model | Kendall tau | shared slowdown |", "|---|---|---|"]
     def fmt(x: float | None) -> str:
         return "n/a" if x is None else f"{x * 100:.0f}%"
 
-    lines += [f"| {r['model']} | {'n/a' if r['kendall_tau'] is None else round(r['kendall_tau'], 2)} |"
-              for r in res["rows"]]
+    lines += [f"| {r['model']} | {'n/a' if r['kendall_tau'] is None else round(r['kendall_tau'], 2)} | "
+              f"{r.get('shared_slowdown', c.get('shared_slowdown', 1)):.3f} |" for r in res["rows"]]
     lines += ["",
               f"Median absolute error: one device {fmt(s['median_abs_error_one_device'])} "
               f"(target <= 10%), two devices {fmt(s['median_abs_error_two_devices'])} (target <= 15%). "
@@ -174,7 +188,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default=",".join(MODELS), help="zoo names, comma-separated")
     ap.add_argument("--methods", default=",".join(METHODS), help="methods, comma-separated")
-    ap.add_argument("--steps", type=int, default=15, help="timed steps per plan")
+    ap.add_argument("--steps", type=int, default=15, help="timed steps per plan, the plans in turns")
     ap.add_argument("--budget", type=int, default=500, help="evaluations per search method")
     ap.add_argument("--size", choices=("quick", "cpu"), default="quick",
                     help="quick: the zoo's -quick entries; cpu: CPU_SIZES (the same six "

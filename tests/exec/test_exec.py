@@ -231,6 +231,38 @@ def test_real_trace_has_every_op(tmp_path):
     assert timing["min"] <= timing["median"] <= timing["max"] and timing["steps"] == 3
 
 
+def test_programs_sharing_a_pool_run_their_own_plans_in_turns(pool):
+    """A pool holds several programs, each with its own state: plans measured in turns
+    each run their own program and go on from their own last step."""
+    from graphopt.exec.api import measure_plans
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+    traced = trace_program(model, (torch.randn(3, 4),), training=True)
+    n = traced.graph.num_nodes
+    split, whole = (PlacedProgram(traced, p, "cpu:2", pool=pool) for p in
+                    (_random_plan(traced.graph, 2, 0), Plan(placement=np.zeros(n, int))))
+    losses = [[float(p().outputs[0]) for p in (split, whole)] for _ in range(3)]
+    for a, b in losses:  # the same training run, step by step
+        assert a == pytest.approx(b, rel=1e-5)
+    assert losses[0][0] != losses[2][0]  # each went on from its own state
+    timings = measure_plans([split, whole], steps=4)
+    for t in timings:
+        assert t["steps"] == len(t["times"]) == 4 and t["min"] <= t["median"] <= t["max"]
+    split.close()
+    assert not pool.holds(split.program) and pool.holds(whole.program)
+    whole.close()
+
+
+def test_shared_slowdown_of_a_program(pool):
+    from graphopt.exec.calibrate import shared_slowdown
+
+    traced = trace_program(torch.nn.Linear(64, 64), (torch.randn(32, 64),), training=True)
+    s = shared_slowdown(traced, pool, rounds=2)
+    assert 1.0 <= s < 10
+    with pytest.raises(ExecutionError, match="replicated"):
+        pool.load(compile_program(traced, _random_plan(traced.graph, 2, 1), 2), replicate=True)
+
+
 def test_bad_devices_and_plans_are_clear_errors():
     with pytest.raises(GraphoptError, match="cpu"):
         parse_devices("tpu:2")

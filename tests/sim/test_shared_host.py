@@ -24,11 +24,6 @@ def host_cluster(slowdown: float, d: int = 2, host: str = "box") -> Cluster:
     return Cluster("toy", devs, *topology.all_to_all(d, 1e9, 1e-6))
 
 
-def with_slowdown(cluster: Cluster, slowdown: float) -> Cluster:
-    return Cluster(cluster.name, tuple(replace(x, shared_slowdown=slowdown) for x in cluster.devices),
-                   cluster.bandwidth, cluster.latency)
-
-
 def chains(flops: list[list[float]]) -> tuple:
     """Independent chains of ops (FLOPs each), chain c on device c, fusion off."""
     b = GraphBuilder("chains")
@@ -97,7 +92,7 @@ def test_without_a_slowdown_the_sharing_code_changes_nothing(pp):
 @settings(max_examples=40)
 def test_with_a_slowdown_every_rule_and_the_bound_still_hold(pp, s):
     prob, plan = pp
-    prob = Problem(prob.graph, with_slowdown(prob.cluster, s))
+    prob = Problem(prob.graph, prob.cluster.with_shared_slowdown(s))
     r = simulate(prob, plan, timeline=True)
     check_timeline(prob, plan, r)
     assert r.step_time >= prob.lower_bound * (1 - REL)
@@ -119,6 +114,9 @@ def test_presets_share_nothing_by_default_and_a_file_sets_the_slowdown(tmp_path)
     assert c.devices[0].host == c.devices[1].host and not Problem(
         chains([[1.0]])[0], c).shared
     assert c.to_dict()["devices"][0]["shared_slowdown"] == 1.0
+    assert [d.shared_slowdown for d in c.with_shared_slowdown(1.2).devices] == [1.2, 1.2]
+    alone = Cluster("x", (replace(c.devices[0], host=""),), np.zeros((1, 1)), np.zeros((1, 1)))
+    assert alone.with_shared_slowdown(1.2).devices[0].shared_slowdown == 1.0  # shares no host
     path = tmp_path / "c.toml"
     base = ('[[devices]]\nkind = "x"\ncount = 2\nprefix = "cpu"\npeak_tflops = { float32 = 1 }\n'
             'vector_tflops = 1\nmem_gbps = 10\nmemory_gib = 1\nshared_slowdown = VALUE\n'

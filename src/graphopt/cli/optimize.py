@@ -57,7 +57,9 @@ def optimize(
                                                "cluster's device count. Example: cpu:2"),
     measure_steps: int = typer.Option(3, "--measure-steps", min=1,
                                       help="Timed steps per plan with --measure, after one "
-                                           "warm-up step. Example: 10"),
+                                           "warm-up step; the plans run in turns, a step "
+                                           "each, so that a machine whose speed drifts "
+                                           "weighs on all alike. Example: 10"),
     backend: str = typer.Option("local", "--backend", help=BACKEND_HELP),
     address: str | None = typer.Option(None, "--address", help=ADDRESS_HELP),
     memory_fraction: float | None = typer.Option(
@@ -115,7 +117,7 @@ def optimize(
         for col in ("measured ms", "measured vs single"):
             t.add_column(col, justify="right")
         t.caption = (f"measured: median of {measure_steps} steps after a warm-up on "
-                     f"{devices or f'cpu:{c.num_devices}'}")
+                     f"{devices or f'cpu:{c.num_devices}'}, the plans in turns")
     from graphopt.sim.problem import format_bytes  # imports numba: only for the table
 
     for r in results:
@@ -159,13 +161,21 @@ def _measurable(graph: str, count: int, devices: str | None):
 
 
 def _measure(traced, results: list, devices: str, steps: int, seed: int) -> None:
-    """Run each result's plan for real and set its ``measured``."""
-    from graphopt.exec.api import apply_traced
+    """Run each result's plan for real, the plans in turns on one set of devices, and set
+    its ``measured``."""
+    from graphopt.exec.api import PlacedProgram, measure_plans, parse_devices
+    from graphopt.exec.workers import CPUWorkers
 
-    for r in results:
-        with console.status(f"measuring {r.method}'s plan on {devices} ..."):
-            with apply_traced(traced, r.plan, devices, seed=seed) as placed:
-                timing = placed.measure(steps=steps, warmup=1)
+    kind, count = parse_devices(devices)
+    with console.status(f"measuring {len(results)} plans in turns on {devices} ..."):
+        pool = CPUWorkers(count) if kind == "cpu" and count > 1 else None
+        try:
+            placed = [PlacedProgram(traced, r.plan, devices, seed=seed, pool=pool) for r in results]
+            timings = measure_plans(placed, steps=steps)
+        finally:
+            if pool is not None:
+                pool.close()
+    for r, timing in zip(results, timings):
         r.measured = {k: timing[k] for k in ("median", "min", "max", "steps")} | {
             "devices": devices}
     single = next((r.measured["median"] for r in results if r.method == "single"), None)

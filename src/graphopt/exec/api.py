@@ -20,8 +20,8 @@ from graphopt.frontends.torch import TracedProgram, trace_program
 from graphopt.ir.io import atomic_write
 from graphopt.sim import Plan
 
-__all__ = ["PlacedProgram", "StepResult", "apply", "apply_traced", "default_cluster", "parse_devices",
-           "save_trace", "trace_source"]
+__all__ = ["PlacedProgram", "StepResult", "apply", "apply_traced", "default_cluster", "measure_plans",
+           "parse_devices", "save_trace", "trace_source"]
 
 
 def trace_source(spec: str) -> TracedProgram:
@@ -112,6 +112,9 @@ class PlacedProgram:
     Call it to run one step. The devices keep the program's state (parameters,
     buffers, optimizer moments): each training step updates them in place, as a real
     placed training job does. Use it as a context manager, or call :meth:`close`.
+
+    Several placed programs may share one ``pool`` of workers: it holds each of them,
+    with its own state, until it is closed (:func:`measure_plans` runs them in turns).
     """
 
     def __init__(self, traced: TracedProgram, plan: Plan | None, devices: str = "cpu:1",
@@ -140,7 +143,9 @@ class PlacedProgram:
         seed = self.seed * 1_000_003 + self._steps
         self._steps += 1
         if self._pool is not None:
-            values, per_device = self._pool.step(seed)
+            if not self._pool.holds(self.program):
+                self._pool.load(self.program)
+            values, per_device = self._pool.step(seed, self.program)
             outputs = materialize(self.program.outputs, values)
         else:
             per_device = [[] for _ in range(self.devices)]
@@ -157,23 +162,21 @@ class PlacedProgram:
     def state_dict(self) -> dict[str, torch.Tensor]:
         """The state tensors by qualified name, as the devices hold them now."""
         if self._pool is not None:
-            values = self._pool.state()
+            values = self._pool.state(self.program)
         else:
             values = {n: v for n, (_, v) in self._values.items()}
         return {name: values[n].cpu() for n, name in self.program.state.items()}
 
     def measure(self, steps: int = 5, warmup: int = 1) -> dict:
         """Median and spread of the step time over ``steps`` steps after ``warmup``."""
-        for _ in range(warmup):
-            self()
-        times = [self().seconds for _ in range(steps)]
-        return {"median": statistics.median(times), "min": min(times), "max": max(times),
-                "steps": steps, "times": times}
+        return measure_plans([self], steps=steps, warmup=warmup)[0]
 
     def close(self) -> None:
-        """Stop the worker processes (unless the pool was given)."""
+        """Stop the worker processes, or free the program in a pool that was given."""
         if self._pool is not None and self._owns_pool:
             self._pool.close()
+        elif self._pool is not None:
+            self._pool.unload(self.program)
         self._pool = None
 
     def __enter__(self) -> PlacedProgram:
@@ -181,6 +184,36 @@ class PlacedProgram:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def measure_plans(placed: list[PlacedProgram], steps: int = 15, warmup: int = 1) -> list[dict]:
+    """Step times of several placed programs, measured in turns: ``warmup`` steps of
+    each, then ``steps`` rounds in which every program runs one step.
+
+    A shared machine's speed drifts over seconds (other tenants, clocks): one plan
+    measured twice, a few seconds apart, gave 180 and 210 ms a step here, more than
+    most plans of a model differ. In turns, a drift weighs on every plan alike. The
+    programs may share a pool: it holds them all.
+
+    Returns, per program, the median, min and max over its timed steps, their number,
+    and the step times.
+
+    Examples
+    --------
+    >>> with CPUWorkers(2) as pool:                                    # doctest: +SKIP
+    ...     a = PlacedProgram(traced, plan_a, "cpu:2", pool=pool)
+    ...     b = PlacedProgram(traced, plan_b, "cpu:2", pool=pool)
+    ...     ta, tb = measure_plans([a, b], steps=15)
+    """
+    for p in placed:
+        for _ in range(warmup):
+            p()
+    times: list[list[float]] = [[] for _ in placed]
+    for _ in range(steps):
+        for i, p in enumerate(placed):
+            times[i].append(p().seconds)
+    return [{"median": statistics.median(t), "min": min(t), "max": max(t), "steps": len(t), "times": t}
+            for t in times]
 
 
 def apply(model: torch.nn.Module, example_inputs: tuple, plan: Plan | None = None,

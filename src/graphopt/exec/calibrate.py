@@ -33,8 +33,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import scipy.sparse
-import scipy.sparse.csgraph
 import torch
 
 from graphopt.cost.profile import Profile, _signatures
@@ -45,7 +43,7 @@ from graphopt.frontends.torch import TracedProgram, trace_program
 from graphopt.ir.io import atomic_write
 from graphopt.sim.plan import Plan
 
-__all__ = ["DEVICE_KIND", "Calibration", "calibrate", "profile_program"]
+__all__ = ["DEVICE_KIND", "Calibration", "calibrate", "profile_program", "shared_slowdown"]
 
 #: The device kind of calibrated CPU workers; profiles of programs use it too.
 DEVICE_KIND = "cpu-worker"
@@ -151,33 +149,27 @@ class _Chains(torch.nn.Module):
         return tuple(out)
 
 
-def _shared_slowdown(pool: CPUWorkers, ops: int, rounds: int) -> float:
-    """How much slower an op runs while every worker of ``pool`` computes than while
-    one computes alone: one chain per worker, run all on worker 0, then each on its own
-    worker at once; per round, the median over ops of its time together over alone;
-    the median over rounds. Alone and together alternate, so that a load from outside
-    that comes and goes weighs on both. A figure below 1 is noise (the workers never
-    help each other): 1."""
-    devices = pool.devices
-    traced = trace_program(_Chains(devices, ops).eval(),
-                           tuple(torch.randn(64, 256) for _ in range(devices)), training=False)
-    graph = traced.graph
-    n = graph.num_nodes
-    edges = scipy.sparse.coo_matrix((np.ones(graph.num_edges), (graph.src, graph.dst)), (n, n))
-    _, chain = scipy.sparse.csgraph.connected_components(edges, directed=False)
-    programs = [compile_program(traced, Plan(placement=p), devices)
-                for p in (np.zeros(n, int), chain)]
+def shared_slowdown(traced: TracedProgram, pool: CPUWorkers, rounds: int = 5) -> float:
+    """How much slower ``traced`` runs on a worker of ``pool`` while every worker runs it
+    than while one runs it alone: per round, the sum of its op times on worker 0 with
+    the program replicated on every worker over the sum alone; the median over rounds.
+
+    The workers share the machine's caches and memory bandwidth, so the figure depends
+    on the ops' sizes: measured on a program's own ops, it is that program's. Alone and
+    together alternate, so that a load from outside that comes and goes weighs on both.
+    A figure below 1 is noise (the workers never help each other): 1.
+    """
+    prog = compile_program(traced, None, pool.devices)
     ratios = []
     for _ in range(rounds):
-        times = []
-        for prog in programs:
-            pool.load(prog)
+        sums = []
+        for replicate in (False, True):
+            pool.load(prog, replicate=replicate)
             pool.step(0)  # warms the allocator and the op cache
             _, events = pool.step(1)
-            times.append({name: end - start for dev in events
-                          for kind, name, start, end, _ in dev if kind == "op"})
-        alone, together = times
-        ratios.append(statistics.median(together[k] / alone[k] for k in alone if alone[k] > 0))
+            sums.append(sum(end - start for kind, _, start, end, _ in events[0] if kind == "op"))
+        ratios.append(sums[1] / max(sums[0], 1e-12))
+    pool.unload(prog)
     return max(1.0, statistics.median(ratios))
 
 
@@ -233,6 +225,7 @@ def _hop_latency(pool: CPUWorkers, chain: TracedProgram, steps: int) -> float:
         if step:
             span = max(e[3] for e in spans) - min(e[2] for e in spans)
             per_hop.append((span - busy) / len(prog.transfers))
+    pool.unload(prog)
     return statistics.median(per_hop)
 
 
@@ -260,7 +253,10 @@ def calibrate(devices: int = 2, timeout: float = 120.0, chain_ops: int = 300,
             span = [e for e in events[0] if e[0] == "step"][0]
             if step:  # the first step warms the allocator and the op cache
                 per_op.append((span[3] - span[2] - sum(e[3] - e[2] for e in ops)) / len(ops))
-        slowdown = _shared_slowdown(pool, chain_ops, steps) if devices > 1 else 1.0
+        slowdown = 1.0
+        if devices > 1:
+            chains = trace_program(_Chains(1, chain_ops).eval(), (torch.randn(64, 256),), training=False)
+            slowdown = shared_slowdown(chains, pool, steps)
         latency = _hop_latency(pool, chain, steps) if devices > 1 else 0.0
         xcpu, xmsg = pool.transfer_cpu() if devices > 1 else (0.0, 0.0)
     bandwidth = _bandwidth(pingpong) if pingpong else float("inf")
@@ -290,6 +286,8 @@ def profile_program(traced: TracedProgram, devices: int = 2, steps: int = 5,
     finally:
         if own:
             pool.close()
+        else:
+            pool.unload(prog)
     graph = traced.graph
     index = graph.index
     by_signature: dict = {}

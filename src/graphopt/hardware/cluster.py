@@ -199,6 +199,16 @@ class Cluster:
         return Cluster(self.name, tuple(replace(d, memory=float(memory)) for d in self.devices),
                        self.bandwidth, self.latency, dict(self.meta), self.overlap_latency)
 
+    def with_shared_slowdown(self, slowdown: float) -> Cluster:
+        """The same cluster with ``shared_slowdown`` set to ``slowdown`` on every device
+        that shares a host (a program's own figure, measured by
+        :func:`graphopt.exec.calibrate.shared_slowdown`)."""
+        from dataclasses import replace
+
+        return Cluster(self.name, tuple(replace(d, shared_slowdown=float(slowdown)) if d.host else d
+                                        for d in self.devices),
+                       self.bandwidth, self.latency, dict(self.meta), self.overlap_latency)
+
     def to_dict(self) -> dict:
         """JSON-ready description (for reports)."""
         return {
