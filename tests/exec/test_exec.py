@@ -114,6 +114,32 @@ def test_torch_rnn_modules_run_under_any_split(cell, pool):
     _assert_state_close({prog.state[n]: v for n, v in pool.state().items()}, ref_state, exact=False)
 
 
+def _outside_models():
+    """Models written elsewhere: PyTorch's own transformer encoder, PyG's GraphSAGE."""
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True)
+    yield "TransformerEncoder", torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False), (
+        torch.randn(2, 6, 16),)
+    from torch_geometric.nn.models import GraphSAGE
+
+    edges = torch.randint(0, 12, (2, 40), generator=torch.Generator().manual_seed(0))
+    yield "GraphSAGE", GraphSAGE(8, 16, num_layers=2, out_channels=4), (torch.randn(12, 8), edges)
+
+
+@pytest.mark.parametrize("name", ["TransformerEncoder", "GraphSAGE"])
+def test_models_written_elsewhere_run_placed(name, pool):
+    model, inputs = next((m, x) for n, m, x in _outside_models() if n == name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        traced = trace_program(model, inputs, training=True)
+    ref_out, ref_state = _reference(traced, seed=0)
+    with PlacedProgram(traced, _random_plan(traced.graph, 2, 7), "cpu:2", pool=pool) as placed:
+        torch.testing.assert_close(placed().outputs[0], ref_out[0], rtol=1e-4, atol=1e-5)
+        _assert_state_close(placed.state_dict(), ref_state, exact=False)
+        assert pool.holds(placed.program)
+    assert not pool.holds(placed.program)
+
+
 def test_one_device_step_equals_eager_sgd():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
