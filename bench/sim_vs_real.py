@@ -35,7 +35,7 @@ from scipy.stats import kendalltau
 
 from graphopt.benchmarks import replace_section, save_json
 from graphopt.exec.api import PlacedProgram, measure_plans, trace_source
-from graphopt.exec.calibrate import calibrate, profile_program, shared_slowdown
+from graphopt.exec.calibrate import calibrate, engine_costs
 from graphopt.exec.workers import CPUWorkers
 from graphopt.hardware.presets import cluster_from_toml
 from graphopt.optim import Budget, optimize
@@ -84,9 +84,9 @@ def run(models=MODELS, methods=METHODS, steps: int = 30, budget: int = 500, seed
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 traced = _traced(name, size)
-            profile = profile_program(traced, pool=pool)
-            slowdown = shared_slowdown(traced, pool)
-            prob = Problem(traced.graph, cluster.with_shared_slowdown(slowdown), profile=profile)
+            own, profile = engine_costs(traced, cluster, pool)
+            slowdown = own.devices[0].shared_slowdown
+            prob = Problem(traced.graph, own, profile=profile)
             off = np.zeros(prob.num_nodes)
             found = [optimize(prob, m, "placement", Budget(evals=budget), seed)[0].replace(fusion=off)
                      for m in methods]  # the engine runs op by op

@@ -360,6 +360,35 @@ def test_calibration_writes_a_cluster_file_the_simulator_loads(tmp_path):
     assert single >= cal.dispatch * len(ops)
 
 
+def test_cli_optimize_on_a_calibrated_cluster_times_the_programs_ops(tmp_path):
+    """With a cluster of this machine's workers, the search prices a PyTorch program's
+    ops as the engine ran them (a tiny program's ops take microseconds each, far above
+    the roofline of the calibrated matmul rate)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from graphopt.cli import app
+    from graphopt.exec.calibrate import calibrate
+    from graphopt.hardware import load_cluster
+    from graphopt.sim import Problem, simulate
+
+    cluster = str(calibrate(2, chain_ops=20, steps=2).save(tmp_path / "cluster.toml"))
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    path = tmp_path / "mlp.pt2"
+    torch.export.save(torch.export.export(model, (torch.randn(3, 4),)), path)
+    r = CliRunner().invoke(app, ["optimize", str(path), "-c", cluster, "--methods", "single,expert",
+                                 "--budget", "5", "--out", str(tmp_path / "out")])
+    assert r.exit_code == 0, r.output
+    rows = json.loads((tmp_path / "out" / "report.json").read_text())["rows"]
+    single = next(row for row in rows if row["method"] == "single")
+    from graphopt.frontends.torch import load_program
+
+    g = load_program(str(path)).graph
+    roofline = simulate(Problem(g, load_cluster(cluster)), Plan(placement=np.zeros(g.num_nodes, int)))
+    assert single["step_time"] > 2 * roofline.step_time
+
+
 def test_cli_calibrate(tmp_path):
     from typer.testing import CliRunner
 

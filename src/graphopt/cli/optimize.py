@@ -22,7 +22,10 @@ def optimize(
     cluster: str | None = typer.Option(None, "--cluster", "-c",
                                           help="Preset NAME[:COUNT] or a .toml file; default for "
                                                "a zoo model: dgx1-v100 with the device count of "
-                                               "GO's Table 2, else dgx1-v100:4. Example: p100:4"),
+                                               "GO's Table 2, else dgx1-v100:4. A file from "
+                                               "'graphopt calibrate' with a PyTorch program "
+                                               "(zoo:NAME, .pt2): its ops are first timed on one "
+                                               "worker, as 'graphopt run' does. Example: p100:4"),
     task: str = typer.Option("placement", "--task", "-t",
                              help="What to decide, comma-separated: placement, scheduling, "
                                   "fusion. Example: placement,scheduling"),
@@ -89,13 +92,24 @@ def optimize(
                                 "lists them")
         check_output(out, "--out", folder=True)
         params = method_params(param, names)
-        g = load_source(graph)
         c = load_cluster(cluster or _default_cluster(graph))
         traced = _measurable(graph, c.num_devices, devices) if measure else None
         if devices and not measure:
             raise GraphoptError(f"--devices {devices}: only with --measure")
+        profile = None
+        if graph.startswith("zoo:") or graph.endswith(".pt2"):  # a PyTorch program
+            from graphopt.exec.api import trace_source
+            from graphopt.exec.calibrate import DEVICE_KIND, engine_costs
+
+            if c.devices[0].kind == DEVICE_KIND:
+                # a cluster of this machine's workers: search on the program's ops as the
+                # engine runs them, as 'graphopt run' predicts
+                traced = traced or trace_source(graph)
+                with console.status("timing every op on one worker, then on all at once"):
+                    c, profile = engine_costs(traced, c)
+        g = traced.graph if traced is not None else load_source(graph)
         compile_simulator()
-        prob = Problem(g, c)
+        prob = Problem(g, c, profile=profile)
         if memory_fraction is not None:
             prob = prob.with_memory_fraction(memory_fraction)
             c = prob.cluster

@@ -32,7 +32,9 @@ def run(
     cluster: str | None = typer.Option(None, "--cluster", "-c",
                                        help="Cluster the simulated step time is taken on: a file "
                                             "from 'graphopt calibrate' (then every op of the "
-                                            "program is first timed on one worker, as a profile) "
+                                            "program is first timed on one worker, as a profile, "
+                                            "and the program on every worker at once, for how "
+                                            "much they slow each other) "
                                             "or a preset; default: the 'cpu' preset with the same "
                                             "device count, or on GPUs the preset of this GPU "
                                             "(h100 for an H100 or H200). Example: cluster.toml"),
@@ -47,7 +49,7 @@ def run(
     Example: graphopt run zoo:rnnlm-2-quick --plan runs/r/sa/plan.json --devices cpu:2
     """
     from graphopt.exec.api import apply_traced, default_cluster, parse_devices, save_trace, trace_source
-    from graphopt.exec.calibrate import DEVICE_KIND, profile_program
+    from graphopt.exec.calibrate import DEVICE_KIND, engine_costs
     from graphopt.hardware import load_cluster
     from graphopt.sim import Plan, Problem, simulate
 
@@ -62,8 +64,8 @@ def run(
                                 f"{devices} has {count}")
         profile = None
         if c.devices[0].kind == DEVICE_KIND:
-            with console.status("timing every op on one worker (the calibrated profile)"):
-                profile = profile_program(traced, count)
+            with console.status("timing every op on one worker, then on all at once"):
+                c, profile = engine_costs(traced, c)
         prob = Problem(traced.graph, c, profile=profile)
         check_plan(p, prob, plan)
         # the engine runs op by op: no fusion in the prediction

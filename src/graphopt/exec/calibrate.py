@@ -13,9 +13,10 @@ their cores), never fitted to the plans a benchmark reports:
 - compute: each op of a program timed on one worker as the engine runs it, kept as a
   :class:`~graphopt.cost.profile.Profile` by op signature;
 - sharing: the workers share this machine's caches, memory bandwidth and (with more
-  workers than cores) cores, so an op may run slower while the others compute too:
-  independent chains of small ops, all on one worker, then one per worker at once; the
-  cluster's ``shared_slowdown`` is the median op's time together over its time alone;
+  workers than cores) cores, so an op may run slower while the others compute too: a
+  program on one worker alone, then on every worker at once; the cluster's
+  ``shared_slowdown`` is its ops' time together over alone. :func:`calibrate` measures
+  a generic chain of small ops; :func:`engine_costs` a program's own ops;
 - transfers' host work: gloo moves a message through a socket, copied by the cores of
   both workers, so a worker computes slower while it sends or receives: a chain of
   matmuls on one worker alone, then while it receives and while it sends 8 MiB in 16
@@ -40,10 +41,11 @@ from graphopt.errors import GraphoptError
 from graphopt.exec.program import compile_program
 from graphopt.exec.workers import CPUWorkers, device_cores
 from graphopt.frontends.torch import TracedProgram, trace_program
+from graphopt.hardware.cluster import Cluster
 from graphopt.ir.io import atomic_write
 from graphopt.sim.plan import Plan
 
-__all__ = ["DEVICE_KIND", "Calibration", "calibrate", "profile_program", "shared_slowdown"]
+__all__ = ["DEVICE_KIND", "Calibration", "calibrate", "engine_costs", "profile_program", "shared_slowdown"]
 
 #: The device kind of calibrated CPU workers; profiles of programs use it too.
 DEVICE_KIND = "cpu-worker"
@@ -80,7 +82,8 @@ class Calibration:
             f'from ping-pong between two workers ({sizes}); dispatch from a chain of tiny ops '
             f'on one worker; a float32 '
             'matmul and a copy for ops without a measured profile; shared_slowdown from '
-            'chains of small ops, on one worker, then one per worker at once; transfer_cpu_gbps '
+            'a chain of small ops on one worker alone, then on every worker at once (graphopt '
+            'run and optimize measure each program\'s own); transfer_cpu_gbps '
             'and transfer_cpu_us from a chain of matmuls on one worker alone, then while it '
             'sends or receives large and small messages",',
             "]",
@@ -302,3 +305,27 @@ def profile_program(traced: TracedProgram, devices: int = 2, steps: int = 5,
             by_signature.setdefault(signatures[node], []).append(statistics.fmean(samples))
     entries = {sig: statistics.fmean(v) for sig, v in by_signature.items()}
     return Profile(DEVICE_KIND, entries, {"source": graph.name, "how": "graphopt.exec, one worker"})
+
+
+def engine_costs(traced: TracedProgram, cluster: Cluster,
+                 pool: CPUWorkers | None = None) -> tuple[Cluster, Profile]:
+    """What the simulator needs to predict ``traced`` on a cluster ``graphopt calibrate``
+    measured: every op's time on one worker as the engine runs it (:func:`profile_program`)
+    and, with several workers, the program's own :func:`shared_slowdown` in the cluster.
+
+    Examples
+    --------
+    >>> cluster, profile = engine_costs(traced, load_cluster("cluster.toml"))  # doctest: +SKIP
+    >>> prob = Problem(traced.graph, cluster, profile=profile)                 # doctest: +SKIP
+    """
+    devices = cluster.num_devices
+    own = pool is None
+    pool = pool or CPUWorkers(devices)
+    try:
+        profile = profile_program(traced, devices, pool=pool)
+        if devices > 1:
+            cluster = cluster.with_shared_slowdown(shared_slowdown(traced, pool))
+    finally:
+        if own:
+            pool.close()
+    return cluster, profile
