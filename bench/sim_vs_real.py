@@ -10,9 +10,10 @@ core) and each method's plan on 2 devices:
   device change through the engine, bandwidth by ping-pong, the engine's per-op
   dispatch, transfers' host work) with every op's time measured on one worker as the
   engine runs it (a profile, by op signature), and the model's own shared slowdown (its
-  single-device program on both workers at once against one alone). Fusion is off in
-  the prediction, as the engine runs op by op. Nothing is fitted to the plans reported
-  here.
+  single-device program on both workers at once against one alone), and no fusion, in
+  the searches as in the prediction, as the engine runs op by op
+  (:func:`graphopt.exec.calibrate.engine_problem`). Nothing is fitted to the plans
+  reported here.
 Per model: Kendall tau between the simulated and the measured order of the plans,
 and the speed-up of each plan over ``single``, measured and simulated. The one-device
 error is ``single``'s (one worker runs it all); the two-device errors are the others'.
@@ -35,11 +36,11 @@ from scipy.stats import kendalltau
 
 from graphopt.benchmarks import replace_section, save_json
 from graphopt.exec.api import PlacedProgram, measure_plans, trace_source
-from graphopt.exec.calibrate import calibrate, engine_costs
+from graphopt.exec.calibrate import calibrate, engine_problem
 from graphopt.exec.workers import CPUWorkers
 from graphopt.hardware.presets import cluster_from_toml
 from graphopt.optim import Budget, optimize
-from graphopt.sim import Problem, ensure_compiled, simulate
+from graphopt.sim import ensure_compiled, simulate
 
 MODELS = ("rnnlm-2", "gnmt-2", "transformer-xl-2", "inception-v3-b32", "wavenet-2x18", "bert-base")
 #: ``--size cpu``: larger than the zoo's quick sizes, so that ops take about a millisecond
@@ -84,12 +85,9 @@ def run(models=MODELS, methods=METHODS, steps: int = 30, budget: int = 500, seed
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 traced = _traced(name, size)
-            own, profile = engine_costs(traced, cluster, pool)
-            slowdown = own.devices[0].shared_slowdown
-            prob = Problem(traced.graph, own, profile=profile)
-            off = np.zeros(prob.num_nodes)
-            found = [optimize(prob, m, "placement", Budget(evals=budget), seed)[0].replace(fusion=off)
-                     for m in methods]  # the engine runs op by op
+            prob = engine_problem(traced, cluster, pool)
+            slowdown = prob.cluster.devices[0].shared_slowdown
+            found = [optimize(prob, m, "placement", Budget(evals=budget), seed)[0] for m in methods]
             placed = [PlacedProgram(traced, p, "cpu:2", pool=pool, seed=seed) for p in found]
             timings = measure_plans(placed, steps=steps)
             for p in placed:

@@ -387,6 +387,13 @@ def test_cli_optimize_on_a_calibrated_cluster_times_the_programs_ops(tmp_path):
     g = load_program(str(path)).graph
     roofline = simulate(Problem(g, load_cluster(cluster)), Plan(placement=np.zeros(g.num_nodes, int)))
     assert single["step_time"] > 2 * roofline.step_time
+    from graphopt.exec.calibrate import engine_problem
+
+    prob = engine_problem(load_program(str(path)), load_cluster(cluster))
+    plan = _random_plan(prob.graph, 2, 0)
+    assert prob.cluster.devices[0].shared_slowdown >= 1
+    fused = plan.replace(fusion=np.ones(g.num_nodes))  # the engine fuses nothing
+    assert simulate(prob, plan).step_time == simulate(prob, fused).step_time
 
 
 def test_cli_calibrate(tmp_path):

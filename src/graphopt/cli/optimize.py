@@ -96,20 +96,20 @@ def optimize(
         traced = _measurable(graph, c.num_devices, devices) if measure else None
         if devices and not measure:
             raise GraphoptError(f"--devices {devices}: only with --measure")
-        profile = None
+        prob = None
         if graph.startswith("zoo:") or graph.endswith(".pt2"):  # a PyTorch program
             from graphopt.exec.api import trace_source
-            from graphopt.exec.calibrate import DEVICE_KIND, engine_costs
+            from graphopt.exec.calibrate import DEVICE_KIND, engine_problem
 
             if c.devices[0].kind == DEVICE_KIND:
                 # a cluster of this machine's workers: search on the program's ops as the
                 # engine runs them, as 'graphopt run' predicts
                 traced = traced or trace_source(graph)
                 with console.status("timing every op on one worker, then on all at once"):
-                    c, profile = engine_costs(traced, c)
+                    prob = engine_problem(traced, c)
         g = traced.graph if traced is not None else load_source(graph)
         compile_simulator()
-        prob = Problem(g, c, profile=profile)
+        prob = prob or Problem(g, c)
         if memory_fraction is not None:
             prob = prob.with_memory_fraction(memory_fraction)
             c = prob.cluster

@@ -49,7 +49,7 @@ def run(
     Example: graphopt run zoo:rnnlm-2-quick --plan runs/r/sa/plan.json --devices cpu:2
     """
     from graphopt.exec.api import apply_traced, default_cluster, parse_devices, save_trace, trace_source
-    from graphopt.exec.calibrate import DEVICE_KIND, engine_costs
+    from graphopt.exec.calibrate import DEVICE_KIND, engine_problem
     from graphopt.hardware import load_cluster
     from graphopt.sim import Plan, Problem, simulate
 
@@ -62,11 +62,11 @@ def run(
         if c.num_devices != count:
             raise GraphoptError(f"--cluster {c.name} has {c.num_devices} devices; --devices "
                                 f"{devices} has {count}")
-        profile = None
         if c.devices[0].kind == DEVICE_KIND:
             with console.status("timing every op on one worker, then on all at once"):
-                c, profile = engine_costs(traced, c)
-        prob = Problem(traced.graph, c, profile=profile)
+                prob = engine_problem(traced, c)
+        else:
+            prob = Problem(traced.graph, c)
         check_plan(p, prob, plan)
         # the engine runs op by op: no fusion in the prediction
         sim = simulate(prob, p.replace(fusion=np.zeros(prob.num_nodes)), timeline=trace is not None)

@@ -16,7 +16,7 @@ their cores), never fitted to the plans a benchmark reports:
   workers than cores) cores, so an op may run slower while the others compute too: a
   program on one worker alone, then on every worker at once; the cluster's
   ``shared_slowdown`` is its ops' time together over alone. :func:`calibrate` measures
-  a generic chain of small ops; :func:`engine_costs` a program's own ops;
+  a generic chain of small ops; :func:`engine_problem` a program's own ops;
 - transfers' host work: gloo moves a message through a socket, copied by the cores of
   both workers, so a worker computes slower while it sends or receives: a chain of
   matmuls on one worker alone, then while it receives and while it sends 8 MiB in 16
@@ -44,8 +44,9 @@ from graphopt.frontends.torch import TracedProgram, trace_program
 from graphopt.hardware.cluster import Cluster
 from graphopt.ir.io import atomic_write
 from graphopt.sim.plan import Plan
+from graphopt.sim.problem import Problem
 
-__all__ = ["DEVICE_KIND", "Calibration", "calibrate", "engine_costs", "profile_program", "shared_slowdown"]
+__all__ = ["DEVICE_KIND", "Calibration", "calibrate", "engine_problem", "profile_program", "shared_slowdown"]
 
 #: The device kind of calibrated CPU workers; profiles of programs use it too.
 DEVICE_KIND = "cpu-worker"
@@ -307,16 +308,17 @@ def profile_program(traced: TracedProgram, devices: int = 2, steps: int = 5,
     return Profile(DEVICE_KIND, entries, {"source": graph.name, "how": "graphopt.exec, one worker"})
 
 
-def engine_costs(traced: TracedProgram, cluster: Cluster,
-                 pool: CPUWorkers | None = None) -> tuple[Cluster, Profile]:
-    """What the simulator needs to predict ``traced`` on a cluster ``graphopt calibrate``
-    measured: every op's time on one worker as the engine runs it (:func:`profile_program`)
-    and, with several workers, the program's own :func:`shared_slowdown` in the cluster.
+def engine_problem(traced: TracedProgram, cluster: Cluster, pool: CPUWorkers | None = None) -> Problem:
+    """The simulator's problem for ``traced`` as ``graphopt.exec`` runs it on a cluster
+    ``graphopt calibrate`` measured: every op's time on one worker as the engine runs it
+    (:func:`profile_program`), with several workers the program's own
+    :func:`shared_slowdown`, and no fusion (the engine runs op by op; kernels of one op,
+    so a plan's fusion changes nothing).
 
     Examples
     --------
-    >>> cluster, profile = engine_costs(traced, load_cluster("cluster.toml"))  # doctest: +SKIP
-    >>> prob = Problem(traced.graph, cluster, profile=profile)                 # doctest: +SKIP
+    >>> prob = engine_problem(traced, load_cluster("cluster.toml"))  # doctest: +SKIP
+    >>> simulate(prob, plan).step_time                               # doctest: +SKIP
     """
     devices = cluster.num_devices
     own = pool is None
@@ -328,4 +330,4 @@ def engine_costs(traced: TracedProgram, cluster: Cluster,
     finally:
         if own:
             pool.close()
-    return cluster, profile
+    return Problem(traced.graph, cluster, profile=profile, max_fusion_size=1)
