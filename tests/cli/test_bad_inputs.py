@@ -420,6 +420,14 @@ CASES = [
      "--elite-bias-policy: --methods has none of the rows that run it"),
     ("bench go --budget 0", "Invalid value for '--budget'"),
     ("bench go --multitask-budget 0", "Invalid value for '--multitask-budget'"),
+    # a results file or docs page that cannot be written: refused before the benchmark runs
+    ("bench go --docs {d} --out {d}/go.json", "error: --docs "),
+    ("bench go --out {d}", "error: --out "),
+    ("bench go-table2 --docs {d}/file/x.md --out {d}/t.json", "error: --docs "),
+    ("bench fusion --docs {d} --out {d}/f.json", "error: --docs "),
+    ("bench mcm --docs {d} --out {d}/m.json", "error: --docs "),
+    ("bench regal --docs {d} --out {d}/r.json", "error: --docs "),
+    ("bench rewrite --docs {d} --out {d}/rw.json", "error: --docs "),
     # cost model: options (TrainConfig ranges), data files, run directories
     ("costmodel train --data {d}/missing --out {d}/cm", "missing: no such file or directory"),
     ("costmodel train --out {d}/cm", "no training data given (TrainConfig.data)"),

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from graphopt.cli._common import (ADDRESS_HELP, PARAM_HELP, compile_simulator, console,
+from graphopt.cli._common import (ADDRESS_HELP, PARAM_HELP, check_output, compile_simulator, console,
                                   evaluation_backend, fail, method_params)
 from graphopt.cli.fusion import bench_fusion
 from graphopt.cli.mcm import bench_mcm
@@ -69,6 +69,8 @@ def bench_go_table2(
                         *([f"--rows {rows}"] if rows else []), *(["--resume"] if resume else []),
                         *([f"--redo {redo}"] if redo else []), *(f"-p {p}" for p in param)])
     try:
+        check_output(out, "--out")
+        check_output(docs, "--docs")
         params = method_params(param, list(names))
         compile_simulator()
         with evaluation_backend(backend, address, pool=False):
@@ -137,6 +139,8 @@ def bench_go(
                         *([f"--baselines {baselines}"] if baselines else []),
                         *(f"-p {p}" for p in param)])
     try:
+        check_output(out, "--out")
+        check_output(docs, "--docs")
         from graphopt.benchmarks.go_table2 import METHODS
 
         params = method_params(param, list(METHODS) + list(names))

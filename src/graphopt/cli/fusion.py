@@ -58,6 +58,7 @@ def bench_fusion(
                         *(["--learned"] if learned else [])])
     try:
         check_output(out, "--out")
+        check_output(docs, "--docs")
         try:
             fr = tuple(float(f) for f in fractions.split(",") if f.strip())
         except ValueError:

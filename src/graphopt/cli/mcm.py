@@ -143,6 +143,7 @@ def bench_mcm(
             raise GraphoptError(f"--methods: {', '.join(unknown)} not a multi-chip "
                                 f"partitioning method; known: {', '.join(known)}")
         check_output(out, "--out")
+        check_output(docs, "--docs")
         params = method_params(param, list(dict.fromkeys([*names, "mcm-one", "mcm-finetune"])))
         compile_simulator()
         res = mcm.run(pick(graphs, mcm.GRAPHS), pick(presets, mcm.PRESETS), names, budget,

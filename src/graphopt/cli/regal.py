@@ -146,6 +146,7 @@ def bench_regal(
                         *([f"--section {section}"] if section != "regal" else [])])
     try:
         check_output(out, "--out")
+        check_output(docs, "--docs")
         bad = [m for m in labels if m not in bench.METHODS]
         if bad or not labels:
             raise GraphoptError(f"--methods: unknown {bad or methods!r}; rows are "

@@ -117,6 +117,7 @@ def bench_rewrite(
                         *([f"--cost {cost}"] if cost != "roofline" else [])])
     try:
         check_output(out, "--out")
+        check_output(docs, "--docs")
         cfg = RewriteConfig(cost=cost)
         check_fields(cfg, lambda name: f"--{name}")
         unknown = [m for m in names if m not in MODELS]
