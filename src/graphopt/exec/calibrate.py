@@ -132,25 +132,21 @@ class _Chain(torch.nn.Module):
         return x
 
 
-class _Chains(torch.nn.Module):
-    """Independent chains of about ``ops`` ops each, in stages ``sigmoid(x @ w + b) * x``:
-    the kinds and sizes of a small recurrent model's ops (a matrix product and three
-    elementwise ops on a 64 x 256 batch)."""
+class _Stages(torch.nn.Module):
+    """A chain of about ``ops`` ops in stages ``sigmoid(x @ w + b) * x``: the kinds and
+    sizes of a small recurrent model's ops (a matrix product and three elementwise ops
+    on a 64 x 256 batch)."""
 
-    def __init__(self, chains: int, ops: int, width: int = 256):
+    def __init__(self, ops: int, width: int = 256):
         super().__init__()
         self.stages = max(1, ops // 4)
-        self.w = torch.nn.ParameterList(torch.randn(width, width) / width**0.5
-                                        for _ in range(chains))
-        self.b = torch.nn.ParameterList(torch.randn(width) for _ in range(chains))
+        self.w = torch.nn.Parameter(torch.randn(width, width) / width**0.5)
+        self.b = torch.nn.Parameter(torch.randn(width))
 
-    def forward(self, *xs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        out = []
-        for w, b, x in zip(self.w, self.b, xs):
-            for _ in range(self.stages):
-                x = torch.sigmoid(x @ w + b) * x
-            out.append(x)
-        return tuple(out)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for _ in range(self.stages):
+            x = torch.sigmoid(x @ self.w + self.b) * x
+        return x
 
 
 def shared_slowdown(traced: TracedProgram, pool: CPUWorkers, rounds: int = 5) -> float:
@@ -259,8 +255,8 @@ def calibrate(devices: int = 2, timeout: float = 120.0, chain_ops: int = 300,
                 per_op.append((span[3] - span[2] - sum(e[3] - e[2] for e in ops)) / len(ops))
         slowdown = 1.0
         if devices > 1:
-            chains = trace_program(_Chains(1, chain_ops).eval(), (torch.randn(64, 256),), training=False)
-            slowdown = shared_slowdown(chains, pool, steps)
+            stages = trace_program(_Stages(chain_ops).eval(), (torch.randn(64, 256),), training=False)
+            slowdown = shared_slowdown(stages, pool, steps)
         latency = _hop_latency(pool, chain, steps) if devices > 1 else 0.0
         xcpu, xmsg = pool.transfer_cpu() if devices > 1 else (0.0, 0.0)
     bandwidth = _bandwidth(pingpong) if pingpong else float("inf")
