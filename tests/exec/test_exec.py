@@ -277,6 +277,9 @@ def test_programs_sharing_a_pool_run_their_own_plans_in_turns(pool):
     split.close()
     assert not pool.holds(split.program) and pool.holds(whole.program)
     whole.close()
+    with CPUWorkers(2, timeout=60) as other:
+        late = PlacedProgram(traced, Plan(placement=np.zeros(n, int)), "cpu:2", pool=other)
+    late.close()  # its pool closed first: nothing left to free, no error
 
 
 def test_shared_slowdown_of_a_program(pool):

@@ -245,6 +245,7 @@ class CPUWorkers:
                 p.kill()
                 p.join()
         self._procs = []
+        self._loaded = {}  # a closed pool holds nothing: unloading from it does nothing
         if hasattr(self, "_dir"):
             self._dir.cleanup()
 
