@@ -117,15 +117,9 @@ def run(models=MODELS, methods=METHODS, steps: int = 30, budget: int = 500, seed
                             "transfer_cpu_us_per_message": cal.transfer_overhead * 1e6,
                             "shared_slowdown": cal.shared_slowdown,
                             "matmul_gflops": cal.matmul_flops / 1e9},
-            "rows": rows, "in_turns": True, "steps": steps, "budget": budget, "seed": seed, "size": size,
+            "rows": rows, "steps": steps, "budget": budget, "seed": seed, "size": size,
             "machine": f"{platform.machine()}, {platform.processor() or 'cpu'}",
             "summary": summarize(rows)}
-
-
-def _steps(res: dict) -> str:
-    if "in_turns" not in res:  # results from before the plans were measured in turns
-        return f"{res['steps']} timed steps after a warm-up"
-    return f"{res['steps']} timed steps after a warm-up, the plans of a model in turns"
 
 
 def summarize(rows: list[dict]) -> dict:
@@ -154,15 +148,15 @@ def to_markdown(res: dict) -> str:
     size = "" if res.get("size", "quick") == "quick" else f" --size {res['size']}"
     lines = [
         f"Measured by `.venv/bin/python bench/sim_vs_real.py{size}` on " + res["machine"] + ": 2 worker "
-        f"processes, one core each; {_steps(res)}; plans from "
+        f"processes, one core each; {res['steps']} timed steps after a warm-up, the plans of a "
+        f"model in turns; plans from "
         f"{res['budget']} evaluations, seed {res['seed']}. Calibration: link latency "
         f"{c['latency_us']:.0f} us, bandwidth {c['bandwidth_gbps']:.2f} GB/s, dispatch "
         f"{c['dispatch_us']:.1f} us per op, transfers' host work "
         f"{c.get('transfer_cpu_ns_per_byte', 0):.2f} ns per byte"
         + (f" and {c['transfer_cpu_us_per_message']:.1f} us per message"
-           if "transfer_cpu_us_per_message" in c else "") + " at each end"
-        + (", shared slowdown per model (below)." if "shared_slowdown" in res["rows"][0] else
-           f", shared slowdown {c.get('shared_slowdown', 1):.2f}."),
+           if "transfer_cpu_us_per_message" in c else "") + " at each end, shared slowdown "
+        "per model (below).",
         "",
         "| model | ops | method | measured ms | simulated ms | error | speed-up measured | "
         "speed-up simulated |",
@@ -178,15 +172,14 @@ def to_markdown(res: dict) -> str:
         return "n/a" if x is None else f"{x * 100:.0f}%"
 
     lines += [f"| {r['model']} | {'n/a' if r['kendall_tau'] is None else round(r['kendall_tau'], 2)} | "
-              f"{r.get('shared_slowdown', c.get('shared_slowdown', 1)):.3f} |" for r in res["rows"]]
+              f"{r['shared_slowdown']:.3f} |" for r in res["rows"]]
     lines += ["",
               f"Median absolute error: one device {fmt(s['median_abs_error_one_device'])} "
               f"(target <= 10%), two devices {fmt(s['median_abs_error_two_devices'])} (target <= 15%). "
               f"Mean Kendall tau {s['mean_kendall_tau']:.2f} (target >= 0.8). Pairs the simulator "
-              f"calls at least 10% apart that measure the other way: {len(s['inverted_pairs'])}."
-              + (f" Of the {s['pairs_measured_5pct_apart']} pairs of plans of a model measured at least 5% "
-                 f"apart, the simulator orders {s['of_which_simulated_in_order']} the same way."
-                 if "pairs_measured_5pct_apart" in s else "")]
+              f"calls at least 10% apart that measure the other way: {len(s['inverted_pairs'])}. "
+              f"Of the {s['pairs_measured_5pct_apart']} pairs of plans of a model measured at least 5% "
+              f"apart, the simulator orders {s['of_which_simulated_in_order']} the same way."]
     return "\n".join(lines)
 
 

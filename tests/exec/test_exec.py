@@ -114,21 +114,23 @@ def test_torch_rnn_modules_run_under_any_split(cell, pool):
     _assert_state_close({prog.state[n]: v for n, v in pool.state().items()}, ref_state, exact=False)
 
 
-def _outside_models():
-    """Models written elsewhere: PyTorch's own transformer encoder, PyG's GraphSAGE."""
-    torch.manual_seed(0)
+def _transformer_encoder():
     layer = torch.nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True)
-    yield "TransformerEncoder", torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False), (
-        torch.randn(2, 6, 16),)
+    return torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False), (torch.randn(2, 6, 16),)
+
+
+def _graph_sage():
     from torch_geometric.nn.models import GraphSAGE
 
     edges = torch.randint(0, 12, (2, 40), generator=torch.Generator().manual_seed(0))
-    yield "GraphSAGE", GraphSAGE(8, 16, num_layers=2, out_channels=4), (torch.randn(12, 8), edges)
+    return GraphSAGE(8, 16, num_layers=2, out_channels=4), (torch.randn(12, 8), edges)
 
 
-@pytest.mark.parametrize("name", ["TransformerEncoder", "GraphSAGE"])
-def test_models_written_elsewhere_run_placed(name, pool):
-    model, inputs = next((m, x) for n, m, x in _outside_models() if n == name)
+@pytest.mark.parametrize("make", [_transformer_encoder, _graph_sage], ids=["TransformerEncoder", "GraphSAGE"])
+def test_models_written_elsewhere_run_placed(make, pool):
+    """Models written elsewhere: PyTorch's own transformer encoder, PyG's GraphSAGE."""
+    torch.manual_seed(0)
+    model, inputs = make()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         traced = trace_program(model, inputs, training=True)

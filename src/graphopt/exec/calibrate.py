@@ -160,14 +160,13 @@ def shared_slowdown(traced: TracedProgram, pool: CPUWorkers, rounds: int = 5) ->
     A figure below 1 is noise (the workers never help each other): 1.
     """
     prog = compile_program(traced, None, pool.devices)
+    for replicate in (False, True):
+        pool.load(prog, replicate=replicate)
+        pool.step(0, prog, replicate)  # warms the allocator and the op cache
     ratios = []
     for _ in range(rounds):
-        sums = []
-        for replicate in (False, True):
-            pool.load(prog, replicate=replicate)
-            pool.step(0)  # warms the allocator and the op cache
-            _, events = pool.step(1)
-            sums.append(sum(end - start for kind, _, start, end, _ in events[0] if kind == "op"))
+        sums = [sum(end - start for kind, _, start, end, _ in pool.step(1, prog, replicate)[1][0]
+                    if kind == "op") for replicate in (False, True)]
         ratios.append(sums[1] / max(sums[0], 1e-12))
     pool.unload(prog)
     return max(1.0, statistics.median(ratios))

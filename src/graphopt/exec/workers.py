@@ -180,11 +180,12 @@ class CPUWorkers:
             return next(reversed(self._loaded))
         return next((k for k, (p, r) in self._loaded.items() if p is prog and r == replicate), None)
 
-    def step(self, seed: int = 0, prog: Program | None = None) -> tuple[Any, list[list[tuple]]]:
-        """Run one step of ``prog`` (default: the last program loaded) on every device;
-        return the outputs (gathered here) and each device's events ``(kind, name, start,
-        end, extra)`` on the shared monotonic clock."""
-        key = self._key(prog, False)
+    def step(self, seed: int = 0, prog: Program | None = None,
+             replicate: bool = False) -> tuple[Any, list[list[tuple]]]:
+        """Run one step of ``prog`` (default: the last program loaded; ``replicate``: its
+        replicated load) on every device; return the outputs (gathered here) and each
+        device's events ``(kind, name, start, end, extra)`` on the shared monotonic clock."""
+        key = self._key(prog, replicate)
         if key is None:
             raise ExecutionError("the program is not loaded in this pool")
         for r in range(self.devices):

@@ -9,7 +9,7 @@ whole machines.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -194,20 +194,18 @@ class Cluster:
 
     def with_memory(self, memory: float) -> Cluster:
         """The same cluster with every device's memory capacity set to ``memory`` bytes."""
-        from dataclasses import replace
-
-        return Cluster(self.name, tuple(replace(d, memory=float(memory)) for d in self.devices),
-                       self.bandwidth, self.latency, dict(self.meta), self.overlap_latency)
+        return self._with_devices(replace(d, memory=float(memory)) for d in self.devices)
 
     def with_shared_slowdown(self, slowdown: float) -> Cluster:
         """The same cluster with ``shared_slowdown`` set to ``slowdown`` on every device
         that shares a host (a program's own figure, measured by
         :func:`graphopt.exec.calibrate.shared_slowdown`)."""
-        from dataclasses import replace
+        return self._with_devices(replace(d, shared_slowdown=float(slowdown)) if d.host else d
+                                  for d in self.devices)
 
-        return Cluster(self.name, tuple(replace(d, shared_slowdown=float(slowdown)) if d.host else d
-                                        for d in self.devices),
-                       self.bandwidth, self.latency, dict(self.meta), self.overlap_latency)
+    def _with_devices(self, devices) -> Cluster:
+        return Cluster(self.name, tuple(devices), self.bandwidth, self.latency, dict(self.meta),
+                       self.overlap_latency)
 
     def to_dict(self) -> dict:
         """JSON-ready description (for reports)."""
