@@ -1,0 +1,110 @@
+"""Where a placed step loses time against the simulator: each op's real start beside its
+simulated start, and each transfer's arrival delay, on 2 CPU workers.
+
+For one model at ``bench/sim_vs_real.py``'s CPU size and each method's plan (searched on
+:func:`graphopt.exec.calibrate.engine_problem`, as that benchmark does), the plans run
+in turns for ``--steps`` steps after a warm-up. Per plan and device:
+- drift: the median over steps of (real start - simulated start) of the device's ops,
+  read at each eighth of its ops in real order, in ms;
+- arrival delay: from a value's producer ending to its arrival being seen on the other
+  worker, real (p50, p90 over steps and transfers) and simulated, in ms; and the same
+  for the transfers the engine posts only after an in-place write (``Transfer.after``).
+
+Usage:  .venv/bin/python bench/exec_timeline.py [--model gnmt-2] [--methods go,metis,expert]
+        [--steps 9] [--out bench/results/exec_timeline.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tomllib
+import warnings
+
+import numpy as np
+
+from graphopt.benchmarks import save_json
+from graphopt.exec.api import PlacedProgram
+from graphopt.exec.calibrate import calibrate, engine_problem
+from graphopt.exec.workers import CPUWorkers
+from graphopt.hardware.presets import cluster_from_toml
+from graphopt.optim import Budget, optimize
+from graphopt.sim import ensure_compiled, simulate
+from sim_vs_real import _traced
+
+
+def _ms(xs: list[float], q: float) -> float | None:
+    return round(float(np.quantile(xs, q)) * 1e3, 3) if xs else None
+
+
+def analyse(traced, prob, plan, placed: PlacedProgram, runs) -> dict:
+    """Drift per device and arrival delays of one plan's measured steps."""
+    tl = simulate(prob, plan, timeline=True).timeline
+    sim_start = dict(zip(tl.kernel.tolist(), tl.start.tolist()))
+    sim_end = dict(zip(tl.kernel.tolist(), tl.end.tolist()))
+    sim_arrival = {(k, d): e for k, d, e in zip(tl.transfer_kernel.tolist(), tl.transfer_dst.tolist(),
+                                                tl.transfer_end.tolist())}
+    node = {name: traced.graph.index.get(traced.ir_names.get(name, "")) for name in traced.ir_names}
+    starts: dict[tuple[int, str], list[float]] = {}
+    real, gated_real = [], []
+    gated = {t.name for t in placed.program.transfers if t.after}
+    for r in runs:
+        t0 = min(e[3] for e in r.events if e[0] in ("op", "step"))
+        ends = {name: end for kind, _, name, _, end in r.events if kind == "op"}
+        for kind, d, name, start, _ in r.events:
+            if kind == "op":
+                starts.setdefault((d, name), []).append(start - t0)
+            elif kind == "recv" and name in ends:
+                (gated_real if name in gated else real).append(start - ends[name])
+    drift = {}
+    for dev in range(placed.devices):
+        ops = sorted((statistics.median(v), name) for (d, name), v in starts.items() if d == dev
+                     and node.get(name) in sim_start)
+        deltas = [(t - sim_start[node[name]]) * 1e3 for t, name in ops]
+        drift[dev] = [round(deltas[min(len(deltas) - 1, i * len(deltas) // 8)], 1)
+                      for i in range(9)] if deltas else []
+    sim = [sim_arrival[(node[t.name], t.dst)] - sim_end[node[t.name]] for t in placed.program.transfers
+           if (node.get(t.name), t.dst) in sim_arrival]
+    return {"drift_ms": drift, "transfers": len(placed.program.transfers), "gated": len(gated),
+            "arrival_ms": {"real": [_ms(real, 0.5), _ms(real, 0.9)], "sim": [_ms(sim, 0.5), _ms(sim, 0.9)],
+                           "real_after_in_place_write": [_ms(gated_real, 0.5), _ms(gated_real, 0.9)]}}
+
+
+def run(model: str, methods: tuple[str, ...], steps: int, budget: int = 500, seed: int = 0) -> dict:
+    ensure_compiled()
+    cal = calibrate(2)
+    cluster = cluster_from_toml(tomllib.loads(cal.to_toml()), "calibration")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        traced = _traced(model, "cpu")
+    rows = []
+    with CPUWorkers(2) as pool:
+        prob = engine_problem(traced, cluster, pool)
+        plans = [optimize(prob, m, "placement", Budget(evals=budget), seed)[0] for m in methods]
+        placed = [PlacedProgram(traced, p, "cpu:2", pool=pool, seed=seed) for p in plans]
+        for p in placed:
+            p()
+        runs: list[list] = [[] for _ in placed]
+        for _ in range(steps):  # in turns, as measure_plans does, keeping every step's events
+            for i, p in enumerate(placed):
+                runs[i].append(p())
+        for method, plan, p, rs in zip(methods, plans, placed, runs):
+            rows.append({"method": method, "measured_ms": statistics.median(r.seconds for r in rs) * 1e3,
+                         "simulated_ms": simulate(prob, plan).step_time * 1e3,
+                         **analyse(traced, prob, plan, p, rs)})
+            print(rows[-1], flush=True)
+    return {"model": f"{model}-cpu", "steps": steps, "budget": budget, "seed": seed, "rows": rows}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="gnmt-2", help="a model of bench/sim_vs_real.py")
+    ap.add_argument("--methods", default="go,metis,expert", help="methods, comma-separated")
+    ap.add_argument("--steps", type=int, default=9, help="steps per plan, the plans in turns")
+    ap.add_argument("--out", default="bench/results/exec_timeline.json")
+    a = ap.parse_args()
+    save_json(run(a.model, tuple(a.methods.split(",")), a.steps), a.out)
+
+
+if __name__ == "__main__":
+    main()
