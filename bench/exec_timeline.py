@@ -8,9 +8,15 @@ in turns for ``--steps`` steps after a warm-up. Per plan and device:
   read at each eighth of its ops in real order, in ms;
 - arrival delay: from a value's producer ending to its arrival being seen on the other
   worker, real (p50, p90 over steps and transfers) and simulated, in ms; and the same
-  for the transfers the engine posts only after an in-place write (``Transfer.after``).
+  for the transfers the engine posts only after an in-place write (``Transfer.after``);
+- busy: the sum of the device's op times, real (median over steps) and simulated, in ms;
+- simulated with real op times: the plan simulated again with every op's time replaced
+  by its mean over this plan's measured steps. Where that lands near the measured step,
+  the simulator's schedule and transfers are right and its miss is in the op times
+  (ops that run slower in this plan than in the profile); where it does not, the miss
+  is in what happens between ops.
 
-Usage:  .venv/bin/python bench/exec_timeline.py [--model gnmt-2] [--methods go,metis,expert]
+Usage:  .venv/bin/python bench/exec_timeline.py [--model gnmt-2] [--methods single,go,metis,expert]
         [--steps 9] [--out bench/results/exec_timeline.json]
 """
 
@@ -56,6 +62,22 @@ def analyse(traced, prob, plan, placed: PlacedProgram, runs) -> dict:
                 starts.setdefault((d, name), []).append(start - t0)
             elif kind == "recv" and name in ends:
                 (gated_real if name in gated else real).append(start - ends[name])
+    durations: dict[int, list[float]] = {}
+    for r in runs:
+        for kind, _, name, start, end in r.events:
+            if kind == "op" and node.get(name) is not None:
+                durations.setdefault(node[name], []).append(end - start)
+    busy = {dev: [_ms([sum(e - s for kind, d, _, s, e in r.events if kind == "op" and d == dev)
+                       for r in runs], 0.5),
+                  round(float((tl.end - tl.start)[tl.device == dev].sum()) * 1e3, 3)]
+            for dev in range(placed.devices)}
+    profiled = prob.costs.time.copy()
+    try:
+        for n, v in durations.items():
+            prob.costs.time[n, :] = statistics.fmean(v)
+        with_real_ops = simulate(prob, plan).step_time * 1e3
+    finally:
+        prob.costs.time[:] = profiled
     drift = {}
     for dev in range(placed.devices):
         ops = sorted((statistics.median(v), name) for (d, name), v in starts.items() if d == dev
@@ -65,7 +87,8 @@ def analyse(traced, prob, plan, placed: PlacedProgram, runs) -> dict:
                       for i in range(9)] if deltas else []
     sim = [sim_arrival[(node[t.name], t.dst)] - sim_end[node[t.name]] for t in placed.program.transfers
            if (node.get(t.name), t.dst) in sim_arrival]
-    return {"drift_ms": drift, "transfers": len(placed.program.transfers), "gated": len(gated),
+    return {"drift_ms": drift, "busy_ms": busy, "simulated_with_real_op_times_ms": round(with_real_ops, 3),
+            "transfers": len(placed.program.transfers), "gated": len(gated),
             "arrival_ms": {"real": [_ms(real, 0.5), _ms(real, 0.9)], "sim": [_ms(sim, 0.5), _ms(sim, 0.9)],
                            "real_after_in_place_write": [_ms(gated_real, 0.5), _ms(gated_real, 0.9)]}}
 
@@ -99,7 +122,7 @@ def run(model: str, methods: tuple[str, ...], steps: int, budget: int = 500, see
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="gnmt-2", help="a model of bench/sim_vs_real.py")
-    ap.add_argument("--methods", default="go,metis,expert", help="methods, comma-separated")
+    ap.add_argument("--methods", default="single,go,metis,expert", help="methods, comma-separated")
     ap.add_argument("--steps", type=int, default=9, help="steps per plan, the plans in turns")
     ap.add_argument("--out", default="bench/results/exec_timeline.json")
     a = ap.parse_args()
