@@ -8,6 +8,7 @@ import pickle
 import warnings
 import zipfile
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -359,6 +360,47 @@ def test_unsafe_pt2_is_refused(tmp_path, mlp, tamper, match):
         if match == "AOTInductor":
             dst.writestr("good/data/aotinductor/model/model.so", b"\x7fELF")
     with pytest.raises(GraphFormatError, match=match):
+        load_exported(bad)
+
+
+def _rewrite_pt2(src: Path, dst: Path, tamper) -> None:
+    """Copy archive ``src`` to ``dst``, each member's bytes through ``tamper(name, data)``."""
+    with zipfile.ZipFile(src) as a, zipfile.ZipFile(dst, "w") as b:
+        for item in a.infolist():
+            b.writestr(item, tamper(item.filename, a.read(item)))
+
+
+def test_malformed_pt2_names_the_cause_without_a_logged_traceback(tmp_path, mlp, capfd):
+    """torch.export.load logs a traceback, hides the cause and falls back to torch < 2.8's
+    format (which unpickles) when an archive does not load; graphopt reads it with
+    torch's archive loader alone."""
+    good, bad = tmp_path / "good.pt2", tmp_path / "bad.pt2"
+    torch.export.save(torch.export.export(mlp, (torch.randn(4, 8),)), good)
+    _rewrite_pt2(good, bad, lambda name, data: data)
+    with zipfile.ZipFile(bad, "a") as z:
+        z.writestr("version", "8.0")  # what the legacy loader looks for
+    with pytest.raises(GraphFormatError, match="bad.pt2: .*not in a subdirectory good/: version"):
+        load_exported(bad)
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_declared_input_size_is_bounded(tmp_path, mlp):
+    """A .pt2 file declares its inputs' shapes; drawing example inputs for a shape of
+    10^12 rows is refused before any allocation, naming the file and the input."""
+    good, bad = tmp_path / "good.pt2", tmp_path / "bad.pt2"
+    torch.export.save(torch.export.export(mlp, (torch.randn(4, 8),)), good)
+
+    def grow(name: str, data: bytes) -> bytes:
+        if not name.endswith("models/model.json"):
+            return data
+        doc = json.loads(data)
+        values = doc["graph_module"]["graph"]["tensor_values"]
+        values["x"]["sizes"][0] = {"as_int": 10**12}
+        return json.dumps(doc).encode()
+
+    _rewrite_pt2(good, bad, grow)
+    with pytest.raises(FrontendError, match=r"bad.pt2: input 'x' has shape \[1000000000000, 8\].*"
+                                            "MAX_INPUT_BYTES"):
         load_exported(bad)
 
 

@@ -49,8 +49,12 @@ from graphopt.errors import FrontendError, GraphFormatError, GraphoptError
 from graphopt.ir.graph import Graph, GraphBuilder
 from graphopt.ir.ops import OP_VOCAB, op_class
 
-__all__ = ["ATEN_TO_IR", "KEEP_UNDECOMPOSED", "TracedProgram", "from_exported", "from_torch",
-           "load_exported", "load_program", "trace_exported", "trace_program"]
+__all__ = ["ATEN_TO_IR", "KEEP_UNDECOMPOSED", "MAX_INPUT_BYTES", "TracedProgram", "from_exported",
+           "from_torch", "load_exported", "load_program", "trace_exported", "trace_program"]
+
+#: The most bytes of example inputs drawn for a program loaded without them: a ``.pt2``
+#: file declares their shapes, so this bounds what an outside file can make us allocate.
+MAX_INPUT_BYTES = 2**31
 
 #: ATen op (``name`` or ``name.overload``) → IR op type, where the names differ. Any
 #: other ATen op keeps its name if the vocabulary has it, else it is an unknown op.
@@ -355,6 +359,7 @@ def trace_exported(program: torch.export.ExportedProgram, example_inputs: tuple 
     gen = torch.Generator().manual_seed(0)
     user = iter(example_inputs) if example_inputs is not None else None
     feeds, state = [], []
+    drawn = 0
     for node in ep.graph.find_nodes(op="placeholder"):
         role = roles.get(node)
         if role is not None and role.op != "input":
@@ -362,6 +367,13 @@ def trace_exported(program: torch.export.ExportedProgram, example_inputs: tuple 
             state.append(role.name)
             continue
         val = node.meta.get("val")
+        if user is None and isinstance(val, Tensor):
+            drawn += val.numel() * val.element_size()
+            if drawn > MAX_INPUT_BYTES:
+                raise FrontendError(f"{meta.get('source', name)}: input {node.name!r} has shape "
+                                    f"{list(val.shape)}; its example inputs would take {drawn:,} "
+                                    f"bytes, more than the {MAX_INPUT_BYTES:,} graphopt draws "
+                                    "(graphopt.frontends.torch.MAX_INPUT_BYTES)")
         if user is not None:
             feeds.append(next(user))
         elif isinstance(val, Tensor) and val.is_floating_point():
@@ -403,13 +415,23 @@ def load_program(path: str | os.PathLike) -> TracedProgram:
     >>> load_program(p).graph.name
     'lin'
     """
+    from torch.export.pt2_archive._package import load_pt2
+
     path = Path(path)
     _check_archive(path)
+    # load_pt2 is what torch.export.load runs first; when it fails, torch.export.load logs
+    # a traceback, hides the cause and retries the archive as torch < 2.8's format, whose
+    # loader unpickles with weights_only=False
     try:
-        ep = torch.export.load(path)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch's own deprecation notices, not the user's
+            programs = load_pt2(path).exported_programs
     except Exception as err:  # torch raises many types for a malformed archive
         raise GraphFormatError(f"{path}: torch.export.load failed: {_first_line(err)}") from err
-    return trace_exported(ep, None, name=path.stem, meta={"source": str(path)})
+    if "model" not in programs:
+        raise GraphFormatError(f"{path}: holds no program named 'model' (it has "
+                               f"{sorted(programs) or 'none'}); save it with torch.export.save")
+    return trace_exported(programs["model"], None, name=path.stem, meta={"source": str(path)})
 
 
 # -- tracing --------------------------------------------------------------------------------
