@@ -50,7 +50,7 @@ from graphopt.ir.graph import Graph, GraphBuilder
 from graphopt.ir.ops import OP_VOCAB, op_class
 
 __all__ = ["ATEN_TO_IR", "KEEP_UNDECOMPOSED", "MAX_INPUT_BYTES", "TracedProgram", "from_exported",
-           "from_torch", "load_exported", "load_program", "trace_exported", "trace_program"]
+           "from_torch", "load_archive", "load_exported", "load_program", "trace_exported", "trace_program"]
 
 #: The most bytes of example inputs drawn for a program loaded without them: a ``.pt2``
 #: file declares their shapes, so this bounds what an outside file can make us allocate.
@@ -359,7 +359,6 @@ def trace_exported(program: torch.export.ExportedProgram, example_inputs: tuple 
     gen = torch.Generator().manual_seed(0)
     user = iter(example_inputs) if example_inputs is not None else None
     feeds, state = [], []
-    drawn = 0
     for node in ep.graph.find_nodes(op="placeholder"):
         role = roles.get(node)
         if role is not None and role.op != "input":
@@ -367,13 +366,6 @@ def trace_exported(program: torch.export.ExportedProgram, example_inputs: tuple 
             state.append(role.name)
             continue
         val = node.meta.get("val")
-        if user is None and isinstance(val, Tensor):
-            drawn += val.numel() * val.element_size()
-            if drawn > MAX_INPUT_BYTES:
-                raise FrontendError(f"{meta.get('source', name)}: input {node.name!r} has shape "
-                                    f"{list(val.shape)}; its example inputs would take {drawn:,} "
-                                    f"bytes, more than the {MAX_INPUT_BYTES:,} graphopt draws "
-                                    "(graphopt.frontends.torch.MAX_INPUT_BYTES)")
         if user is not None:
             feeds.append(next(user))
         elif isinstance(val, Tensor) and val.is_floating_point():
@@ -393,11 +385,8 @@ def load_exported(path: str | os.PathLike) -> Graph:
 
 
 def load_program(path: str | os.PathLike) -> TracedProgram:
-    """The forward program of a program saved with :func:`torch.export.save` (``.pt2``).
-
-    The archive is checked before :func:`torch.export.load` reads it: graphopt never
-    unpickles, so an archive holding pickled tensors or objects, compiled AOTInductor
-    code or sample inputs that ``torch.load(weights_only=True)`` refuses is rejected.
+    """The forward program of a program saved with :func:`torch.export.save` (``.pt2``),
+    read by :func:`load_archive`.
 
     Raises
     ------
@@ -405,7 +394,7 @@ def load_program(path: str | os.PathLike) -> TracedProgram:
         The file is missing, not a ``torch.export`` archive, or holds pickled or
         compiled content.
     FrontendError
-        The archive reads but its program cannot be decomposed.
+        Its inputs are too large to draw, or its program cannot be decomposed.
 
     Examples
     --------
@@ -414,6 +403,27 @@ def load_program(path: str | os.PathLike) -> TracedProgram:
     >>> torch.export.save(torch.export.export(torch.nn.Linear(4, 2), (torch.randn(3, 4),)), p)
     >>> load_program(p).graph.name
     'lin'
+    """
+    path = Path(path)
+    return trace_exported(load_archive(path), None, name=path.stem, meta={"source": str(path)})
+
+
+def load_archive(path: str | os.PathLike) -> torch.export.ExportedProgram:
+    """The program in a ``.pt2`` file (:func:`torch.export.save`), checked before it is read
+    and read without unpickling.
+
+    An archive holding pickled tensors or objects, compiled AOTInductor code or sample
+    inputs that ``torch.load(weights_only=True)`` refuses is rejected; so is one whose
+    user inputs declare shapes of more than :data:`MAX_INPUT_BYTES` in all (seeded random
+    example inputs of those shapes are drawn to run or trace it).
+
+    Raises
+    ------
+    GraphFormatError
+        The file is missing, not a ``torch.export`` archive, or holds pickled or
+        compiled content.
+    FrontendError
+        Its inputs are too large to draw.
     """
     from torch.export.pt2_archive._package import load_pt2
 
@@ -431,7 +441,19 @@ def load_program(path: str | os.PathLike) -> TracedProgram:
     if "model" not in programs:
         raise GraphFormatError(f"{path}: holds no program named 'model' (it has "
                                f"{sorted(programs) or 'none'}); save it with torch.export.save")
-    return trace_exported(programs["model"], None, name=path.stem, meta={"source": str(path)})
+    ep = programs["model"]
+    user = set(ep.graph_signature.user_inputs)
+    total = 0
+    for node in ep.graph.find_nodes(op="placeholder"):
+        val = node.meta.get("val")
+        if node.name in user and isinstance(val, Tensor):
+            total += val.numel() * val.element_size()
+            if total > MAX_INPUT_BYTES:
+                raise FrontendError(f"{path}: input {node.name!r} has shape {list(val.shape)}; "
+                                    f"the inputs would take {total:,} bytes, more than the "
+                                    f"{MAX_INPUT_BYTES:,} graphopt draws "
+                                    "(graphopt.frontends.torch.MAX_INPUT_BYTES)")
+    return ep
 
 
 # -- tracing --------------------------------------------------------------------------------

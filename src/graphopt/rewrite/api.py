@@ -333,29 +333,22 @@ def load_model(source: str, size: str = "bench") -> tuple[torch.nn.Module, tuple
     """A program to rewrite and its example inputs: a ``.pt2`` file or a model of
     :data:`graphopt.rewrite.models.MODELS`.
 
-    A ``.pt2`` archive is checked as the torch frontend checks it (no pickles, no
-    compiled code) before ``torch.export.load``; its example inputs are the ones saved
-    with it, or seeded random tensors of its inputs' shapes.
+    A ``.pt2`` archive is read as the torch frontend reads it
+    (:func:`graphopt.frontends.torch.load_archive`: no pickles, no compiled code, inputs
+    of bounded size); its example inputs are the ones saved with it, or seeded random
+    tensors of its inputs' shapes.
 
     Raises
     ------
     GraphoptError
         Unknown model name, or an unreadable or unsafe archive.
     """
-    from pathlib import Path
-
-    from graphopt.errors import GraphFormatError
-    from graphopt.frontends.torch import _check_archive
+    from graphopt.frontends.torch import load_archive
     from graphopt.rewrite.models import make_model
 
     if not source.endswith(".pt2"):
         return make_model(source, size)
-    path = Path(source)
-    _check_archive(path)
-    try:
-        ep = torch.export.load(path)
-    except Exception as err:  # torch raises many types for a malformed archive
-        raise GraphFormatError(f"{path}: torch.export.load failed: {err}") from err
+    ep = load_archive(source)
     if ep.example_inputs is not None:
         return ep.module(), tuple(ep.example_inputs[0])
     gen = torch.Generator().manual_seed(0)
