@@ -297,8 +297,10 @@ def test_shared_slowdown_of_a_program(pool):
 def test_bad_devices_and_plans_are_clear_errors():
     with pytest.raises(GraphoptError, match="cpu"):
         parse_devices("tpu:2")
-    with pytest.raises(GraphoptError, match="N >= 1"):
-        parse_devices("cpu:0")
+    # zero, a superscript digit (isdigit() but not int()), more processes than MAX_DEVICES
+    for spec in ("cpu:0", "cpu:\u00b2", "cpu:1025", "cpu:1000000000"):
+        with pytest.raises(GraphoptError, match=rf"--devices '{spec}': .* with N in 1\.\.1024"):
+            parse_devices(spec)
     traced = trace_program(torch.nn.Linear(4, 2), (torch.randn(3, 4),), training=True)
     with pytest.raises(PlanError, match="entries"):
         compile_program(traced, Plan(placement=np.zeros(3, int)), 1)

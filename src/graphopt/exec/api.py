@@ -48,13 +48,19 @@ def trace_source(spec: str) -> TracedProgram:
 
 def parse_devices(spec: str) -> tuple[str, int]:
     """``"cpu:2"`` -> ``("cpu", 2)``; ``"cuda:4"`` -> ``("cuda", 4)``; ``"cpu"`` is one device.
+    N is at most :data:`graphopt.hardware.presets.MAX_DEVICES` (each CPU device is a process).
 
     >>> parse_devices("cpu:2")
     ('cpu', 2)
     """
+    from graphopt.hardware.presets import MAX_DEVICES
+
     kind, _, count = spec.partition(":")
-    if kind not in ("cpu", "cuda") or (count and not count.isdigit()) or (count and int(count) < 1):
-        raise GraphoptError(f"--devices {spec!r}: expected cpu[:N] or cuda[:N] with N >= 1")
+    # ASCII digits only: str.isdigit() accepts '²', which int() refuses
+    if kind not in ("cpu", "cuda") or (count and not (count.isascii() and count.isdigit())) \
+            or not 1 <= int(count or 1) <= MAX_DEVICES:
+        raise GraphoptError(f"--devices {spec!r}: expected cpu[:N] or cuda[:N] with N in "
+                            f"1..{MAX_DEVICES}")
     n = int(count or 1)
     if kind == "cuda" and n > torch.cuda.device_count():
         raise GraphoptError(f"--devices {spec!r}: this machine has {torch.cuda.device_count()} CUDA "
