@@ -34,6 +34,8 @@ def make_bad_files(d: Path) -> Path:
                                  f'{deep}, "edges": []}}')
     (d / "deep_plan.json").write_text(deep)
     (d / "deep_profile.json").write_text(deep)
+    (d / "digits_plan.json").write_text('{"format": "graphopt.plan", "version": 1, "placement": ['
+                                        + "9" * 5000 + "]}")
     g = graph_to_dict(mlp_training_graph(layers=1, hidden=8, batch=2))
 
     def graph(name, **node):
@@ -179,6 +181,7 @@ CASES = [
     # files from outside: nesting, sizes, encodings, types
     ("info {d}/deep.json", "nested too deeply"),
     ("simulate example:mlp --plan {d}/deep_plan.json", "nested too deeply"),
+    ("simulate example:mlp --plan {d}/digits_plan.json", "digits_plan.json: not valid JSON (a number of"),
     ("simulate example:mlp -c cpu:1 --profile {d}/deep_profile.json", "nested too deeply"),
     ("info {d}/shape_1e30.json", "malformed graph record"),
     ("simulate {d}/flops_1e308.json", "MAX_FLOPS"),

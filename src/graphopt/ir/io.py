@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import tempfile
 import zipfile
 import zlib
@@ -60,7 +61,7 @@ def atomic_write(path: str | os.PathLike, write) -> None:
 def read_json(path: str | os.PathLike, error: type[Exception] = GraphFormatError) -> Any:
     """The JSON document in ``path``, or ``error`` with one line naming the file: missing,
     larger than :data:`MAX_JSON_BYTES` (or $GRAPHOPT_MAX_JSON_BYTES), not UTF-8, not
-    JSON, or nested too deeply for the parser.
+    JSON, nested too deeply for the parser, or holding a number too long for ``int()``.
 
     Does not check what the document holds; its loader does.
 
@@ -88,6 +89,9 @@ def read_json(path: str | os.PathLike, error: type[Exception] = GraphFormatError
                     f"{err.start})") from None
     except json.JSONDecodeError as err:
         raise error(f"{path}: not valid JSON ({err})") from None
+    except ValueError:  # the one other: an integer longer than int() converts
+        raise error(f"{path}: not valid JSON (a number of more than "
+                    f"{sys.get_int_max_str_digits():,} digits)") from None
     except RecursionError:
         raise error(f"{path}: not valid JSON (nested too deeply)") from None
 
