@@ -113,6 +113,13 @@ class Plan:
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise PlanError(f"{source}: not a graphopt plan (expected format {FORMAT!r})")
         check_header(data, source, VERSION, PlanError)
+        for k in ("placement", "priority", "fusion"):
+            v = data.get(k)
+            # numpy reads true as 1 and "3" as 3.0: a typo would pass as a number
+            j = next((j for j, x in enumerate(v) if isinstance(x, (bool, str))), None) \
+                if isinstance(v, list) else None
+            if j is not None:
+                raise PlanError(f"{source}: plan {k}[{j}] = {json.dumps(v[j])}; expected a number")
         try:
             return cls(placement=data.get("placement"), priority=data.get("priority"),
                        fusion=data.get("fusion"), meta=dict(data.get("meta") or {}))
