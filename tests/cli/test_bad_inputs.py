@@ -166,7 +166,13 @@ def _more_bad_files(d: Path, g: dict, base: str) -> None:
                             "transfer_cpu_us = -3"),
                            ("xmsg_inf", "launch_overhead_us = 5", "launch_overhead_us = 5\n"
                             "transfer_cpu_us = inf"),
-                           ("overlap_int", "link_gbps = 25", "link_gbps = 25\noverlap_latency = 1")]:
+                           ("overlap_int", "link_gbps = 25", "link_gbps = 25\noverlap_latency = 1"),
+                           ("launch_inf", "launch_overhead_us = 5", "launch_overhead_us = inf"),
+                           ("peak_bool", "float32 = 15.7", "float32 = true"),
+                           ("prefix_int", 'prefix = "gpu"', "prefix = 7"),
+                           ("switch_0", 'type = "links"', 'type = "pcie_tree"\nper_switch = 0'),
+                           ("root_nan", 'type = "links"', 'type = "pcie_tree"\nroot_gbps = nan'),
+                           ("dims_text", 'type = "links"', 'type = "torus"\ndims = "8"')]:
         assert old in base, name
         (d / f"{name}.toml").write_text(base.replace(old, new, 1))
     (d / "tiles").mkdir()
@@ -192,7 +198,7 @@ CASES = [
     ("simulate example:mlp -c {d}/count_50000.toml", "MAX_DEVICES"),
     ("simulate example:mlp -c {d}/count_0.toml", "count = 0"),
     ("simulate example:mlp -c {d}/count_str.toml", "'count'"),
-    ("simulate example:mlp -c {d}/peak_str.toml", "malformed value"),
+    ("simulate example:mlp -c {d}/peak_str.toml", "peak_str.toml: key 'x' = 'a' is not a number"),
     ("simulate example:mlp -c {d}/latency_list.toml", "'latency_us'"),
     ("simulate example:mlp -c {d}/latin1.toml", "UTF-8"),
     ("simulate example:mlp -c ../../x:2", "unknown cluster preset"),
@@ -372,6 +378,12 @@ CASES = [
     ("simulate example:mlp -c {d}/xmsg_neg.toml", "xmsg_neg.toml: [[devices]] 'V100-SXM2-16GB': ke"),
     ("simulate example:mlp -c {d}/xmsg_inf.toml", "xmsg_inf.toml: [[devices]] 'V100-SXM2-16GB': ke"),
     ("simulate example:mlp -c {d}/overlap_int.toml", "overlap_int.toml: [topology] overlap_latency ="),
+    ("simulate example:mlp -c {d}/launch_inf.toml", "has launch_overhead=inf; expected a finite number"),
+    ("simulate example:mlp -c {d}/peak_bool.toml", "peak_bool.toml: key 'float32' = True is not a number"),
+    ("simulate example:mlp -c {d}/prefix_int.toml", "prefix_int.toml: key 'prefix' = 7 is not a string"),
+    ("simulate example:mlp -c {d}/switch_0.toml", "switch_0.toml: [topology] per_switch = 0; expected"),
+    ("simulate example:mlp -c {d}/root_nan.toml", "cluster 'dgx1-v100': bandwidth must be finite"),
+    ("simulate example:mlp -c {d}/dims_text.toml", "dims_text.toml: [topology] dims = '8'; expected a"),
     ("simulate example:mlp -c {d}/g.json", "g.json'; known presets"),
     ("simulate example:mlp -c dgx1-v100:0", "cluster 'dgx1-v100' has 8 devices; cannot take"),
     ("simulate example:mlp -c dgx1-v100:x", "cluster 'dgx1-v100:x': device count 'x' is not"),

@@ -144,12 +144,13 @@ class Cluster:
                 if not 0 < v < np.inf:
                     raise ClusterError(f"cluster {self.name!r}: device {x.name!r} has "
                                        f"peak_flops[{dt!r}]={v!r}; expected a finite number > 0")
-            if not x.dispatch_overhead >= 0:
+            if not 0 <= x.dispatch_overhead < np.inf:
                 raise ClusterError(f"device {x.name!r}: dispatch_overhead={x.dispatch_overhead!r}; "
-                                   "expected >= 0")
-            if not x.launch_overhead >= 0:
+                                   "expected a finite number >= 0")
+            if not 0 <= x.launch_overhead < np.inf:
                 raise ClusterError(f"cluster {self.name!r}: device {x.name!r} has "
-                                   f"launch_overhead={x.launch_overhead!r}; expected >= 0")
+                                   f"launch_overhead={x.launch_overhead!r}; expected a finite "
+                                   "number >= 0")
             if not 0 <= x.transfer_cpu_overhead < np.inf:
                 raise ClusterError(f"device {x.name!r}: transfer_cpu_overhead="
                                    f"{x.transfer_cpu_overhead!r}; expected seconds >= 0")

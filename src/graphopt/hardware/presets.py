@@ -6,6 +6,7 @@ are the ones datasheets use: TFLOP/s, GB/s (10^9 bytes/s), GiB, microseconds.
 
 from __future__ import annotations
 
+import math
 import tomllib
 from importlib import resources
 from pathlib import Path
@@ -99,6 +100,11 @@ def _get(d: dict, key: str, source: str, kind: type = float) -> Any:
     return v
 
 
+def _opt(d: dict, key: str, source: str, default: Any, kind: type = float) -> Any:
+    """``d[key]`` checked as :func:`_get` checks it, or ``default`` when it is absent."""
+    return _get(d, key, source, kind) if key in d else default
+
+
 def cluster_from_toml(data: dict, source: str = "<toml>") -> Cluster:
     """Build a :class:`Cluster` from a parsed preset (see the files in ``presets/``)."""
     devices: list[Device] = []
@@ -122,20 +128,21 @@ def cluster_from_toml(data: dict, source: str = "<toml>") -> Cluster:
         if not 0 <= xmsg < np.inf:
             raise ClusterError(f"{source}: [[devices]] {g.get('kind')!r}: key 'transfer_cpu_us' "
                                f"= {xmsg / _US!r}; expected a number >= 0")
-        prefix = g.get("prefix", "gpu")
+        prefix = _opt(g, "prefix", source, "gpu", str)
         peaks = g.get("peak_tflops", {})
         if not isinstance(peaks, dict) or not peaks:
             raise ClusterError(f"{source}: [[devices]] {g.get('kind')!r} needs a peak_tflops table")
+        peak_flops = {k: _get(peaks, k, source) * _T for k in peaks}
         start = sum(1 for d in devices if d.name.startswith(prefix + ":"))
         for i in range(count):
             devices.append(Device(
                 name=f"{prefix}:{start + i}", kind=str(_get(g, "kind", source, str)),
-                peak_flops={k: float(v) * _T for k, v in peaks.items()},
+                peak_flops=dict(peak_flops),
                 vector_flops=_get(g, "vector_tflops", source) * _T,
                 mem_bw=_get(g, "mem_gbps", source) * _GB,
                 memory=_get(g, "memory_gib", source) * _GIB,
-                launch_overhead=float(g.get("launch_overhead_us", 5.0)) * _US,
-                dispatch_overhead=float(g.get("dispatch_overhead_us", 0.0)) * _US,
+                launch_overhead=_opt(g, "launch_overhead_us", source, 5.0) * _US,
+                dispatch_overhead=_opt(g, "dispatch_overhead_us", source, 0.0) * _US,
                 # one table, one host: its shared_slowdown applies among its devices
                 host=f"devices[{table}]", shared_slowdown=slowdown, transfer_cpu_bw=xcpu,
                 transfer_cpu_overhead=xmsg))
@@ -147,13 +154,20 @@ def cluster_from_toml(data: dict, source: str = "<toml>") -> Cluster:
     if kind == "all_to_all":
         mats = topology.all_to_all(n, bw, lat)
     elif kind == "pcie_tree":
-        mats = topology.pcie_tree(n, bw, lat, int(t.get("per_switch", 2)),
-                                  float(t.get("root_gbps", bw / _GB)) * _GB)
+        per_switch = _opt(t, "per_switch", source, 2, int)
+        if per_switch < 1:
+            raise ClusterError(f"{source}: [topology] per_switch = {per_switch}; expected >= 1")
+        mats = topology.pcie_tree(n, bw, lat, per_switch, _opt(t, "root_gbps", source, bw / _GB) * _GB)
     elif kind == "ring":
         mats = topology.ring(n, bw, lat)
     elif kind == "torus":
-        dims = tuple(int(x) for x in t.get("dims", [n]))
-        if int(np.prod(dims)) != n:
+        dims = t.get("dims", [n])
+        if not isinstance(dims, list) or not dims or not all(
+                isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in dims):
+            raise ClusterError(f"{source}: [topology] dims = {dims!r}; expected a list of whole "
+                               "numbers >= 1")
+        dims = tuple(dims)
+        if math.prod(dims) != n:
             raise ClusterError(f"{source}: torus dims {dims} do not hold {n} devices")
         mats = topology.torus(dims, bw, lat)
     elif kind == "links":
@@ -174,6 +188,6 @@ def cluster_from_toml(data: dict, source: str = "<toml>") -> Cluster:
     if not isinstance(overlap, bool):
         raise ClusterError(f"{source}: [topology] overlap_latency = {overlap!r}; expected true "
                            "or false")
-    return Cluster(str(data.get("name", "cluster")), tuple(devices), mats[0], mats[1],
+    return Cluster(_opt(data, "name", source, "cluster", str), tuple(devices), mats[0], mats[1],
                    {"description": data.get("description", ""),
                     "sources": list(data.get("sources", []))}, overlap)

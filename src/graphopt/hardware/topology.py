@@ -34,7 +34,8 @@ def pcie_tree(n: int, bandwidth: float, latency: float, per_switch: int = 2,
     grp = np.arange(n) // max(per_switch, 1)
     same = grp[:, None] == grp[None, :]
     rb = bandwidth if root_bandwidth is None else root_bandwidth
-    return (np.where(same, bandwidth, min(bandwidth, rb)).astype(float),
+    # np.minimum, not min(): a NaN root bandwidth must reach the cluster's check
+    return (np.where(same, bandwidth, np.minimum(bandwidth, rb)).astype(float),
             np.where(same, latency, 2 * latency).astype(float))
 
 
