@@ -241,6 +241,8 @@ CASES = [
      "go-finetune.start='bogus': expected one of init, best"),
     ("optimize example:mlp --methods go-one -p go-one.placement_flips=-1", "expected >= 0"),
     ("profile example:mlp -o {d}/p.json --device bogus", "device 'bogus'"),
+    ("profile example:mlp -o {d}/p.json --device meta", "device 'meta': not a usable PyTorch device"),
+    ("costmodel train --data {d}/tiles --device meta --out {d}/cm", "--device 'meta': not a usable"),
     ("train --seed -1 --updates 1 --out {d}/t", "--seed"),
     # output paths, refused before any work
     ("import {d}/file -o {d}", "--output"),

@@ -303,6 +303,9 @@ def usable_device(device: str | torch.device, error: type[GraphoptError] = Profi
     except (RuntimeError, AssertionError) as err:
         raise error(f"{label} {str(device)!r}: not a usable PyTorch device here "
                     f"({str(err).splitlines()[0][:120]})") from None
+    if dev.type == "meta":  # it allocates, but its tensors hold no data and nothing runs
+        raise error(f"{label} {str(device)!r}: not a usable PyTorch device here (meta tensors "
+                    "hold no data)")
     return dev
 
 
