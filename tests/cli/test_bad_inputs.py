@@ -96,13 +96,16 @@ def _more_bad_files(d: Path, g: dict, base: str) -> None:
     docs = {"wrongfmt.json": {"format": "x"}, "version99.json": {**g, "version": 99},
             "nodes_str.json": {**g, "nodes": "x"},
             "edge_far.json": {**g, "edges": [[0, 999, 1.0]]},
-            "cycle.json": {**g, "edges": [[0, 1, 1.0], [1, 0, 1.0]]}}
+            "cycle.json": {**g, "edges": [[0, 1, 1.0], [1, 0, 1.0]]},
+            "edge_half.json": {**g, "edges": [[0.5, 1, 1.0]]},
+            "edge_text.json": {**g, "edges": [["0", "1", 1.0]]}}
     for name, doc in docs.items():
         (d / name).write_text(json.dumps(doc))
     nodes = {"flops_neg": {"flops": -1}, "flops_nan": {"flops": float("nan")},
              "flops_str": {"flops": "many"},
              "op_bogus": {"op": 42}, "shape_neg": {"shape": [-3]}, "shape_str": {"shape": "2x2"},
-             "coloc_str": {"coloc": "a"}, "dup_names": {"name": g["nodes"][1]["name"]}}
+             "coloc_str": {"coloc": "a"}, "dup_names": {"name": g["nodes"][1]["name"]},
+             "shape_text": {"shape": "22"}, "shape_half": {"shape": [2.5]}}
     for name, node in nodes.items():
         h = json.loads(json.dumps(g))
         h["nodes"][0].update(node)
@@ -265,12 +268,16 @@ CASES = [
     ("info {d}/no_op.json", "no_op.json: malformed graph record (KeyError"),
     ("info {d}/edge_far.json", "edge_far.json: graph 'mlp-1x8-b2': edge 0 has"),
     ("info {d}/cycle.json", "cycle.json: graph 'mlp-1x8-b2': cycle through"),
+    ("info {d}/edge_half.json", "edge_half.json: edge 0 = [0.5, 1, 1.0]; expected [src, dst, bytes]"),
+    ("info {d}/edge_text.json", 'edge_text.json: edge 0 = ["0", "1", 1.0]; expected [src, dst'),
+    ("info {d}/shape_text.json", "shape_text.json: node 0 has shape='22'; expected a list of integers"),
+    ("info {d}/shape_half.json", "shape_half.json: node 0 has shape=[2.5]; expected a list of"),
     ("info {d}/flops_neg.json", "flops_neg.json: graph 'mlp-1x8-b2': node 'x' has"),
     ("info {d}/flops_nan.json", "flops_nan.json: graph 'mlp-1x8-b2': node 'x' has"),
     ("info {d}/flops_str.json", "graph 'mlp-1x8-b2': field 'flops' is not"),
     ("info {d}/op_bogus.json", "op_bogus.json: node 0 has op=42; expected a"),
     ("info {d}/shape_neg.json", "shape_neg.json: graph 'mlp-1x8-b2': node 'x' has"),
-    ("info {d}/shape_str.json", "shape_str.json: malformed graph record"),
+    ("info {d}/shape_str.json", "shape_str.json: node 0 has shape='2x2'; expected a list"),
     ("info {d}/dup_names.json", "dup_names.json: graph 'mlp-1x8-b2': duplicate"),
     ("info {d}/coloc_str.json", "graph 'mlp-1x8-b2': field 'coloc' is not"),
     ("info {d}/empty0.npz", "empty0.npz: not an npz archive"),

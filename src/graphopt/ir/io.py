@@ -305,10 +305,24 @@ def graph_from_dict(data: Any, source: str = "<dict>") -> Graph:
 
         from graphopt.ir.graph import pad_shape
 
-        for i, nd in enumerate(nodes):  # np.str_ would turn a number into a name silently
+        # numpy would turn a number into a name, "22" into a shape (2, 2) and an edge
+        # [0.5, true, 1] into [0, 1, 1] silently
+        for i, nd in enumerate(nodes):
+            if not isinstance(nd, dict):
+                raise GraphFormatError(f"{source}: malformed graph record (node {i} is a "
+                                       f"{type(nd).__name__}, expected an object)")
             for k in ("name", "op", "dtype", "module"):
                 if k in nd and not isinstance(nd[k], str):
                     raise GraphFormatError(f"{source}: node {i} has {k}={nd[k]!r}; expected a string")
+            shape = nd.get("shape", [])
+            if not (isinstance(shape, list) and all(type(d) is int for d in shape)):
+                raise GraphFormatError(f"{source}: node {i} has shape={shape!r}; expected a list "
+                                       "of integers")
+        for j, x in enumerate(edges if isinstance(edges, list) else [edges]):
+            if not (isinstance(x, list) and len(x) == 3 and type(x[0]) is int and type(x[1]) is int
+                    and type(x[2]) in (int, float)):
+                raise GraphFormatError(f"{source}: edge {j} = {json.dumps(x)[:80]}; expected "
+                                       "[src, dst, bytes] with integer node indices")
         e = np.asarray(edges, dtype=np.float64).reshape(-1, 3)
         g = Graph(
             name=str(data.get("name", "graph")), meta=dict(data.get("meta") or {}),
