@@ -95,11 +95,21 @@ def test_unmapped_op_and_constant():
          helper.make_node("Softsign", ["x"], ["s"]),
          helper.make_node("Add", ["s", "k"], ["y"])],
         [helper.make_tensor_value_info("x", F, [4])], [helper.make_tensor_value_info("y", F, None)])
-    with pytest.warns(UnknownOpWarning, match="Softsign"):
+    with pytest.warns(UnknownOpWarning, match=r"element: Softsign \(node 1\)$"):
         g = from_onnx(m)
     assert g.op.tolist() == ["input", "constant", "softsign", "add"]
     assert g.meta["unmapped_ops"] == ["Softsign"]
     assert g.persistent_bytes[1] == 16 and g.flops[2] == 4
+
+
+def test_a_tensor_written_by_two_nodes_is_refused_naming_both():
+    """ONNX graphs are SSA; a second writer of a tensor hid the first one's edges."""
+    m = _model([helper.make_node("Relu", ["x"], ["y"], name="a"),
+                helper.make_node("Neg", ["x"], ["y"], name="b")],
+               [helper.make_tensor_value_info("x", F, [4])], [helper.make_tensor_value_info("y", F, [4])])
+    with pytest.raises(GraphFormatError, match="node 'b' \\(Neg\\) writes tensor 'y', which node 'a' "
+                                               "writes too"):
+        from_onnx(m)
 
 
 def test_bad_inputs(tmp_path):

@@ -278,6 +278,14 @@ def from_onnx(model: str | os.PathLike | bytes | Any, *,
         return n
 
     available = set(init) | {i.name for i in g.input} | {t for nd in g.node for t in nd.output}
+    made: dict[str, str | int] = {}  # tensor -> the node that writes it: ONNX graphs are SSA
+    for k, node in enumerate(g.node):
+        for t in node.output:
+            if t in made:
+                raise GraphFormatError(f"{source}: node {node.name or k!r} ({node.op_type}) writes "
+                                       f"tensor {t!r}, which node {made[t]!r} writes too")
+            if t:
+                made[t] = node.name or k
     for k, node in enumerate(g.node):
         for t in node.input:
             if t and t not in available:
@@ -301,7 +309,7 @@ def from_onnx(model: str | os.PathLike | bytes | Any, *,
     if unknown and strict:
         fail_unknown()
 
-    unmapped: set[str] = set()
+    unmapped: dict[str, list[str | int]] = {}  # op type -> its nodes (name, else index)
     pending: list[tuple[int, Any]] = []
     for k, node in enumerate(g.node):
         where = f"node {node.name or k!r} ({node.op_type})"
@@ -310,7 +318,8 @@ def from_onnx(model: str | os.PathLike | bytes | Any, *,
         op = ONNX_OPS.get(node.op_type) if node.domain in ("", "ai.onnx") else None
         if op is None:
             op = _snake(node.op_type)
-            unmapped.add(node.op_type if not node.domain else f"{node.domain}.{node.op_type}")
+            kind = node.op_type if not node.domain else f"{node.domain}.{node.op_type}"
+            unmapped.setdefault(kind, []).append(node.name or k)
         if node.op_type == "Gemm" and (len(node.input) < 3 or not node.input[2]):
             op = "mm"
         shape, dt = (outs[0][0], outs[0][1]) if outs else ((), "float32")
@@ -334,8 +343,10 @@ def from_onnx(model: str | os.PathLike | bytes | Any, *,
                 b.add_edge(producer[t], i, tensor(t, "")[2])
     if unmapped:
         b.meta["unmapped_ops"] = sorted(unmapped)
+        which = [f"{op} (node {nodes[0]!r}" + (f" and {len(nodes) - 1} more)" if len(nodes) > 1 else ")")
+                 for op, nodes in sorted(unmapped.items())]
         warnings.warn(f"{source}: ONNX ops without an IR mapping, costed at one FLOP per output "
-                      f"element: {', '.join(sorted(unmapped))}", UnknownOpWarning, stacklevel=2)
+                      f"element: {', '.join(which)}", UnknownOpWarning, stacklevel=2)
     if unknown:
         b.meta["unknown_shapes"] = sorted(set(unknown))
     try:
