@@ -384,6 +384,19 @@ def test_malformed_pt2_names_the_cause_without_a_logged_traceback(tmp_path, mlp,
     assert "Traceback" not in capfd.readouterr().err
 
 
+def test_zip_bomb_pt2_is_refused_before_reading(tmp_path, mlp):
+    """torch's reader allocates what a member declares: 8 MiB of deflated zeros in a file
+    of some kilobytes is refused by its expansion, before anything is read."""
+    good, bad = tmp_path / "good.pt2", tmp_path / "bad.pt2"
+    torch.export.save(torch.export.export(mlp, (torch.randn(4, 8),)), good)
+    _rewrite_pt2(good, bad, lambda name, data: data)
+    with zipfile.ZipFile(bad, "a", compression=zipfile.ZIP_DEFLATED) as z:
+        z.writestr("good/extra", bytes(2**23))
+    with pytest.raises(GraphFormatError, match=r"bad.pt2: its members expand from [\d,]+ to [\d,]+ bytes, "
+                                               "more than 100x"):
+        load_exported(bad)
+
+
 def test_declared_input_size_is_bounded(tmp_path, mlp):
     """A .pt2 file declares its inputs' shapes; drawing example inputs for a shape of
     10^12 rows is refused before any allocation, naming the file and the input."""

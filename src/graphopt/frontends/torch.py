@@ -49,12 +49,18 @@ from graphopt.errors import FrontendError, GraphFormatError, GraphoptError
 from graphopt.ir.graph import Graph, GraphBuilder
 from graphopt.ir.ops import OP_VOCAB, op_class
 
-__all__ = ["ATEN_TO_IR", "KEEP_UNDECOMPOSED", "MAX_INPUT_BYTES", "TracedProgram", "from_exported",
-           "from_torch", "load_archive", "load_exported", "load_program", "trace_exported", "trace_program"]
+__all__ = ["ATEN_TO_IR", "KEEP_UNDECOMPOSED", "MAX_EXPANSION", "MAX_INPUT_BYTES", "TracedProgram",
+           "from_exported", "from_torch", "load_archive", "load_exported", "load_program",
+           "trace_exported", "trace_program"]
 
 #: The most bytes of example inputs drawn for a program loaded without them: a ``.pt2``
 #: file declares their shapes, so this bounds what an outside file can make us allocate.
 MAX_INPUT_BYTES = 2**31
+
+#: How much larger a ``.pt2`` archive's members may be than the bytes they take in the
+#: file: torch.export.save stores them uncompressed, and a zip bomb's ratio is in the
+#: thousands (the reader allocates what a member declares).
+MAX_EXPANSION = 100
 
 #: ATen op (``name`` or ``name.overload``) → IR op type, where the names differ. Any
 #: other ATen op keeps its name if the vocabulary has it, else it is an unknown op.
@@ -405,7 +411,11 @@ def load_program(path: str | os.PathLike) -> TracedProgram:
     'lin'
     """
     path = Path(path)
-    return trace_exported(load_archive(path), None, name=path.stem, meta={"source": str(path)})
+    program = load_archive(path)
+    try:
+        return trace_exported(program, None, name=path.stem, meta={"source": str(path)})
+    except FrontendError as err:  # it names the program's class; name the file too
+        raise FrontendError(f"{path}: {err}") from err
 
 
 def load_archive(path: str | os.PathLike) -> torch.export.ExportedProgram:
@@ -912,6 +922,12 @@ def _check_archive(path: Path) -> None:
     try:
         with zipfile.ZipFile(path) as z:
             files = z.namelist()
+            packed = sum(i.compress_size for i in z.infolist())
+            unpacked = sum(i.file_size for i in z.infolist())
+            if unpacked > MAX_EXPANSION * packed + 2**20:
+                raise GraphFormatError(f"{path}: its members expand from {packed:,} to {unpacked:,} "
+                                       f"bytes, more than {MAX_EXPANSION}x (a zip bomb; "
+                                       "graphopt.frontends.torch.MAX_EXPANSION)")
             if not any(f"/{c.MODELS_DIR}" in f and f.endswith(".json") for f in files):
                 raise GraphFormatError(f"{path}: not a torch.export archive (no {c.MODELS_DIR}"
                                        "*.json; save it with torch.export.save from torch >= 2.8)")
