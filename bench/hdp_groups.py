@@ -5,15 +5,16 @@ On each row, for groupings of the ops into ``G`` groups (``G`` = grappler's
 ``min(256, 20 · devices)`` and 256):
 
 - ``random``: each op in a uniformly random group — HDP's grouper before training;
-- ``blocks``: contiguous blocks of equal op count in the model's module order (ops by
-  their module's first op, then topologically): each layer's forward and backward ops
-  together;
+- ``blocks``: contiguous blocks of equal op count in the model's layer order
+  (:func:`graphopt.ir.features.layer_order`): each layer's forward, backward and update
+  ops together, ``hdp``'s first groupings;
 - ``metis``: a METIS partition of the colocation units into ``G`` parts, balanced by
   compute and cutting the fewest bytes;
 
-two figures: the median step time of 16 uniformly random placements of the groups (the
-plans REINFORCE samples first), and the best the grouping can express of the human
-expert's plan (each group on the device most of its ops have there). Colocation groups
+three figures: the median step time of 16 uniformly random placements of the groups,
+the best the grouping can express of the human expert's plan (each group on the device
+most of its ops have there), and the layout ``hdp``'s placer prior leans to (group ``g``
+on device ``floor((g + 1/2) D / G)``: with ``blocks``, the layers in D contiguous runs). Colocation groups
 are made whole as in ``hdp`` (:func:`graphopt.optim.heuristics._common.unify_groups`).
 ``single`` and ``expert`` are the references.
 
@@ -30,13 +31,12 @@ from pathlib import Path
 import numpy as np
 
 
-def module_blocks(graph, parts: int) -> np.ndarray:
-    """Group of every op: ``parts`` contiguous blocks of the module order."""
-    n = graph.num_nodes
-    _, first, inverse = np.unique(graph.module, return_index=True, return_inverse=True)
-    rank = np.empty(n)
-    rank[np.lexsort((np.arange(n), first[inverse.ravel()]))] = np.arange(n)
-    return np.minimum((rank * parts / n).astype(np.int64), parts - 1)
+def layer_blocks(graph, parts: int) -> np.ndarray:
+    """Group of every op: ``parts`` contiguous blocks of the layer order (the ``hdp``
+    grouper's first groupings)."""
+    from graphopt.ir.features import layer_order
+
+    return np.minimum(layer_order(graph) * parts // max(graph.num_nodes, 1), parts - 1)
 
 
 def metis_groups(problem, parts: int, seed: int = 0) -> np.ndarray:
@@ -94,14 +94,16 @@ def main() -> None:
         row = {"model": name, "ops": g.num_nodes, "devices": d, **ref, "groupings": []}
         for count in sorted({min(256, 20 * d), 256}):
             for kind, grp in (("random", rng.integers(count, size=g.num_nodes)),
-                              ("blocks", module_blocks(g, count)),
+                              ("blocks", layer_blocks(g, count)),
                               ("metis", metis_groups(prob, count))):
                 major = np.array([np.bincount(expert[grp == j], minlength=d).argmax()
                                   if (grp == j).any() else 0 for j in range(count)])
                 rand = [step(rng.integers(d, size=count)[grp]) for _ in range(16)]
+                layout = ((np.arange(count) + 0.5) * d / count).astype(np.int64)
                 row["groupings"].append({"groups": count, "kind": kind,
                                          "random_placements_median": float(np.median(rand)),
-                                         "expert_mapped": step(major[grp])})
+                                         "expert_mapped": step(major[grp]),
+                                         "layout": step(layout[grp])})
                 print(name, count, kind, row["groupings"][-1], flush=True)
         rows.append(row)
     save_json({"benchmark": "hdp_groups", "machine": {"python": platform.python_version()},
@@ -110,15 +112,16 @@ def main() -> None:
              f"`.venv/bin/python bench/hdp_groups.py --rows {a.rows}` — p100, step times in ms "
              "(simulated; deterministic). Per grouping: the median of 16 random placements "
              "of the groups (what REINFORCE samples first) and the expert's plan mapped "
-             "onto the groups (each group on its ops' majority device there).", "",
+             "onto the groups (each group on its ops' majority device there), and the layout "
+             "`hdp`'s placer prior leans to (group g on device floor((g + 1/2) D / G)).", "",
              "| model | single | expert | groups | grouping | random placements (median) | "
-             "expert mapped onto the groups |", "|---|---|---|---|---|---|---|"]
+             "expert mapped onto the groups | layout |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         for x in r["groupings"]:
             lines.append(f"| {r['model']} | {r['single'] * 1e3:.1f} | {r['expert'] * 1e3:.1f} | "
                          f"{x['groups']} | {x['kind']} | "
                          f"{x['random_placements_median'] * 1e3:.1f} | "
-                         f"{x['expert_mapped'] * 1e3:.1f} |")
+                         f"{x['expert_mapped'] * 1e3:.1f} | {x['layout'] * 1e3:.1f} |")
     replace_section(a.docs, "hdp-groups", "\n".join(lines))
 
 

@@ -10,7 +10,7 @@ from hypothesis import given
 
 from graphopt.errors import GraphError, GraphoptError
 from graphopt.ir import MAX_RANK, Graph, GraphBuilder, node_features
-from graphopt.ir.features import FEATURE_NAMES
+from graphopt.ir.features import FEATURE_NAMES, layer_of, layer_order
 from graphopt.ir.generate import layered_graph, mlp_training_graph
 from graphopt.ir.graph import pad_shape
 from graphopt.ir.ops import OP_VOCAB
@@ -363,3 +363,23 @@ def test_mlp_training_graph_is_valid_with_colocated_updates():
     for i in range(3):
         members = {str(g.names[j]) for j in np.flatnonzero(g.coloc == g.coloc[g.index[f"layers.{i}.weight"]])}
         assert {f"layers.{i}.weight", f"layers.{i}.bias", f"layers.{i}.weight.sgd"} <= members
+
+
+def test_layer_order_reads_an_unrolled_rnn_layer_by_layer():
+    from graphopt.zoo import build, get_entry
+
+    g = build(get_entry("rnnlm-2-quick"))
+    order = layer_order(g)
+    assert sorted(order.tolist()) == list(range(g.num_nodes))
+    layer = np.array([(lay[1] if (lay := layer_of(str(m))) else -1) for m in g.module])
+    # every op of layer 0 (forward, backward and update) before every op of layer 1
+    assert order[layer == 0].max() < order[layer == 1].min()
+    # the shared dropout module's ops read among the layers, not all in one run
+    drop = np.flatnonzero(np.char.startswith(g.module.astype(str), "drop"))
+    assert len(drop) and order[drop].min() < order[layer == 1].min() < order[drop].max()
+
+
+@given(graphs())
+def test_layer_order_without_layers_is_node_order(g):
+    g = dataclasses.replace(g, module=np.full(g.num_nodes, "", dtype=object))
+    assert layer_order(g).tolist() == list(range(g.num_nodes))

@@ -18,11 +18,11 @@ class Grouper(nn.Module):
 
     with :math:`\tau_i` the op's type, :math:`e` a learned embedding and
     :math:`\epsilon` Gaussian noise of standard deviation ``noise`` × the logits' RMS.
-    With ``locality`` :math:`\lambda > 0`, :math:`-\lambda (iG/N - c_g)^2` is added to
-    op :math:`i`'s logit of group :math:`g` (ops in topological order, :math:`c_g` a
-    learned centre starting at :math:`g + \tfrac12`) and :math:`W_2` starts at zero: the
-    first groupings are contiguous blocks of the topological order, and the network
-    learns departures from them.
+    With ``locality`` :math:`\lambda > 0`, :math:`-\lambda (r_i G/N - c_g)^2` is added to
+    op :math:`i`'s logit of group :math:`g` (:math:`r_i` the op's place in a given order
+    of the ops, its index by default; :math:`c_g` a learned centre starting at
+    :math:`g + \tfrac12`) and :math:`W_2` starts at zero: the first groupings are
+    contiguous blocks of that order, and the network learns departures from them.
 
     Parameters
     ----------
@@ -40,7 +40,8 @@ class Grouper(nn.Module):
 
     Shapes
     ------
-    - input: op types (N,) int64, features (N, in_dim)
+    - input: op types (N,) int64, features (N, in_dim), optionally the ops' order (N,)
+      (a permutation of ``0..N-1``)
     - output: groups (N,) int64 in ``0..num_groups-1``, their summed log-probability and
       the summed entropy of the ops' softmaxes (scalars)
 
@@ -84,7 +85,7 @@ class Grouper(nn.Module):
                 f"hidden={self.hidden.out_features}, num_groups={self.num_groups})")
 
     def forward(self, op_type: Tensor, x: Tensor, generator: torch.Generator | None = None,
-                noise: float = 0.0) -> tuple[Tensor, Tensor, Tensor]:
+                noise: float = 0.0, order: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
         h = torch.relu(self.hidden(torch.cat([self.type_embedding(op_type), x], 1)))
         logits = self.out(h)
         if noise > 0:
@@ -92,7 +93,8 @@ class Grouper(nn.Module):
             logits = logits + noise * rms * torch.randn(logits.shape, generator=generator)
         if self.locality > 0:
             n = len(op_type)
-            slot = torch.arange(n, dtype=torch.float32) * (self.num_groups / n)
+            rank = torch.arange(n) if order is None else order
+            slot = rank.to(torch.float32) * (self.num_groups / n)
             logits = logits - self.locality * (slot[:, None] - self.centre).square()
         log_probs = torch.log_softmax(logits, 1)
         groups = torch.multinomial(log_probs.detach().exp(), 1, generator=generator).squeeze(1)

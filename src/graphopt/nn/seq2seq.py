@@ -20,9 +20,11 @@ class AttentionLSTMPlacer(nn.Module):
         s_t &= \mathrm{LSTM}(e(d_{t-1}), s_{t-1}), \quad e(d_0) = \text{go embedding} \\
         \alpha_{tj} &= \mathrm{softmax}_j\, v^\top \tanh(W_1 m_j + W_2 s_t), \quad
         c_t = \textstyle\sum_j \alpha_{tj} W_1 m_j \\
-        \ell_t &= C \tanh(W_o [s_t; c_t] / T) + \epsilon_t, \quad
+        \ell_t &= C \tanh(W_o [s_t; c_t] / T) + \epsilon_t + p_t, \quad
         \epsilon_t \sim \mathcal{N}(0, (\sigma \lVert \ell \rVert_{\mathrm{rms}})^2) \\
         d_t &\sim \mathrm{softmax}(\ell_t)
+
+    with :math:`p_t` an optional prior over the devices of group :math:`t` (0 without).
 
     Parameters
     ----------
@@ -40,7 +42,7 @@ class AttentionLSTMPlacer(nn.Module):
 
     Shapes
     ------
-    - input ``x``: (B, G, in_dim)
+    - input ``x``: (B, G, in_dim); optional ``prior``: (G, num_devices)
     - output of :meth:`forward`: actions (B·k, G) int64 — ``k`` samples per input, rows
       ``i·k .. i·k + k − 1`` from input ``i`` — and their log-probabilities and entropies
       summed over groups (B·k,).
@@ -109,15 +111,16 @@ class AttentionLSTMPlacer(nn.Module):
         return self.attn_memory(mem), (h, c)
 
     def forward(self, x: Tensor, num_samples: int = 1, generator: torch.Generator | None = None,
-                noise: float = 0.0) -> tuple[Tensor, Tensor, Tensor]:
-        """Sample ``num_samples`` placements per input; ``noise`` is :math:`\\sigma`."""
+                noise: float = 0.0, prior: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """Sample ``num_samples`` placements per input; ``noise`` is :math:`\\sigma`,
+        ``prior`` :math:`p`."""
         mem, (h, c) = self.encode(x)
         mem = mem.repeat_interleave(num_samples, 0)
         h, c = h.repeat_interleave(num_samples, 0), c.repeat_interleave(num_samples, 0)
         rows, groups = mem.shape[0], mem.shape[1]
         prev = torch.full((rows,), self.num_devices, dtype=torch.long)
         actions, logp, entropy = [], x.new_zeros(rows), x.new_zeros(rows)
-        for _ in range(groups):
+        for t in range(groups):
             h, c = self.decoder(self.device_embedding(prev), (h, c))
             score = self.attn_v(torch.tanh(mem + self.attn_query(h)[:, None])).squeeze(2)
             context = (torch.softmax(score, 1)[:, :, None] * mem).sum(1)
@@ -126,6 +129,8 @@ class AttentionLSTMPlacer(nn.Module):
             if noise > 0:
                 rms = logits.detach().square().mean().sqrt()
                 logits = logits + noise * rms * torch.randn(logits.shape, generator=generator)
+            if prior is not None:
+                logits = logits + prior[t]
             log_probs = torch.log_softmax(logits, 1)
             prev = torch.multinomial(log_probs.detach().exp(), 1, generator=generator).squeeze(1)
             actions.append(prev)

@@ -9,15 +9,18 @@ the best placement seen and the run's statistics.
    groups (default ``min(256, 20 · devices)``, grappler's) and one grouping is sampled.
    Op inputs: a learned op-type embedding, standardized node features (output shape,
    sizes, degree, position) and HDP's adjacency slots (:func:`graphopt.rl.op_inputs`).
-   A prior ``−locality · (i·G/N − c_g)²`` on op ``i``'s logit of group ``g`` (``c_g`` a
-   learned centre, starting at ``g + ½``) makes the first groupings contiguous blocks
-   of the topological order; the network's output layer starts at zero and learns
-   departures from them.
+   A prior ``−locality · (r_i·G/N − c_g)²`` on op ``i``'s logit of group ``g`` (``r_i``
+   the op's place in the model's layer order, :func:`graphopt.ir.features.layer_order`;
+   ``c_g`` a learned centre, starting at ``g + ½``) makes the first groupings contiguous
+   blocks of that order, the model's layers one after another; the network's output
+   layer starts at zero and learns departures from them.
 2. **Placer.** The groups of that grouping (:class:`graphopt.rl.GroupFeatures`:
    adjacency rows, op-type histogram, sizes) go to a bidirectional LSTM encoder; an
    LSTM decoder with attention samples ``placer_samples`` placements of the groups
    (:class:`graphopt.nn.AttentionLSTMPlacer`), logits ``C·tanh(z/T)`` with grappler's
-   C = T = 1.
+   C = T = 1, plus a layout prior (ours, :func:`layout_prior`): group ``g`` leans to
+   device ``floor((g + ½)·D/G)``, so a fresh placer's samples are the grouper's layer
+   blocks in D contiguous runs, about ``layout_prior`` of the groups elsewhere.
 3. **Colocation.** A sampled grouping may split a colocation group across groups and so
    across devices. Each placement is expanded to ops and then every colocation group is
    moved, whole, to the device most of its members were given (ties: the lower device)
@@ -34,7 +37,8 @@ the best placement seen and the run's statistics.
 Departures from grappler, kept small: one output shape per op (our IR's) instead of
 five; node features and an op-type embedding where grappler feeds the raw type index and
 raw dimensions; a ReLU between the grouper's two layers (grappler has none, which makes
-them one linear map); the grouper's block prior (``locality``); Adam at 0.003, not 0.1;
+them one linear map); the grouper's block prior (``locality``) and the placer's layout
+prior (``layout_prior``); Adam at 0.003, not 0.1;
 the baseline starts at the first batch's mean, not at the failing signal; the advantage
 divided by the baseline (``(c − b) / b``, so one learning rate suits graphs of any step
 time); an optional learning-rate warm-up and entropy bonus ``β`` (``warmup``,
@@ -82,6 +86,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from graphopt.dist.local import BudgetExhausted, LocalEvaluator, stop_on_interrupt, stop_requested
 from graphopt.errors import GraphoptError
+from graphopt.ir.features import layer_order
 from graphopt.nn import AttentionLSTMPlacer, Grouper
 from graphopt.optim.base import Budget, compose, register
 from graphopt.optim.heuristics._common import unify_groups
@@ -101,6 +106,23 @@ from graphopt.rl import (
 from graphopt.sim import Plan, Problem
 
 __all__ = ["HDP"]
+
+
+def layout_prior(groups: int, devices: int, off: float) -> torch.Tensor | None:
+    """Placer logits ``(groups, devices)``: ``ln((1 − off)(D − 1) / off)`` on device
+    ``floor((g + ½)·D / G)`` of group ``g``, so that a placer whose own logits are even
+    puts a share ``off`` of the groups elsewhere; None where ``off >= 1 − 1/D`` (no
+    preference) or with one device.
+
+    >>> layout_prior(4, 2, 0.1).argmax(1).tolist()
+    [0, 0, 1, 1]
+    """
+    if devices < 2 or off >= 1 - 1 / devices:
+        return None
+    prior = torch.zeros(groups, devices)
+    home = ((torch.arange(groups) + 0.5) * devices / groups).long()
+    prior[torch.arange(groups), home] = float(np.log((1 - off) * (devices - 1) / off))
+    return prior
 
 
 @register("hdp")
@@ -138,8 +160,13 @@ class HDP:
     adj_slots: int = field(default=10, metadata={"min": 0, "max": 1024,
         "help": "Neighbours per op in the grouper's input, two numbers each (grappler: adj_embed_dim 20)."})
     locality: float = field(default=20.0, metadata={"min": 0,
-        "help": "Weight of the grouper's prior toward contiguous blocks of the topological "
+        "help": "Weight of the grouper's prior toward contiguous blocks of the model's layer "
                 "order (ours; 0: none, the first groupings scatter every layer)."})
+    layout_prior: float = field(default=0.1, metadata={"gt": 0, "max": 1,
+        "help": "Share of groups a fresh placer sends off the contiguous layout, group g on "
+                "device floor((g + 1/2) D / G): the grouper's first blocks in layer order, so the "
+                "model's layers in D contiguous runs, the expert's rule of thumb (ours; "
+                "1 - 1/D or more: no prior)."})
     bidirectional: bool = field(default=True, metadata={"help": "Bidirectional encoder (grappler: bi_lstm)."})
     placer_samples: int = field(default=4, metadata={"min": 1,
         "help": "Placements sampled per grouping and update (HDP §4: k = 4)."})
@@ -198,6 +225,8 @@ class HDP:
         # -- op inputs ------------------------------------------------------------------------
         types, feats = op_inputs(graph, self.adj_slots)
         op_type, op_x = torch.as_tensor(types), torch.as_tensor(feats)
+        order = torch.as_tensor(layer_order(graph))
+        prior = layout_prior(num_groups, devices, self.layout_prior)
         features = GroupFeatures(graph)
 
         # -- grouper, placer, optimizer, resume --------------------------------------------
@@ -237,10 +266,13 @@ class HDP:
                             * min(1.0, (step + 1) / max(self.warmup, 1))
                     noise = self.logits_noise if step < self.stop_noise_step else 0.0
                     groups, group_log_prob, group_entropy = grouper(op_type, op_x, generator,
-                                                                    noise)
+                                                                    noise, order)
                     x = features(groups[None], num_groups)
+                    # the layout is where the placer starts, not where it must stay: the
+                    # prior fades as the budget is spent
+                    fade = None if prior is None else prior * (1.0 - ev.fraction_spent())
                     actions, place_log_prob, place_entropy = placer(x, self.placer_samples,
-                                                                    generator, noise)
+                                                                    generator, noise, fade)
                     placements = np.stack([unify_groups(graph, a[groups.numpy()], devices)
                                            for a in actions.numpy()])
                     res = ev.evaluate(placements, rows(base.priority, len(placements)),
