@@ -1,4 +1,4 @@
-"""Why ``hdp`` ends on one device: what its groups let a placer reach.
+"""What ``hdp``'s groups let a placer reach.
 
 HDP places *groups* of ops, so its plans are whatever a device per group can express.
 On each row, for groupings of the ops into ``G`` groups (``G`` = grappler's
@@ -108,7 +108,7 @@ def main() -> None:
         rows.append(row)
     save_json({"benchmark": "hdp_groups", "machine": {"python": platform.python_version()},
                "rows": rows}, a.out)
-    lines = ["## Why hdp ends on one device: what its groups can express", "",
+    lines = ["## What hdp's groups can express", "",
              f"`.venv/bin/python bench/hdp_groups.py --rows {a.rows}` — p100, step times in ms "
              "(simulated; deterministic). Per grouping: the median of 16 random placements "
              "of the groups (what REINFORCE samples first) and the expert's plan mapped "
