@@ -261,6 +261,28 @@ def test_malformed_modules_name_the_culprit(mutate, match):
         tg.hlo_module_to_graph(_module(comps), source="x.pb")
 
 
+def _doubling_chain(opcode: str, depth: int = 40) -> bytes:
+    """Computation k calls computation k + 1 twice with ``opcode``: 2^depth paths."""
+    comps = []
+    for k in range(depth):
+        calls = [k + 1, k + 1] if k + 1 < depth else []
+        comps.append((f"c{k}", k, 10 * k + 2, [
+            _i(10 * k + 1, f"p{k}", "parameter", _shape(4), parameter_number=0),
+            _i(10 * k + 2, f"r{k}", opcode if calls else "negate", _shape(4), [10 * k + 1], calls)]))
+    return _module(comps)
+
+
+def test_calls_fanning_out_are_bounded_not_walked_per_path():
+    """A few hundred bytes that call a computation twice at each of 40 levels: the program
+    view would inline 2^40 copies (refused before any is made); folded callees (map's) are
+    walked once, not once per path."""
+    pytest.importorskip("google.protobuf")
+    with pytest.raises(GraphFormatError, match=r"x.pb: module 'm': inlining its calls makes "
+                                               r"2,199,023,255,550 ops, more than 1,000,000"):
+        tg.hlo_module_to_graph(_doubling_chain("call"), source="x.pb")
+    assert tg.hlo_module_to_graph(_doubling_chain("map")).names.tolist() == ["p0", "r0"]
+
+
 def test_missing_entry_computation():
     pytest.importorskip("google.protobuf")
     m = messages()["HloModuleProto"].FromString(_module(_example_module()))

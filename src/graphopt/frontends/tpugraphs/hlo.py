@@ -50,7 +50,11 @@ from graphopt.frontends.tpugraphs._xla import Arr, array_leaves, shape_dtype, xl
 from graphopt.ir.graph import Graph, GraphBuilder
 from graphopt.ir.ops import op_class
 
-__all__ = ["hlo_module_to_graph"]
+__all__ = ["MAX_PROGRAM_OPS", "hlo_module_to_graph"]
+
+#: The most nodes the program view makes: it copies a called computation at each call
+#: site, so a file of a few computations calling the next twice asks for 2^depth.
+MAX_PROGRAM_OPS = 1_000_000
 
 # Opcodes whose called computations run as part of the program (inlined in the
 # program view) and the kernel whose computation is summarized into one node.
@@ -116,9 +120,11 @@ class _HloConverter:
             "num_instructions": len(self.flat)})
         self.node_of: dict[tuple[int, int], int] = {}  # (comp, instr) → first node running it
         self._names: set[str] = set()
+        self._copies: dict[str, int] = {}  # name -> the last #k suffix given to a copy of it
         self._inserted: list[str] = []  # node names in insertion order
         self._leaf_cache: dict[tuple[int, int], list[Arr]] = {}
         self._fusion_flops: dict[int, float] = {}
+        self._folded: set[int] = set()  # computations mark_folded has walked
 
     # -- helpers ----------------------------------------------------------------------
     def leaves(self, comp: _Comp, ins) -> list[Arr]:
@@ -146,10 +152,11 @@ class _HloConverter:
         return out
 
     def unique(self, name: str) -> str:
-        base, k = name, 1
-        while name in self._names:
+        base, k = name, self._copies.get(name, 1)
+        while name in self._names:  # from the last suffix of this base: linear, not quadratic
             k += 1
             name = f"{base}#{k}"
+        self._copies[base] = k
         self._names.add(name)
         return name
 
@@ -183,15 +190,29 @@ class _HloConverter:
         return total
 
     def mark_folded(self, comp: _Comp, node: int, stack: tuple[int, ...] = ()) -> None:
-        """Map every instruction of ``comp`` (and what it calls) to ``node``."""
-        if comp.id in stack:
+        """Map every instruction of ``comp`` (and what it calls) to ``node``, unless an
+        earlier node has them (a computation is walked once, not once per caller)."""
+        if comp.id in stack or comp.id in self._folded:
             return
+        self._folded.add(comp.id)
         for ins in comp.instrs:
             self.node_of.setdefault((comp.id, int(ins.id)), node)
             for c in self.called(comp, ins):
                 self.mark_folded(c, node, (*stack, comp.id))
 
     # -- program view -----------------------------------------------------------------
+    def program_size(self, comp: _Comp, sizes: dict[int, int], stack: tuple[int, ...] = ()) -> int:
+        """At most how many nodes :meth:`expand` makes for ``comp``: its instructions and,
+        at each control-flow call, the callee's (``sizes`` memoizes per computation)."""
+        if comp.id in stack:
+            raise GraphFormatError(f"{comp.where}: calls itself (a cycle of computations)")
+        if comp.id not in sizes:
+            sizes[comp.id] = len(comp.instrs) + sum(
+                self.program_size(c, sizes, (*stack, comp.id))
+                for ins in comp.instrs if str(ins.opcode) in _CONTROL_FLOW
+                for c in self.called(comp, ins))
+        return sizes[comp.id]
+
     def expand(self, comp: _Comp, prefix: str, module: str, args: list[tuple[int, float]] | None,
                stack: tuple[int, ...]) -> tuple[int, float]:
         """Add the nodes of ``comp``; return (node, bytes) of its root.
@@ -305,6 +326,12 @@ class _HloConverter:
     def build(self) -> Graph:
         try:
             if self.view == "program":
+                size = self.program_size(self.entry, {})
+                if size > MAX_PROGRAM_OPS:
+                    raise GraphFormatError(f"{self.where}: inlining its calls makes {size:,} ops, "
+                                           f"more than {MAX_PROGRAM_OPS:,} (graphopt.frontends."
+                                           "tpugraphs.hlo.MAX_PROGRAM_OPS); view='tpugraphs' "
+                                           "has one node per instruction")
                 self.expand(self.entry, "", self.entry.name, None, ())
             else:
                 names = [str(self.comps[c].by_id[i].name) for c, i in self.flat]
@@ -356,9 +383,11 @@ def hlo_module_to_graph(module: bytes | Any, *, view: str = "program", name: str
 
     Notes
     -----
-    O(instructions + operands). Not checked: that shapes agree with the opcode's
-    semantics (an ``add`` of mismatched shapes is taken as given), layouts, and the
-    instruction fields not declared in the schema (metadata, literals, sharding).
+    O(instructions + operands) for the TpuGraphs view; the program view copies a called
+    computation at each call site, up to :data:`MAX_PROGRAM_OPS` nodes. Not checked: that
+    shapes agree with the opcode's semantics (an ``add`` of mismatched shapes is taken as
+    given), layouts, and the instruction fields not declared in the schema (metadata,
+    literals, sharding).
 
     Examples
     --------
