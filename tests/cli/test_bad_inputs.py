@@ -359,6 +359,7 @@ CASES = [
      "prof_meta_list.json: 'meta' is not an"),
     ("simulate example:mlp -c cpu:1 --profile {d}/prof_missing_op.json",
      "prof_missing_op.json: entry 0: missing"),
+    ("simulate example:mlp --profile @V100-SXM2-16GB", "--profile @V100-SXM2-16GB: no file before '@'"),
     ("simulate example:mlp --profile {d}/deep_profile.json@",
      "deep_profile.json: not valid JSON (nested too"),
     # cluster TOML and cluster names

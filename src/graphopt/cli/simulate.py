@@ -85,6 +85,8 @@ def _load_profile_arg(spec: Path):
     from graphopt.cost.profile import Profile
 
     path, _, kind = str(spec).partition("@")
+    if not path:  # Path("") is the current folder: "cannot read ." would not say why
+        raise GraphoptError(f"--profile {spec}: no file before '@'; expected FILE or FILE@KIND")
     p = Profile.load(path)
     return p.for_kind(kind) if kind else p
 
