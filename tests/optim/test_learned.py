@@ -60,6 +60,20 @@ def test_hdp_beats_one_device_clearly_where_the_expert_does(name, devices, below
     assert stats["step_time"] < below * single
 
 
+def test_hdp_is_never_worse_than_its_layout():
+    # update 0 evaluates the policy's most likely placement: the grouper's blocks of the
+    # layer order, block g on device floor((g + 1/2) D / G)
+    from graphopt.ir.features import layer_order
+    from graphopt.optim.heuristics._common import unify_groups
+
+    prob = Problem(build(get_entry("rnnlm-4-quick")), load_cluster("p100:4"))
+    n, groups = prob.graph.num_nodes, 80
+    block = np.minimum(layer_order(prob.graph) * groups // n, groups - 1)
+    layout = unify_groups(prob.graph, ((block + 0.5) * 4 / groups).astype(np.int64), 4)
+    _, stats = run("hdp", prob, 5)
+    assert stats["step_time"] <= simulate(prob, Plan(placement=layout)).step_time
+
+
 def test_layout_prior_sends_the_given_share_of_groups_off_the_contiguous_layout():
     from graphopt.optim.learned.hdp import layout_prior
 
@@ -98,12 +112,13 @@ def test_budget_respected(layered, method):
 
 @pytest.mark.parametrize("method", METHODS)
 def test_resume_matches_uninterrupted_run(layered, method, tmp_path):
-    _, first = run(method, layered, 16, checkpoint_dir=str(tmp_path))
+    greedy = method == "hdp"  # hdp's update 0 also prices its most likely placement
+    _, first = run(method, layered, 16 + greedy, checkpoint_dir=str(tmp_path))
     plan, resumed = run(method, layered, 16, checkpoint_dir=str(tmp_path))
-    whole, straight = run(method, layered, 32)
+    whole, straight = run(method, layered, 32 + greedy)
     assert first["updates"] == 4 and resumed["resumed_from_update"] == 4
     assert plan == whole and resumed["curve"] == straight["curve"]
-    assert resumed["total_evals"] == 32
+    assert resumed["total_evals"] == 32 + greedy
     assert (tmp_path / "weights.safetensors").is_file() and (tmp_path / "curve.png").is_file()
 
 
@@ -124,11 +139,12 @@ def test_ctrl_c_checkpoints_between_whole_updates_and_resumes_exactly(layered, m
             os.kill(os.getpid(), signal.SIGINT)
         return evaluate(self, *a, **k)
     monkeypatch.setattr(LocalEvaluator, "evaluate", interrupted_on_third)
-    _, cut = run(method, layered, 32, checkpoint_dir=str(tmp_path))
+    once = {"greedy_every": 0} if method == "hdp" else {}  # one evaluate call per update
+    _, cut = run(method, layered, 32, checkpoint_dir=str(tmp_path), **once)
     monkeypatch.setattr(LocalEvaluator, "evaluate", evaluate)
     assert cut["interrupted"] and cut["updates"] == 2 and cut["evals"] == 8
-    plan, resumed = run(method, layered, 24, checkpoint_dir=str(tmp_path))
-    whole, straight = run(method, layered, 32)
+    plan, resumed = run(method, layered, 24, checkpoint_dir=str(tmp_path), **once)
+    whole, straight = run(method, layered, 32, **once)
     assert resumed["resumed_from_update"] == 2 and resumed["total_evals"] == 32
     assert plan == whole and resumed["curve"] == straight["curve"]
 

@@ -85,7 +85,9 @@ class Grouper(nn.Module):
                 f"hidden={self.hidden.out_features}, num_groups={self.num_groups})")
 
     def forward(self, op_type: Tensor, x: Tensor, generator: torch.Generator | None = None,
-                noise: float = 0.0, order: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+                noise: float = 0.0, order: Tensor | None = None,
+                greedy: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+        """Sample a grouping (``greedy``: each op's likeliest group instead)."""
         h = torch.relu(self.hidden(torch.cat([self.type_embedding(op_type), x], 1)))
         logits = self.out(h)
         if noise > 0:
@@ -97,6 +99,7 @@ class Grouper(nn.Module):
             slot = rank.to(torch.float32) * (self.num_groups / n)
             logits = logits - self.locality * (slot[:, None] - self.centre).square()
         log_probs = torch.log_softmax(logits, 1)
-        groups = torch.multinomial(log_probs.detach().exp(), 1, generator=generator).squeeze(1)
+        groups = (log_probs.argmax(1) if greedy else
+                  torch.multinomial(log_probs.detach().exp(), 1, generator=generator).squeeze(1))
         entropy = -(log_probs.exp() * log_probs).sum()
         return groups, log_probs.gather(1, groups[:, None]).sum(), entropy

@@ -111,9 +111,10 @@ class AttentionLSTMPlacer(nn.Module):
         return self.attn_memory(mem), (h, c)
 
     def forward(self, x: Tensor, num_samples: int = 1, generator: torch.Generator | None = None,
-                noise: float = 0.0, prior: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
-        """Sample ``num_samples`` placements per input; ``noise`` is :math:`\\sigma`,
-        ``prior`` :math:`p`."""
+                noise: float = 0.0, prior: Tensor | None = None,
+                greedy: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+        """Sample ``num_samples`` placements per input (``greedy``: each group's likeliest
+        device instead); ``noise`` is :math:`\\sigma`, ``prior`` :math:`p`."""
         mem, (h, c) = self.encode(x)
         mem = mem.repeat_interleave(num_samples, 0)
         h, c = h.repeat_interleave(num_samples, 0), c.repeat_interleave(num_samples, 0)
@@ -132,7 +133,8 @@ class AttentionLSTMPlacer(nn.Module):
             if prior is not None:
                 logits = logits + prior[t]
             log_probs = torch.log_softmax(logits, 1)
-            prev = torch.multinomial(log_probs.detach().exp(), 1, generator=generator).squeeze(1)
+            prev = (log_probs.argmax(1) if greedy else
+                    torch.multinomial(log_probs.detach().exp(), 1, generator=generator).squeeze(1))
             actions.append(prev)
             logp = logp + log_probs.gather(1, prev[:, None]).squeeze(1)
             entropy = entropy - (log_probs.exp() * log_probs).sum(1)

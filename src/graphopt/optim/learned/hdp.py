@@ -20,7 +20,10 @@ the best placement seen and the run's statistics.
    (:class:`graphopt.nn.AttentionLSTMPlacer`), logits ``C·tanh(z/T)`` with grappler's
    C = T = 1, plus a layout prior (ours, :func:`layout_prior`): group ``g`` leans to
    device ``floor((g + ½)·D/G)``, so a fresh placer's samples are the grouper's layer
-   blocks in D contiguous runs, about ``layout_prior`` of the groups elsewhere.
+   blocks in D contiguous runs, about ``layout_prior`` of the groups elsewhere; the
+   prior fades linearly to nothing over ``layout_updates`` updates. Every
+   ``greedy_every`` updates the policy's most likely placement is evaluated too (at
+   update 0, the layout's own plan).
 3. **Colocation.** A sampled grouping may split a colocation group across groups and so
    across devices. Each placement is expanded to ops and then every colocation group is
    moved, whole, to the device most of its members were given (ties: the lower device)
@@ -167,6 +170,13 @@ class HDP:
                 "device floor((g + 1/2) D / G): the grouper's first blocks in layer order, so the "
                 "model's layers in D contiguous runs, the expert's rule of thumb (ours; "
                 "1 - 1/D or more: no prior)."})
+    layout_updates: int = field(default=500, metadata={"min": 1,
+        "help": "Updates over which the layout prior fades linearly to nothing (ours; 500: "
+                "about a run of 2,000 evaluations)."})
+    greedy_every: int = field(default=100, metadata={"min": 0,
+        "help": "Updates between evaluations of the policy's most likely placement (each op's "
+                "likeliest group, each group's likeliest device; the first at update 0, the "
+                "layout prior's own plan), one evaluation each (ours; 0: never)."})
     bidirectional: bool = field(default=True, metadata={"help": "Bidirectional encoder (grappler: bi_lstm)."})
     placer_samples: int = field(default=4, metadata={"min": 1,
         "help": "Placements sampled per grouping and update (HDP §4: k = 4)."})
@@ -265,12 +275,18 @@ class HDP:
                                                    self.start_decay_step, self.decay_steps) \
                             * min(1.0, (step + 1) / max(self.warmup, 1))
                     noise = self.logits_noise if step < self.stop_noise_step else 0.0
+                    # the layout is where the placer starts, not where it must stay
+                    fade = None if prior is None else prior * max(0.0, 1 - step / self.layout_updates)
+                    if self.greedy_every and step % self.greedy_every == 0:
+                        with torch.no_grad():
+                            likeliest = grouper(op_type, op_x, order=order, greedy=True)[0]
+                            device = placer(features(likeliest[None], num_groups), prior=fade,
+                                            greedy=True)[0][0]
+                        ev.evaluate(unify_groups(graph, device.numpy()[likeliest.numpy()], devices)[None],
+                                    rows(base.priority, 1), rows(base.fusion, 1))
                     groups, group_log_prob, group_entropy = grouper(op_type, op_x, generator,
                                                                     noise, order)
                     x = features(groups[None], num_groups)
-                    # the layout is where the placer starts, not where it must stay: the
-                    # prior fades as the budget is spent
-                    fade = None if prior is None else prior * (1.0 - ev.fraction_spent())
                     actions, place_log_prob, place_entropy = placer(x, self.placer_samples,
                                                                     generator, noise, fade)
                     placements = np.stack([unify_groups(graph, a[groups.numpy()], devices)
