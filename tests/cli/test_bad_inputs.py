@@ -186,6 +186,8 @@ def _more_bad_files(d: Path, g: dict, base: str) -> None:
     write_layout(d / "layout_badids.npz", node_config_ids=np.array([2, 5, 99]))
     (d / "badrun").mkdir()
     (d / "badrun" / "config.json").write_text("{")
+    (d / "deeprun").mkdir()
+    (d / "deeprun" / "config.json").write_text("[" * 100_000)
 
 
 CASES = [
@@ -519,7 +521,8 @@ CASES = [
     ("costmodel eval {d}/missing", "missing: missing config.json; not a cost-model"),
     ("costmodel eval {d}/emptydir", "emptydir: missing config.json; not a cost-model"),
     ("costmodel eval {d}/file", "file: missing config.json; not a cost-model"),
-    ("costmodel eval {d}/badrun", "badrun/config.json: unreadable (Expecting"),
+    ("costmodel eval {d}/badrun", "badrun/config.json: not valid JSON (Expecting"),
+    ("costmodel eval {d}/deeprun", "deeprun/config.json: not valid JSON (nested too deeply)"),
     ("costmodel eval {d}/emptydir --chunk 0", "Invalid value for '--chunk'"),
     ("costmodel rank {d}/emptydir {d}/tiles/k0.npz --top 0", "Invalid value for '--top'"),
     ("costmodel rank {d}/missing {d}/tiles/k0.npz", "missing: missing config.json; not a cost-model"),

@@ -36,6 +36,7 @@ from graphopt.costmodel.gst import HistoryTable, gst_scores, partition
 from graphopt.costmodel.metrics import LOSSES, METRICS, ranking_loss, ranking_metrics
 from graphopt.costmodel.models import MODELS, CostModel, build_model, graph_tensors
 from graphopt.errors import check_fields
+from graphopt.ir.io import read_json
 from graphopt.rl.checkpoint import CheckpointError, load_checkpoint, read_checkpoint, save_checkpoint
 from graphopt.rl.run import run_name, seed_everything, write_log
 from graphopt.viz.curves import metric_curves
@@ -115,10 +116,7 @@ def load_run(run_dir: str | os.PathLike) -> tuple[dict, CostModel, FeatureNormal
     run = Path(run_dir)
     if not (run / "config.json").is_file():
         raise CostModelError(f"{run}: missing config.json; not a cost-model run")
-    try:
-        meta = json.loads((run / "config.json").read_text())
-    except (OSError, ValueError) as err:
-        raise CheckpointError(f"{run / 'config.json'}: unreadable ({err})") from err
+    meta = read_json(run / "config.json", CheckpointError)
     found = read_checkpoint(run)
     if found is None:
         raise CostModelError(f"{run}: missing checkpoint.json; no epoch of this run finished")
