@@ -415,6 +415,7 @@ CASES = [
     ("optimize example:mlp --methods sa -p sa.bogus=1", "--param 'sa.bogus=1': sa has no parameter"),
     ("optimize example:mlp --methods sa -p sa.chains=x", "--param 'sa.chains=x': sa.chains expects int"),
     ("optimize example:mlp --methods sa -p bogus.x=1", "--param 'bogus.x=1': method 'bogus' is not among"),
+    ("optimize example:mlp --methods sa -p {d}/deep_plan.json", "deep_plan.json: not valid JSON (nested too"),
     ("optimize example:mlp --methods sa -p sa.alpha=inf", "sa.alpha=inf: expected a finite number"),
     ("optimize example:mlp --methods sa --measure-steps 0", "Invalid value for '--measure-steps'"),
     ("optimize example:mlp --methods sa --devices bogus", "--devices bogus: only with --measure"),

@@ -243,17 +243,17 @@ def method_params(specs: list[str], methods: list[str]) -> dict[str, dict]:
 def _param_file(spec: str) -> list[str]:
     """``spec`` itself, or when it names a .json file (``graphopt tune``'s output: its
     ``params``, ``{METHOD: {KEY: VALUE}}``) one METHOD.KEY=VALUE per value there."""
-    import json
+    from graphopt.ir.io import read_json
 
     if "=" in spec or not spec.endswith(".json"):
         return [spec]
     try:
-        params = json.loads(Path(spec).read_text())["params"]
+        params = read_json(spec, GraphoptError)["params"]
         return [f"{method}.{key}={'none' if value is None else value}"
                 for method, values in params.items() for key, value in values.items()]
-    except OSError as err:
-        raise GraphoptError(f"--param {spec}: {err.strerror}") from None
-    except (ValueError, KeyError, TypeError, AttributeError):
+    except GraphoptError as err:  # missing, not JSON, nested too deeply: read_json names it
+        raise GraphoptError(f"--param {err}") from None
+    except (KeyError, TypeError, AttributeError):
         raise GraphoptError(f"--param {spec}: not a parameter file (JSON with \"params\": "
                             "{METHOD: {KEY: VALUE}}, as 'graphopt tune' writes)") from None
 
