@@ -11,6 +11,7 @@ import math
 from collections.abc import Callable
 
 __all__ = [
+    "MAX_SEED",
     "ClusterError",
     "FrontendError",
     "GraphError",
@@ -22,6 +23,11 @@ __all__ = [
     "ExecutionError",
     "check_fields",
 ]
+
+
+#: The largest seed an option takes: numpy's legacy generator takes 32 bits, and a seed
+#: derived from one (``seed * 1_000_003 + step``) must still fit torch's 64.
+MAX_SEED = 2**32 - 1
 
 
 class GraphoptError(Exception):

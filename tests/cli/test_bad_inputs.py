@@ -219,6 +219,11 @@ CASES = [
     # options
     ("optimize example:mlp --methods , --budget 10", "no method named"),
     ("optimize example:mlp --methods sa --budget 10 --seed -1", "--seed"),
+    # torch.manual_seed took it as an overflow traceback, after the graph was loaded
+    ("optimize example:mlp --methods hdp --seed 100000000000000000000000", "Invalid value for '--seed'"),
+    ("train --seed 4294967296 --updates 1 --out {d}/t", "Invalid value for '--seed'"),
+    ("tune example:mlp -m sa --seeds 0,-1 --out {d}/t.json", "--seeds '0,-1': expected whole numbers in 0"),
+    ("costmodel train --data {d}/tiles --seed 4294967296 --out {d}/cm", "--seed=4294967296: expected <="),
     ("optimize example:mlp --methods go -p go.units=foo", "go.units='foo'"),
     ("optimize example:mlp --methods sa -p sa.chains=0", "sa.chains=0"),
     ("optimize example:mlp --methods sa -p sa.chains=-4", "sa.chains=-4"),

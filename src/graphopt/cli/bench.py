@@ -12,7 +12,7 @@ from graphopt.cli.fusion import bench_fusion
 from graphopt.cli.mcm import bench_mcm
 from graphopt.cli.regal import bench_regal
 from graphopt.cli.rewrite import bench_rewrite
-from graphopt.errors import GraphoptError
+from graphopt.errors import MAX_SEED, GraphoptError
 
 app = typer.Typer(no_args_is_help=True, help="Benchmarks; results go to bench/results/ "
                                              "and docs/benchmarks.md.")
@@ -33,7 +33,7 @@ def bench_go_table2(
     budget: int = typer.Option(2000, min=1, help="Evaluations per search method."),
     rows: str = typer.Option("", help="Only these zoo models, comma-separated (default: "
                                       "all 14). Example: gnmt-2,rnnlm-4"),
-    seed: int = typer.Option(0, help="Seed of every method."),
+    seed: int = typer.Option(0, min=0, max=MAX_SEED, help="Seed of every method."),
     out: Path | None = typer.Option(None, help="Results JSON; default "
                                                 "bench/results/go-table2[-quick].json"),
     docs: Path = typer.Option(Path("docs/benchmarks.md"), help="Markdown file whose "
@@ -109,7 +109,7 @@ def bench_go(
                                            "comma-separated; expert among them (default: "
                                            "go-table2's, portfolio included). Example: "
                                            "expert,portfolio"),
-    seed: int = typer.Option(0, help="Seed of every method."),
+    seed: int = typer.Option(0, min=0, max=MAX_SEED, help="Seed of every method."),
     out: Path | None = typer.Option(None, help="Results JSON; default bench/results/go[-quick].json"),
     docs: Path = typer.Option(Path("docs/benchmarks.md"), help="Markdown file whose go "
                                                                "section is rewritten."),

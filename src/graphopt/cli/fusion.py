@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from graphopt.cli._common import check_output, compile_simulator, console, fail
-from graphopt.errors import GraphoptError
+from graphopt.errors import MAX_SEED, GraphoptError
 
 
 def _rows(text: str, default: tuple[str, ...]) -> tuple[str, ...]:
@@ -36,7 +36,7 @@ def bench_fusion(
     method: str = typer.Option("sa", help="Search of the multi-task table. Example: brkga"),
     learned: bool = typer.Option(False, help="Also GO (go-one: PPO on each graph, far slower "
                                              "than the searches) on the first two tables."),
-    seed: int = typer.Option(0, help="Seed of every method."),
+    seed: int = typer.Option(0, min=0, max=MAX_SEED, help="Seed of every method."),
     out: Path = typer.Option(Path("bench/results/fusion.json"), help="Results JSON."),
     docs: Path = typer.Option(Path("docs/benchmarks.md"),
                               help="Markdown file whose fusion section is rewritten."),

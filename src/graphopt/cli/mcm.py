@@ -11,7 +11,7 @@ from rich.table import Table
 from graphopt.cli._common import (ADDRESS_HELP, BACKEND_HELP, PARAM_HELP, check_output, compile_simulator,
                                   console, evaluation_backend, fail, method_params, options_from_fields,
                                   ppo_options)
-from graphopt.errors import GraphoptError
+from graphopt.errors import MAX_SEED, GraphoptError
 from graphopt.rl.config import PPOConfig
 
 __all__ = ["bench_mcm", "train_mcm"]
@@ -35,7 +35,8 @@ def train_mcm(
                                                             "Example: 15"),
     repair_seconds: float = typer.Option(0.1, min=0.001, help="CP-SAT seconds per repaired "
                                                               "proposal. Example: 0.5"),
-    seed: int = typer.Option(0, min=0, help="Seed of the policy's initialization and sampling."),
+    seed: int = typer.Option(0, min=0, max=MAX_SEED,
+                             help="Seed of the policy's initialization and sampling."),
     threads: int = typer.Option(1, min=1, help="torch CPU threads."),
     backend: str = typer.Option("local", "--backend",
                                 help=BACKEND_HELP + " (the rollouts' simulations go to the pool)"),
@@ -113,7 +114,7 @@ def bench_mcm(
                                                       "and mcm-finetune on every graph and "
                                                       "preset, for the fine-tuning speed-up "
                                                       "(0: skip). Example: 512"),
-    seed: int = typer.Option(0, help="Seed of every method."),
+    seed: int = typer.Option(0, min=0, max=MAX_SEED, help="Seed of every method."),
     out: Path = typer.Option(Path("bench/results/mcm.json"), help="Results JSON (extended "
                                                                   "row by row)."),
     docs: Path = typer.Option(Path("docs/benchmarks.md"), help="Markdown file whose mcm "

@@ -10,7 +10,7 @@ from rich.table import Table
 from graphopt.cli._common import (ADDRESS_HELP, BACKEND_HELP, GRAPH_HELP, PARAM_HELP,
                                   check_output, compile_simulator, console, evaluation_backend,
                                   fail, field_help, method_params)
-from graphopt.errors import GraphoptError
+from graphopt.errors import MAX_SEED, GraphoptError
 from graphopt.frontends import load_source
 
 app = typer.Typer()
@@ -45,7 +45,7 @@ def optimize(
     init: str | None = typer.Option(None, "--init",
                                        help="Start every method from this method's plan. "
                                             "Example: metis"),
-    seed: int = typer.Option(0, "--seed", min=0, help="Seed of every random choice."),
+    seed: int = typer.Option(0, "--seed", min=0, max=MAX_SEED, help="Seed of every random choice."),
     out: Path | None = typer.Option(None, "--out", "-o",
                                        help="Folder for plan.json, trace.json and gantt.png per "
                                             "method and report.json. Example: runs/gnmt4"),

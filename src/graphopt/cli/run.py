@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from graphopt.cli._common import check_output, check_plan, console, fail
-from graphopt.errors import GraphoptError
+from graphopt.errors import MAX_SEED, GraphoptError
 
 app = typer.Typer()
 
@@ -42,7 +42,7 @@ def run(
                                       help="Write a Chrome trace of the last real step, and the "
                                            "simulated one beside it as *.sim.json. "
                                            "Example: real.json"),
-    seed: int = typer.Option(0, "--seed", min=0, help="Seed of the random ops (dropout)."),
+    seed: int = typer.Option(0, "--seed", min=0, max=MAX_SEED, help="Seed of the random ops (dropout)."),
 ) -> None:
     """Run a plan for real and compare its measured step time with the simulator's.
 

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from graphopt.cli._common import (ADDRESS_HELP, BACKEND_HELP, check_output, console, ppo_options,
                                   evaluation_backend, fail, options_from_fields)
-from graphopt.errors import GraphoptError
+from graphopt.errors import MAX_SEED, GraphoptError
 from graphopt.frontends import load_source, split_source
 from graphopt.cli.mcm import train_mcm
 from graphopt.cli.regal import train_regal
@@ -44,7 +44,8 @@ def train(
     task: str = typer.Option("placement", "--task", "-t",
                              help="What the policy learns to decide, comma-separated. "
                                   "Example: placement,scheduling,fusion"),
-    seed: int = typer.Option(0, min=0, help="Seed of the policy's initialization and sampling."),
+    seed: int = typer.Option(0, min=0, max=MAX_SEED,
+                             help="Seed of the policy's initialization and sampling."),
     threads: int = typer.Option(1, min=1, help="torch CPU threads."),
     backend: str = typer.Option("local", "--backend",
                                 help=BACKEND_HELP + " (the rollouts' simulations go to the pool)"),

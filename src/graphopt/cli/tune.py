@@ -11,7 +11,7 @@ from rich.table import Table
 
 from graphopt.cli._common import (ADDRESS_HELP, check_output, compile_simulator, console,
                                   evaluation_backend, fail)
-from graphopt.errors import GraphoptError
+from graphopt.errors import MAX_SEED, GraphoptError
 from graphopt.frontends import load_source, split_source
 
 app = typer.Typer()
@@ -42,7 +42,7 @@ def tune(
     task: str = typer.Option("placement", "--task", "-t",
                              help="What the method decides, comma-separated. "
                                   "Example: placement,scheduling"),
-    seed: int = typer.Option(0, min=0, help="Seed of the random search over settings."),
+    seed: int = typer.Option(0, min=0, max=MAX_SEED, help="Seed of the random search over settings."),
     out: Path = typer.Option(Path("tuned.json"), "--out", "-o",
                              help="The best setting, for -p; with every trial's score. "
                                   "Example: runs/brkga-tuned.json"),
@@ -66,6 +66,9 @@ def tune(
             seed_list = [int(s) for s in seeds.split(",") if s.strip()]
         except ValueError:
             raise GraphoptError(f"--seeds {seeds!r}: expected whole numbers, e.g. 0,1,2") from None
+        if any(not 0 <= s <= MAX_SEED for s in seed_list):
+            raise GraphoptError(f"--seeds {seeds!r}: expected whole numbers in 0..{MAX_SEED}, "
+                                "e.g. 0,1,2")
         if not seed_list:
             raise GraphoptError(f"--seeds {seeds!r}: no seed")
         problems = []

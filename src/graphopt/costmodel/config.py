@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from graphopt.errors import MAX_SEED
+
 __all__ = ["TrainConfig"]
 
 
@@ -57,7 +59,7 @@ class TrainConfig:
     eval_every: int = _f(0, "Evaluate the held-out set every N epochs and after the last one (0: "
                             "about 10 evaluations per run; evaluation dominates short epochs).",
                          min=0)
-    seed: int = _f(0, "Seed of every random choice.", min=0)
+    seed: int = _f(0, "Seed of every random choice.", min=0, max=MAX_SEED)
     device: str = _f("cpu", "Torch device.")
     threads: int = _f(1, "Torch CPU threads.", min=0)
     out: str = _f("runs/costmodel", "Folder under which the run directory is created.")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from graphopt.errors import MAX_SEED
+
 __all__ = ["PPOConfig", "RegalConfig"]
 
 
@@ -55,4 +57,4 @@ class RegalConfig:
     max_devices: int = field(default=8, metadata={"min": 1, "max": 64, "help": "Device slots of the head."})
     max_grad_norm: float = field(default=1.0, metadata={"gt": 0, "help": "Gradient clipping norm."})
     save_every: int = field(default=10, metadata={"min": 1, "help": "Updates between checkpoints."})
-    seed: int = field(default=0, metadata={"min": 0, "help": "Seed of every random choice."})
+    seed: int = field(default=0, metadata={"min": 0, "max": MAX_SEED, "help": "Seed of every random choice."})
