@@ -71,8 +71,11 @@ def check_fields(obj: object, label: Callable[[str], str],
                  error: type[GraphoptError] = GraphoptError) -> None:
     """Reject the out-of-range fields of dataclass ``obj``: every number must be finite,
     and a field whose metadata sets ``"min"`` or ``"max"`` (inclusive), ``"gt"``
-    (exclusive) or ``"choices"`` must respect it. ``label(field_name)`` says in the
-    message where the value came from (an option, ``METHOD.KEY``).
+    (exclusive) or ``"choices"`` must respect it. ``"limit"`` is an inclusive upper bound
+    on what a value may make graphopt allocate (a population size): unlike ``"max"``,
+    it is not a range that tuning (:mod:`graphopt.optim.tune`) searches.
+    ``label(field_name)`` says in the message where the value came from (an option,
+    ``METHOD.KEY``).
 
     Raises
     ------
@@ -104,5 +107,6 @@ def check_fields(obj: object, label: Callable[[str], str],
             raise error(f"{where}: expected >= {f.metadata['min']}")
         if "gt" in f.metadata and v <= f.metadata["gt"]:
             raise error(f"{where}: expected > {f.metadata['gt']}")
-        if "max" in f.metadata and v > f.metadata["max"]:
-            raise error(f"{where}: expected <= {f.metadata['max']}")
+        for bound in ("max", "limit"):
+            if bound in f.metadata and v > f.metadata[bound]:
+                raise error(f"{where}: expected <= {f.metadata[bound]}")

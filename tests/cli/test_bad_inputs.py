@@ -228,6 +228,12 @@ CASES = [
     ("optimize example:mlp --methods sa -p sa.chains=0", "sa.chains=0"),
     ("optimize example:mlp --methods sa -p sa.chains=-4", "sa.chains=-4"),
     ("optimize example:mlp --methods sa -p sa.reset_every=0", "sa.reset_every=0"),
+    # population sizes are bounded (metadata "limit"): 10^9 chains was a 164 GiB allocation
+    ("optimize example:mlp --methods sa -p sa.chains=1000000000", "sa.chains=1000000000: expected <= 10000"),
+    ("optimize example:mlp --methods brkga -p brkga.population=1000000000", "expected <= 10000"),
+    ("optimize example:mlp --methods random-search -p random-search.batch_size=1000000000",
+     "random-search.batch_size=1000000000: expected <= 10000"),
+    ("optimize example:mlp --methods regal -p regal.population=1000000000", "expected <= 10000"),
     ("optimize example:mlp --methods sa -p sa.alpha=nan", "finite"),
     ("optimize example:mlp --methods sa -p sa.initial_temperature=-1", "expected > 0"),
     # every method's hyperparameters have ranges (field metadata, check_params)

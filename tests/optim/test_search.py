@@ -336,3 +336,16 @@ def test_sa_on_a_program_that_takes_no_time():
         warnings.simplefilter("error")
         _, stats = method("sa").optimize(prob, ALL, Budget(50), seed=0)
     assert stats["step_time"] == 0.0
+
+
+@pytest.mark.parametrize("name, key", [("sa", "chains"), ("brkga", "population"),
+                                       ("random-search", "batch_size")])
+def test_population_sizes_are_bounded_but_tuned_near_the_default(name, key):
+    """A population's "limit" refuses 10^9 (an allocation of 164 GiB for a 22-op graph);
+    unlike "max", tuning does not search up to it: the space stays within 4x the default."""
+    from graphopt.optim.tune import search_space
+
+    with pytest.raises(GraphoptError, match=rf"{name}.{key}=1000000000: expected <= 10000"):
+        get_optimizer(name, **{key: 10**9})
+    knob, default = search_space(name)[key], getattr(get_optimizer(name), key)
+    assert knob.log and knob.high == 4 * default

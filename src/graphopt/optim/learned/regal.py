@@ -257,7 +257,8 @@ class REGAL:
     elite_bias: bool = field(default=False, metadata={
         "help": "Let the policy's per-node elite bias move BRKGA's inheritance (0.7); "
                 "REGAL's ablation found it harmful."})
-    population: int = field(default=100, metadata={"min": 2, "help": "Chromosomes per generation."})
+    population: int = field(default=100, metadata={"min": 2, "limit": 10_000,
+                                                   "help": "Chromosomes per generation."})
     elite_fraction: float = field(default=0.2, metadata={"gt": 0, "max": 1,
         "help": "Share of the population kept unchanged as the elite."})
     mutant_fraction: float = field(default=0.1, metadata={"min": 0, "max": 1,

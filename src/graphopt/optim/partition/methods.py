@@ -300,7 +300,8 @@ class MCMRandom:
     (8, 1.0)
     """
 
-    batch_size: int = field(default=16, metadata={"min": 1, "help": "Proposals per batch."})
+    batch_size: int = field(default=16, metadata={"min": 1, "limit": 10_000,
+                                                   "help": "Proposals per batch."})
     repair_seconds: float = field(default=0.5, metadata={"gt": 0,
         "help": "CP-SAT seconds per repair."})
 
@@ -341,7 +342,8 @@ class MCMSA:
     9
     """
 
-    chains: int = field(default=8, metadata={"min": 1, "help": "Markov chains side by side."})
+    chains: int = field(default=8, metadata={"min": 1, "limit": 10_000,
+                                              "help": "Markov chains side by side."})
     alpha: float = field(default=1.2, metadata={"gt": 0, "help": "FlexFlow's α."})
     initial_temperature: float = field(default=0.05, metadata={"gt": 0,
         "help": "Temperature at the start (relative Δ)."})

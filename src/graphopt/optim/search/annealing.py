@@ -68,7 +68,7 @@ class SimulatedAnnealing:
     Science 220, 1983.
     """
 
-    chains: int = field(default=16, metadata={"min": 1,
+    chains: int = field(default=16, metadata={"min": 1, "limit": 10_000,
         "help": "Markov chains run side by side; one proposal each per simulated batch."})
     alpha: float = field(default=1.2, metadata={"gt": 0,
         "help": "FlexFlow's α: a proposal Δ slower (relative) is accepted with probability exp(−α·Δ/T)."})

@@ -83,7 +83,8 @@ class BRKGA:
     graphs" (REGAL), ICLR 2020.
     """
 
-    population: int = field(default=100, metadata={"min": 2, "help": "Chromosomes per generation."})
+    population: int = field(default=100, metadata={"min": 2, "limit": 10_000,
+                                                   "help": "Chromosomes per generation."})
     elite_fraction: float = field(default=0.2, metadata={"gt": 0, "max": 1,
         "help": "Share of the population kept unchanged as the elite."})
     mutant_fraction: float = field(default=0.1, metadata={"min": 0, "max": 1,

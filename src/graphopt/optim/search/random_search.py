@@ -44,7 +44,7 @@ class RandomSearch:
     J. Bergstra and Y. Bengio, "Random search for hyper-parameter optimization", JMLR 13, 2012.
     """
 
-    batch_size: int = field(default=128, metadata={"min": 1,
+    batch_size: int = field(default=128, metadata={"min": 1, "limit": 10_000,
         "help": "Plans sampled and simulated per batch."})
 
     def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,
