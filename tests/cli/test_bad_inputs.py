@@ -99,6 +99,7 @@ def _more_bad_files(d: Path, g: dict, base: str) -> None:
             "cycle.json": {**g, "edges": [[0, 1, 1.0], [1, 0, 1.0]]},
             "edge_half.json": {**g, "edges": [[0.5, 1, 1.0]]},
             "edge_text.json": {**g, "edges": [["0", "1", 1.0]]}}
+    docs["CYCLE.JSON"] = docs["cycle.json"]
     for name, doc in docs.items():
         (d / name).write_text(json.dumps(doc))
     nodes = {"flops_neg": {"flops": -1}, "flops_nan": {"flops": float("nan")},
@@ -281,6 +282,7 @@ CASES = [
     ("info {d}/no_op.json", "no_op.json: malformed graph record (KeyError"),
     ("info {d}/edge_far.json", "edge_far.json: graph 'mlp-1x8-b2': edge 0 has"),
     ("info {d}/cycle.json", "cycle.json: graph 'mlp-1x8-b2': cycle through"),
+    ("info {d}/CYCLE.JSON", "CYCLE.JSON: graph 'mlp-1x8-b2': cycle through"),  # read as JSON
     ("info {d}/edge_half.json", "edge_half.json: edge 0 = [0.5, 1, 1.0]; expected [src, dst, bytes]"),
     ("info {d}/edge_text.json", 'edge_text.json: edge 0 = ["0", "1", 1.0]; expected [src, dst'),
     ("info {d}/shape_text.json", "shape_text.json: node 0 has shape='22'; expected a list of integers"),

@@ -149,7 +149,7 @@ def load_graph(path: str | os.PathLike) -> Graph:
     path = Path(path)
     if not path.is_file():
         raise GraphFormatError(f"{path}: no such file")
-    if path.suffix == ".json":
+    if path.suffix.lower() == ".json":  # as import_graph picks its reader: G.JSON is JSON
         return graph_from_dict(read_json(path), source=str(path))
     members = npz_arrays(path)
     missing = [k for k in ("header", *_ARRAYS) if k not in members]
