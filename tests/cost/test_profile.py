@@ -78,6 +78,18 @@ def test_max_ops_and_time_limit_stop_early(graph):
     assert p.entries == {} and p.meta["measured"] == 0
 
 
+def test_an_op_larger_than_memory_is_left_to_the_roofline():
+    """A graph file says how large its ops are: one of 10^12 floats (4 TB) is counted,
+    not allocated (it was a RuntimeError traceback, or the OOM killer)."""
+    b = GraphBuilder("huge")
+    x = b.add_node("x", "input", shape=(4, 16))
+    b.add_node("small", "relu", shape=(4, 16), inputs=[x])
+    b.add_node("huge", "gelu", shape=(10**12,), inputs=[x])
+    p = profile_graph(b.build(), repeats=1, warmup=0, progress=False)
+    assert p.meta["too_large"] == 1 and p.meta["measured"] == len(p.entries) == 1
+    assert next(iter(p.entries))[0] == "relu"
+
+
 def test_every_op_class_has_a_proxy_kernel():
     b = GraphBuilder("classes")
     img = b.add_node("img", "input", shape=(2, 3, 16, 16))

@@ -144,6 +144,9 @@ def profile(
     except GraphoptError as err:
         fail(err)
     console.print(f"measured {len(p.entries)} distinct ops on {p.device_kind}; wrote {output}")
+    if p.meta["too_large"]:
+        console.print(f"{p.meta['too_large']} op(s) left to the roofline: their tensors would take "
+                      "more than half this device's memory")
 
 
 @app.command()

@@ -214,7 +214,8 @@ def profile_graph(graph: Graph, device: str | torch.device = "cpu", repeats: int
         ``device_kind`` names the local device (``"cpu:<model>"`` or the CUDA device
         name); use :meth:`Profile.for_kind` to apply it to a cluster's device kind.
         ``meta["measured"]`` and ``meta["signatures"]`` tell how many of the graph's
-        signatures were measured.
+        signatures were measured; ``meta["too_large"]`` how many were left to the roofline
+        because their tensors would take more than half the device's memory.
 
     Raises
     ------
@@ -243,13 +244,19 @@ def profile_graph(graph: Graph, device: str | torch.device = "cpu", repeats: int
             todo.setdefault(sig, float(graph.flops[i]))
     n_todo = len(todo) if max_ops is None else min(len(todo), max_ops)
     entries: dict[Signature, float] = {}
-    fallbacks = 0
+    fallbacks = too_large = 0
+    room = _memory(dev) // 2  # a graph file says how large its ops are: never allocate all of it
     start = time.perf_counter()
     with Progress(disable=not progress, transient=True) as bar:
         task = bar.add_task(f"profiling {graph.name}", total=n_todo)
         for sig, flops in itertools.islice(todo.items(), n_todo):
             if time_limit is not None and time.perf_counter() - start > time_limit:
                 break
+            itemsize = max(_torch_dtype(sig[1]).itemsize, 4)  # float32 is the fallback
+            if (sum(map(_numel, sig[2])) + _numel(sig[3])) * itemsize > room:
+                too_large += 1
+                bar.advance(task)
+                continue
             try:
                 fn = _kernel(sig, flops, _torch_dtype(sig[1]), dev)
                 fn()
@@ -271,7 +278,7 @@ def profile_graph(graph: Graph, device: str | torch.device = "cpu", repeats: int
             "device_name": _device_name(dev), "repeats": repeats, "warmup": warmup,
             "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "graph": graph.name, "measured": len(entries), "signatures": len(todo),
-            "float32_fallbacks": fallbacks,
+            "float32_fallbacks": fallbacks, "too_large": too_large,
             "seconds_spent": round(time.perf_counter() - start, 3)}
     kind = f"cpu:{meta['device_name']}" if dev.type == "cpu" else meta["device_name"]
     return Profile(kind, entries, meta)
@@ -333,6 +340,15 @@ def _torch_dtype(name: str) -> torch.dtype:
     name = name.replace("torch.", "")
     dt = getattr(torch, _DTYPE_ALIASES.get(name, name), None)
     return dt if isinstance(dt, torch.dtype) else torch.float32
+
+
+def _memory(dev: torch.device) -> int:
+    """Bytes of memory of ``dev``: the GPU's, or this machine's for anything else."""
+    import torch
+
+    if dev.type == "cuda":
+        return torch.cuda.get_device_properties(dev).total_memory
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def _numel(shape: Shape) -> int:
