@@ -106,7 +106,8 @@ def _more_bad_files(d: Path, g: dict, base: str) -> None:
              "flops_str": {"flops": "many"},
              "op_bogus": {"op": 42}, "shape_neg": {"shape": [-3]}, "shape_str": {"shape": "2x2"},
              "coloc_str": {"coloc": "a"}, "dup_names": {"name": g["nodes"][1]["name"]},
-             "shape_text": {"shape": "22"}, "shape_half": {"shape": [2.5]}}
+             "shape_text": {"shape": "22"}, "shape_half": {"shape": [2.5]},
+             "flops_true": {"flops": True}, "coloc_half": {"coloc": 1.5}}
     for name, node in nodes.items():
         h = json.loads(json.dumps(g))
         h["nodes"][0].update(node)
@@ -289,12 +290,14 @@ CASES = [
     ("info {d}/shape_half.json", "shape_half.json: node 0 has shape=[2.5]; expected a list of"),
     ("info {d}/flops_neg.json", "flops_neg.json: graph 'mlp-1x8-b2': node 'x' has"),
     ("info {d}/flops_nan.json", "flops_nan.json: graph 'mlp-1x8-b2': node 'x' has"),
-    ("info {d}/flops_str.json", "graph 'mlp-1x8-b2': field 'flops' is not"),
+    ("info {d}/flops_str.json", 'flops_str.json: node 0 has flops="many"; expected a number'),
+    ("info {d}/flops_true.json", "flops_true.json: node 0 has flops=true; expected a number"),
+    ("info {d}/coloc_half.json", "coloc_half.json: node 0 has coloc=1.5; expected an integer"),
     ("info {d}/op_bogus.json", "op_bogus.json: node 0 has op=42; expected a"),
     ("info {d}/shape_neg.json", "shape_neg.json: graph 'mlp-1x8-b2': node 'x' has"),
     ("info {d}/shape_str.json", "shape_str.json: node 0 has shape='2x2'; expected a list"),
     ("info {d}/dup_names.json", "dup_names.json: graph 'mlp-1x8-b2': duplicate"),
-    ("info {d}/coloc_str.json", "graph 'mlp-1x8-b2': field 'coloc' is not"),
+    ("info {d}/coloc_str.json", 'coloc_str.json: node 0 has coloc="a"; expected an integer'),
     ("info {d}/empty0.npz", "empty0.npz: not an npz archive"),
     ("info {d}/truncated.npz", "truncated.npz: not an npz archive"),
     ("info {d}/graph.txt", "graph.txt: no importer for '.txt' files"),

@@ -314,6 +314,12 @@ def graph_from_dict(data: Any, source: str = "<dict>") -> Graph:
             for k in ("name", "op", "dtype", "module"):
                 if k in nd and not isinstance(nd[k], str):
                     raise GraphFormatError(f"{source}: node {i} has {k}={nd[k]!r}; expected a string")
+            for k in ("flops", "bytes_read", "bytes_written", "out_bytes", "persistent_bytes",
+                      "temp_bytes", "coloc"):
+                kinds = (int,) if k == "coloc" else (int, float)  # type(): true is not 1
+                if k in nd and type(nd[k]) not in kinds:
+                    raise GraphFormatError(f"{source}: node {i} has {k}={json.dumps(nd[k])}; "
+                                           f"expected {'an integer' if k == 'coloc' else 'a number'}")
             shape = nd.get("shape", [])
             if not (isinstance(shape, list) and all(type(d) is int for d in shape)):
                 raise GraphFormatError(f"{source}: node {i} has shape={shape!r}; expected a list "
