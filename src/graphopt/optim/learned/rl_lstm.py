@@ -212,7 +212,7 @@ class RLLSTM:
                     baseline.update(cost, res.valid)
 
                     record_update(state, ev, res, float(entropy[:k].detach().mean()) / num_groups,
-                                  float(loss))
+                                  float(loss.detach()))
                     torn = False
                     bar.update(progress, completed=ev.evals,
                                best=f"{ev.best_time * 1e3:.3f} ms" if ev.best_plan else "-")
