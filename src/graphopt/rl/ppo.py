@@ -208,7 +208,7 @@ def train(policy: GOPolicy, envs: list[GOEnv], cfg: PPOConfig, *, seed: int,
                     torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
                     optimizer.step()
                     with torch.no_grad():
-                        stats = {"losses/loss": float(loss), "losses/entropy": float(ent.mean()),
+                        stats = {"losses/loss": float(loss.detach()), "losses/entropy": float(ent.mean()),
                                  "losses/approx_kl": float(((ratio - 1) - log_ratio).mean()),
                                  "losses/clipfrac": float(((ratio - 1).abs() > cfg.clip_coef)
                                                           .float().mean())}
