@@ -159,17 +159,31 @@ def shared_slowdown(traced: TracedProgram, pool: CPUWorkers, rounds: int = 5) ->
     together alternate, so that a load from outside that comes and goes weighs on both.
     A figure below 1 is noise (the workers never help each other): 1.
     """
+    return _alone_and_together(traced, pool, rounds)[1]
+
+
+def _alone_and_together(traced: TracedProgram, pool: CPUWorkers,
+                        rounds: int) -> tuple[dict[str, list[float]], float]:
+    """Every op's times on worker 0 alone, one per round, and :func:`shared_slowdown`'s
+    figure from the same rounds."""
     prog = compile_program(traced, None, pool.devices)
     for replicate in (False, True):
         pool.load(prog, replicate=replicate)
         pool.step(0, prog, replicate)  # warms the allocator and the op cache
+    times: dict[str, list[float]] = {}
     ratios = []
     for _ in range(rounds):
-        sums = [sum(end - start for kind, _, start, end, _ in pool.step(1, prog, replicate)[1][0]
-                    if kind == "op") for replicate in (False, True)]
+        sums = []
+        for replicate in (False, True):
+            ops = [(name, end - start) for kind, name, start, end, _ in
+                   pool.step(1, prog, replicate)[1][0] if kind == "op"]
+            sums.append(sum(t for _, t in ops))
+            if not replicate:
+                for name, t in ops:
+                    times.setdefault(name, []).append(t)
         ratios.append(sums[1] / max(sums[0], 1e-12))
     pool.unload(prog)
-    return max(1.0, statistics.median(ratios))
+    return times, max(1.0, statistics.median(ratios))
 
 
 def _bandwidth(pingpong: dict[int, float]) -> float:
@@ -287,6 +301,11 @@ def profile_program(traced: TracedProgram, devices: int = 2, steps: int = 5,
             pool.close()
         else:
             pool.unload(prog)
+    return _profile(traced, times)
+
+
+def _profile(traced: TracedProgram, times: dict[str, list[float]]) -> Profile:
+    """The profile of ``traced`` from each FX op's measured times on one worker."""
     graph = traced.graph
     index = graph.index
     by_signature: dict = {}
@@ -307,7 +326,7 @@ def engine_problem(traced: TracedProgram, cluster: Cluster, pool: CPUWorkers | N
     """The simulator's problem for ``traced`` as ``graphopt.exec`` runs it on a cluster
     ``graphopt calibrate`` measured: every op's time on one worker as the engine runs it
     (:func:`profile_program`), with several workers the program's own
-    :func:`shared_slowdown`, and no fusion (the engine runs op by op; kernels of one op,
+    :func:`shared_slowdown` (its steps alone time the ops too), and no fusion (the engine runs op by op; kernels of one op,
     so a plan's fusion changes nothing).
 
     Examples
@@ -319,9 +338,11 @@ def engine_problem(traced: TracedProgram, cluster: Cluster, pool: CPUWorkers | N
     own = pool is None
     pool = pool or CPUWorkers(devices)
     try:
-        profile = profile_program(traced, devices, pool=pool)
-        if devices > 1:
-            cluster = cluster.with_shared_slowdown(shared_slowdown(traced, pool))
+        if devices > 1:  # the steps alone time the ops and are the slowdown's reference
+            times, slowdown = _alone_and_together(traced, pool, rounds=5)
+            profile, cluster = _profile(traced, times), cluster.with_shared_slowdown(slowdown)
+        else:
+            profile = profile_program(traced, devices, pool=pool)
     finally:
         if own:
             pool.close()
