@@ -39,6 +39,7 @@ from graphopt.costmodel.gst import HistoryTable, gst_scores, measure_step, parti
 from graphopt.costmodel.metrics import listmle_loss
 from graphopt.costmodel.models import build_model, graph_tensors
 from graphopt.data import tpugraphs_dir
+from graphopt.cli._common import parse_bench_args
 
 METRICS = ("kendall_tau", "top1_error", "top5_error", "top10_error", "tile_score", "pair_accuracy")
 
@@ -155,7 +156,7 @@ def main() -> None:
                     help="markdown file whose costmodel-real section is rewritten (not with --quick)")
     ap.add_argument("--render", action="store_true",
                     help="only rewrite the docs section from an existing --out file")
-    args = ap.parse_args()
+    args = parse_bench_args(ap)
     if args.render:
         replace_section(args.docs, "costmodel-real", docs_section(json.loads(args.out.read_text())))
         return

@@ -50,6 +50,7 @@ from graphopt.hardware.presets import load_cluster
 from graphopt.optim import Budget, optimize
 from graphopt.hardware import Cluster
 from graphopt.sim import Plan, Problem, simulate
+from graphopt.cli._common import parse_bench_args
 
 MODELS = ("rnnlm-2", "gnmt-2", "transformer-xl-2", "inception-v3-b32", "wavenet-2x18", "bert-base")
 METHODS = ("single", "expert", "m-etf", "sa")
@@ -233,7 +234,7 @@ def main() -> None:
     ap.add_argument("--deterministic", action="store_true",
                     help="PyTorch's deterministic algorithms (cuBLAS workspace :4096:8); "
                          "ops without one run as before, with a warning naming them")
-    a = ap.parse_args()
+    a = parse_bench_args(ap)
     if a.deterministic:  # before cuBLAS starts
         os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
         torch.use_deterministic_algorithms(True, warn_only=True)  # warnings name the others

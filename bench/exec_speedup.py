@@ -25,6 +25,7 @@ from graphopt.hardware import load_cluster
 from graphopt.optim import optimize
 from graphopt.sim import Problem
 from graphopt.zoo import get_entry
+from graphopt.cli._common import parse_bench_args
 
 
 def run(layers: int, hidden: int, seq_len: int, rounds: int, steps: int) -> dict:
@@ -63,7 +64,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--out", default="bench/results/exec_speedup.json")
     ap.add_argument("--docs", default="docs/benchmarks.md", help="'' to leave the docs alone")
-    a = ap.parse_args()
+    a = parse_bench_args(ap)
     res = run(a.layers, a.hidden, a.seq_len, a.rounds, a.steps)
     save_json(res, a.out)
     m = res["model"]

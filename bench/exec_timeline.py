@@ -37,6 +37,7 @@ from graphopt.hardware.presets import cluster_from_toml
 from graphopt.optim import Budget, optimize
 from graphopt.sim import ensure_compiled, simulate
 from sim_vs_real import _traced
+from graphopt.cli._common import parse_bench_args
 
 
 def _ms(xs: list[float], q: float) -> float | None:
@@ -125,7 +126,7 @@ def main() -> None:
     ap.add_argument("--methods", default="single,go,metis,expert", help="methods, comma-separated")
     ap.add_argument("--steps", type=int, default=9, help="steps per plan, the plans in turns")
     ap.add_argument("--out", default="bench/results/exec_timeline.json")
-    a = ap.parse_args()
+    a = parse_bench_args(ap)
     save_json(run(a.model, tuple(a.methods.split(",")), a.steps), a.out)
 
 

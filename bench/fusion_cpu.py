@@ -31,6 +31,7 @@ from pathlib import Path
 import torch
 
 from graphopt.benchmarks import save_json
+from graphopt.cli._common import parse_bench_args
 
 SIZES = (4, 8, 16, 32, 64)
 #: Elements of the tensors of checks 2 and 3: beyond this machine's caches (32 MB).
@@ -103,7 +104,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="rounds of every measurement")
     ap.add_argument("--reps", type=int, default=7, help="calls per measurement (best kept)")
     ap.add_argument("--out", default="bench/results/fusion_cpu.json")
-    args = ap.parse_args()
+    args = parse_bench_args(ap)
     torch.manual_seed(0)
     torch.set_num_threads(1)
     x = torch.randn(1 << 20)

@@ -19,6 +19,7 @@ import platform
 import statistics
 import time
 from pathlib import Path
+from graphopt.cli._common import parse_bench_args
 
 #: The variants timed: (label, method, hyperparameters).
 VARIANTS = (("sa", "sa", {}), ("go-finetune", "go-finetune", {"progress": False}),
@@ -35,7 +36,7 @@ def main() -> None:
                     help="which of the variants to time, comma-separated")
     ap.add_argument("--out", type=Path, default=Path("bench/results/go_finetune_cost.json"))
     ap.add_argument("--docs", type=Path, default=Path("docs/benchmarks.md"))
-    a = ap.parse_args()
+    a = parse_bench_args(ap)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch
 

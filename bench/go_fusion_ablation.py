@@ -28,6 +28,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from graphopt.cli._common import parse_bench_args
 
 #: The searches compared, each from XLA's default.
 SEARCHES = ("sa", "local-search", "brkga")
@@ -46,7 +47,7 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=500, help="evaluations per method")
     ap.add_argument("--seeds", default="0,1,2", help="seeds, comma-separated")
     ap.add_argument("--out", type=Path, default=Path("bench/results/go_fusion_ablation.json"))
-    a = ap.parse_args()
+    a = parse_bench_args(ap)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
     from graphopt.benchmarks import geomean, save_json

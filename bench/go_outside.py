@@ -38,6 +38,7 @@ import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from graphopt.cli._common import parse_bench_args
 
 #: Every method, in table order.
 METHODS = ("single", "expert", "metis", "go", "go-finetune", "portfolio")
@@ -258,7 +259,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("bench/results/go_outside.json"))
     ap.add_argument("--docs", action="store_true",
                     help=f"also write the {SECTION} section of docs/benchmarks.md")
-    a = ap.parse_args()
+    a = parse_bench_args(ap)
     models = a.models.split(",")
     unknown = [m for m in models if m not in MODELS]
     if unknown:

@@ -39,6 +39,7 @@ from graphopt.rl.go_env import GOEnv
 from graphopt.rl.ppo import log_prob
 from graphopt.sim import Problem
 from graphopt.zoo import HELD_OUT_FAMILIES, build
+from graphopt.cli._common import parse_bench_args
 
 #: The checkpoints' labels, in table order.
 LABELS = ("shipped", "candidate")
@@ -164,7 +165,7 @@ def main() -> None:
                     help="evaluations (go uses its 16 plans of them)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=Path("bench/results/go_zeroshot_corpus.json"))
-    a = ap.parse_args()
+    a = parse_bench_args(ap)
     rows = tuple(a.rows.split(","))
     unknown = [r for r in rows if r not in ROWS]
     if unknown:

@@ -29,6 +29,7 @@ import platform
 from pathlib import Path
 
 import numpy as np
+from graphopt.cli._common import parse_bench_args
 
 
 def layer_blocks(graph, parts: int) -> np.ndarray:
@@ -68,7 +69,7 @@ def main() -> None:
     ap.add_argument("--rows", default="rnnlm-2", help="GO Table 2 rows, comma-separated")
     ap.add_argument("--out", type=Path, default=Path("bench/results/hdp_groups.json"))
     ap.add_argument("--docs", type=Path, default=Path("docs/benchmarks.md"))
-    a = ap.parse_args()
+    a = parse_bench_args(ap)
     from graphopt.benchmarks import replace_section, save_json
     from graphopt.benchmarks.go_table2 import row_entry
     from graphopt.hardware import load_cluster

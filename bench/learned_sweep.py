@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import torch
+from graphopt.cli._common import parse_bench_args
 
 #: (method, config) pairs swept; every other hyperparameter at its default.
 GRID = [
@@ -94,7 +95,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("bench/results/learned-sweep.jsonl"))
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     ap.add_argument("--markdown", action="store_true", help="Print the table of --out.")
-    args = ap.parse_args()
+    args = parse_bench_args(ap)
     if args.markdown:
         print(markdown(args.out))
         return

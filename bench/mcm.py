@@ -11,6 +11,7 @@ import argparse
 import torch
 
 from graphopt.benchmarks import mcm
+from graphopt.cli._common import parse_bench_args
 
 REPAIR = 0.25  # CP-SAT seconds per repair, the same for every method
 
@@ -22,7 +23,7 @@ if __name__ == "__main__":
     ap.add_argument("--budget", type=int, default=48)
     ap.add_argument("--scratch-budget", type=int, default=0)
     ap.add_argument("--out", default="bench/results/mcm.json")
-    a = ap.parse_args()
+    a = parse_bench_args(ap)
     torch.set_num_threads(1)
     params = {m: {"repair_seconds": REPAIR} for m in ("mcm-random", "mcm-sa", "mcm", "mcm-finetune",
                                                        "mcm-one")}

@@ -44,6 +44,7 @@ from graphopt.hardware import load_cluster
 from graphopt.ir.generate import layered_graph, mlp_training_graph
 from graphopt.optim import Budget, optimize
 from graphopt.sim import Problem, ensure_compiled, simulate_batch
+from graphopt.cli._common import parse_bench_args
 
 COMMAND = "OMP_NUM_THREADS=1 .venv/bin/python bench/ray_speed.py"
 
@@ -73,7 +74,7 @@ def main() -> None:
     ap.add_argument("--updates", type=int, default=12)
     ap.add_argument("--out", type=Path, default=Path("bench/results/ray_speed.json"))
     ap.add_argument("--docs", type=Path, default=Path("docs/benchmarks.md"))
-    args = ap.parse_args()
+    args = parse_bench_args(ap)
 
     ensure_compiled()
     width = 50

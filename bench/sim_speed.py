@@ -38,6 +38,7 @@ import graphopt as go
 from graphopt.benchmarks import replace_section
 from graphopt.sim import ensure_compiled
 from graphopt.ir.generate import layered_graph
+from graphopt.cli._common import parse_bench_args
 
 
 def python_simulate(prob: go.Problem, place: np.ndarray) -> tuple[float, np.ndarray]:
@@ -163,7 +164,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=0.5, help="time per measurement per round")
     ap.add_argument("--out", default="bench/results/sim_speed.json")
     ap.add_argument("--docs", default="docs/benchmarks.md", help="markdown file to update")
-    args = ap.parse_args()
+    args = parse_bench_args(ap)
 
     width = 20
     g = layered_graph(args.nodes // width, width, seed=0)

@@ -41,6 +41,7 @@ from graphopt.exec.workers import CPUWorkers
 from graphopt.hardware.presets import cluster_from_toml
 from graphopt.optim import Budget, optimize
 from graphopt.sim import ensure_compiled, simulate
+from graphopt.cli._common import parse_bench_args
 
 MODELS = ("rnnlm-2", "gnmt-2", "transformer-xl-2", "inception-v3-b32", "wavenet-2x18", "bert-base")
 #: ``--size cpu``: larger than the zoo's quick sizes, so that ops take about a millisecond
@@ -194,7 +195,7 @@ def main() -> None:
                          "families), ops of about a millisecond")
     ap.add_argument("--out", default=None, help="default bench/results/sim_vs_real[-cpu].json")
     ap.add_argument("--docs", default="docs/benchmarks.md", help="'' to leave the docs alone")
-    a = ap.parse_args()
+    a = parse_bench_args(ap)
     res = run(tuple(a.models.split(",")), tuple(a.methods.split(",")), a.steps, a.budget, size=a.size)
     suffix = "" if a.size == "quick" else f"-{a.size}"
     save_json(res, a.out or f"bench/results/sim_vs_real{suffix}.json")

@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from graphopt.benchmarks import replace_section
+from graphopt.cli._common import parse_bench_args
 
 
 def measure(name: str) -> dict:
@@ -64,7 +65,7 @@ def main() -> None:
     ap.add_argument("--render", action="store_true",
                     help="only rewrite the docs table from an existing --out file")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # child mode: print one JSON row
-    args = ap.parse_args()
+    args = parse_bench_args(ap)
     if args.one:
         print(json.dumps(measure(args.one)))
         return

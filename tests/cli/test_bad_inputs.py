@@ -621,3 +621,17 @@ def tally() -> dict[str, int]:
 
 if __name__ == "__main__":  # python -m tests.cli.test_bad_inputs: the counts in docs/reliability.md
     print(tally())
+
+
+@pytest.mark.parametrize("script", ["zoo_sizes.py", "hdp_groups.py", "sim_vs_real.py"])
+def test_bench_scripts_check_their_output_before_work(script):
+    """A script in bench/ given an --out it cannot write exits 2 with one line, at once."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    run = subprocess.run([sys.executable, str(root / "bench" / script), "--out", "/proc/x/r.json"],
+                         capture_output=True, text=True, timeout=60, cwd=root)
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert run.stderr.strip().splitlines()[-1].endswith(
+        "error: --out /proc/x/r.json: cannot write in /proc (No such file or directory)")

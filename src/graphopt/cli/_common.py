@@ -8,6 +8,7 @@ that uses them.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import inspect
 import os
@@ -24,7 +25,7 @@ from rich.markup import escape
 
 from graphopt.errors import GraphoptError, check_fields
 
-__all__ = ["ADDRESS_HELP", "BACKEND_HELP", "GRAPH_HELP", "PARAM_HELP", "check_output",
+__all__ = ["ADDRESS_HELP", "BACKEND_HELP", "GRAPH_HELP", "PARAM_HELP", "check_output", "parse_bench_args",
            "compile_simulator", "console", "evaluation_backend", "fail",
            "field_help", "method_params", "mib", "options_from_fields", "parse_field"]
 
@@ -107,6 +108,22 @@ def check_output(path: Path | None, option: str, *, folder: bool = False) -> Non
             pass
     except OSError as err:
         raise GraphoptError(f"{where}: cannot write in {existing} ({err.strerror})") from None
+
+
+def parse_bench_args(parser: argparse.ArgumentParser,
+                     outputs: tuple[str, ...] = ("out", "docs")) -> argparse.Namespace:
+    """``parser.parse_args()`` for a script in ``bench/``, then every output option of
+    ``outputs`` that was given (its dest) checked by :func:`check_output` before any work
+    starts: a path that cannot be written exits 2 with one line naming the option."""
+    args = parser.parse_args()
+    for dest in outputs:
+        value = getattr(args, dest, None)
+        if value:
+            try:
+                check_output(Path(value), "--" + dest.replace("_", "-"))
+            except GraphoptError as err:
+                parser.exit(2, f"{parser.prog}: error: {err}\n")
+    return args
 
 
 def compile_simulator() -> None:

@@ -326,8 +326,8 @@ def engine_problem(traced: TracedProgram, cluster: Cluster, pool: CPUWorkers | N
     """The simulator's problem for ``traced`` as ``graphopt.exec`` runs it on a cluster
     ``graphopt calibrate`` measured: every op's time on one worker as the engine runs it
     (:func:`profile_program`), with several workers the program's own
-    :func:`shared_slowdown` (its steps alone time the ops too), and no fusion (the engine runs op by op; kernels of one op,
-    so a plan's fusion changes nothing).
+    :func:`shared_slowdown` (its steps alone time the ops too), and no fusion (the engine
+    runs op by op; kernels of one op, so a plan's fusion changes nothing).
 
     Examples
     --------
