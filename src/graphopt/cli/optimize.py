@@ -12,6 +12,7 @@ from graphopt.cli._common import (ADDRESS_HELP, BACKEND_HELP, GRAPH_HELP, PARAM_
                                   fail, field_help, method_params)
 from graphopt.errors import MAX_SEED, GraphoptError
 from graphopt.frontends import load_source
+from graphopt.frontends.source import is_program
 
 app = typer.Typer()
 
@@ -97,7 +98,7 @@ def optimize(
         if devices and not measure:
             raise GraphoptError(f"--devices {devices}: only with --measure")
         prob = None
-        if graph.startswith("zoo:") or graph.endswith(".pt2"):  # a PyTorch program
+        if is_program(graph):
             from graphopt.exec.api import trace_source
             from graphopt.exec.calibrate import DEVICE_KIND, engine_problem
 

@@ -16,6 +16,7 @@ from graphopt.errors import ExecutionError, GraphoptError
 from graphopt.exec.program import Program, compile_program
 from graphopt.exec.runner import materialize, run_inprocess
 from graphopt.exec.workers import CPUWorkers
+from graphopt.frontends.source import is_program
 from graphopt.frontends.torch import TracedProgram, trace_program
 from graphopt.ir.io import atomic_write
 from graphopt.sim import Plan
@@ -38,7 +39,7 @@ def trace_source(spec: str) -> TracedProgram:
         model, inputs = entry.make()
         traced = trace_program(model, inputs, training=True, optimizer="sgd", name=entry.name)
         return traced
-    if spec.endswith(".pt2"):
+    if is_program(spec):
         from graphopt.frontends.torch import load_program
 
         return load_program(spec)

@@ -14,7 +14,7 @@ from graphopt.errors import GraphError, GraphoptError
 from graphopt.ir.generate import layered_graph, mlp_training_graph
 from graphopt.ir.graph import Graph
 
-__all__ = ["MAX_EXAMPLE_OPS", "SCHEMES", "load_source", "split_source"]
+__all__ = ["MAX_EXAMPLE_OPS", "SCHEMES", "is_program", "load_source", "split_source"]
 
 #: The largest ``example:layered-N``: a bound on what a typo can make us build.
 MAX_EXAMPLE_OPS = 1_000_000
@@ -25,6 +25,16 @@ MAX_EXAMPLE_OPS = 1_000_000
 SCHEMES: dict[str, str] = {
     "zoo:": "graphopt.zoo:build",
 }
+
+
+def is_program(spec: str) -> bool:
+    """Whether the graph source ``spec`` names a PyTorch program :func:`graphopt.exec.api.trace_source` can
+    trace (``zoo:NAME`` or a ``.pt2`` file), that is, one that runs for real.
+
+    >>> is_program("zoo:rnnlm-2-quick"), is_program("model.onnx")
+    (True, False)
+    """
+    return spec.startswith("zoo:") or spec.endswith(".pt2")
 
 
 def split_source(item: str, cluster: str | None = None) -> tuple[str, str | None]:
