@@ -56,8 +56,8 @@ def test_invalid_plans_rank_last_for_both_objectives():
 def test_unknown_objective_and_runtime_only_methods_are_refused(prob):
     with pytest.raises(GraphoptError, match="unknown objective 'speed'.*runtime, memory"):
         Budget(objective="speed")
-    with pytest.raises(GraphoptError, match="method cpsat cannot minimise memory"):
-        optimize(prob, "cpsat", budget=Budget(10, objective="memory"))
+    with pytest.raises(GraphoptError, match="method rl-lstm cannot minimise memory"):
+        optimize(prob, "rl-lstm", budget=Budget(10, objective="memory"))
     with pytest.raises(GraphoptError, match="method go cannot minimise memory"):
         compare(prob, ["brkga", "go"], budget=Budget(10, objective="memory"))
 
@@ -76,3 +76,20 @@ def test_searches_minimise_the_memory_objective(prob, method):
         if objective == "memory":
             assert stats["value"] == pytest.approx(peaks["memory"])
     assert peaks["memory"] <= peaks["runtime"]
+
+
+def test_cpsat_minimises_peak_memory_in_the_simulators_terms():
+    """With fusion off (its model has none) CP-SAT's peak in the model is the simulated
+    peak of the plan it returns, to the KiB, and no worse than its start."""
+    pytest.importorskip("ortools")
+    from graphopt.ir.generate import mlp_training_graph
+
+    p = Problem(mlp_training_graph(layers=1, hidden=256, batch=8), load_cluster("p100:2"))
+    init = Plan(fusion=np.zeros(p.num_nodes))
+    plan, stats = optimize(p, "cpsat", "placement,scheduling", Budget(10, 3.0, objective="memory"),
+                           seed=0, init=init, workers=1)
+    peak = simulate(p, plan).peak_memory.max()
+    assert stats["objective"] == "memory" and stats["status"] in ("OPTIMAL", "FEASIBLE")
+    assert stats["model_value"] == pytest.approx(peak, abs=1024 * p.num_nodes)
+    assert stats["value"] == pytest.approx(peak)
+    assert peak <= simulate(p, init).peak_memory.max()

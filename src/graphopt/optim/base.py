@@ -161,9 +161,9 @@ def check_objectives(method: str, objective: str) -> None:
 
     Examples
     --------
-    >>> check_objectives("cpsat", "memory")
+    >>> check_objectives("hdp", "memory")
     Traceback (most recent call last):
-    graphopt.errors.GraphoptError: method cpsat cannot minimise memory; it takes runtime only
+    graphopt.errors.GraphoptError: method hdp cannot minimise memory; it takes runtime only
     """
     _load_all()
     takes = getattr(_REGISTRY.get(method), "objectives", OBJECTIVES)

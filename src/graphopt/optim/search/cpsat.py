@@ -16,7 +16,9 @@ The model follows DESIGN.md's simulator semantics with fusion off, in integer ti
   cumulative of each output from its op's start until its last local consumer and its
   transfers end, each received tensor from its transfer's start until its last consumer
   there ends, and scratch while an op runs, within the device's capacity;
-- **objective**: the makespan, the last op's end.
+- **objective**: the makespan, the last op's end (``runtime``); or (``memory``, REGAL's
+  baseline) the peak: one variable, at least every device's persistent bytes plus its
+  cumulative, minimised. The memory model needs ``transient_memory``.
 
 It relaxes the simulator in one way: a device or a link may stay idle while work is
 ready for it, where the simulator's list scheduler never waits. The model's makespan is
@@ -73,9 +75,10 @@ class CPSAT:
     The model has ``O(N·D)`` op intervals, ``O(N·D²)`` transfer intervals and up to
     ``O(N²·D²)`` link-order constraints; CP-SAT proves optimality on tens of ops in
     seconds, not on thousands (a 1000-op graph with ``force``: no solution in 30 s). ``stats`` adds
-    ``status`` (OPTIMAL, FEASIBLE, INFEASIBLE, UNKNOWN), ``objective`` and ``bound``
-    (seconds, in the model), ``optimality_gap`` = (objective − bound) / objective and
-    ``solver_seconds``. Ctrl-C stops the solver; its best solution is still simulated.
+    ``status`` (OPTIMAL, FEASIBLE, INFEASIBLE, UNKNOWN), ``model_value`` and ``model_bound``
+    (in the model: seconds of makespan, or bytes of peak memory), ``optimality_gap`` =
+    (value − bound) / value and ``solver_seconds``. Ctrl-C stops the solver; its best
+    solution is still simulated.
 
     **Determinism.** With ``workers=1`` the same seed gives the same plan, as long as the
     solver finishes before its time limit. With more workers CP-SAT races a portfolio of
@@ -101,7 +104,7 @@ class CPSAT:
     (optional intervals, alternatives and no-overlap for scheduling).
     """
 
-    objectives: ClassVar[tuple[str, ...]] = ("runtime",)  # its model minimises the makespan
+    objectives: ClassVar[tuple[str, ...]] = ("runtime", "memory")
 
     time_limit: float = field(default=30.0, metadata={"gt": 0,
         "help": "Solver seconds when the budget sets no time."})
@@ -136,8 +139,12 @@ class CPSAT:
             start, _ = space.start(ev)
             if ev.exhausted():
                 raise BudgetExhausted("no evaluation left to simulate a solution")
+            if budget.objective == "memory" and not self.transient_memory:
+                raise GraphoptError("cpsat: the memory objective needs transient_memory=true "
+                                    "(live tensors are most of a peak)")
             model, x, s, unit = _build_model(cp_model.CpModel(), problem, space, start,
-                                             self.time_steps, self.transient_memory)
+                                             self.time_steps, self.transient_memory,
+                                             budget.objective)
             # leave a tenth of a time budget to simulate the solution
             limit = (self.time_limit if ev.max_seconds is None
                      else max(0.9 * (ev.max_seconds - ev.elapsed), 0.0))
@@ -151,7 +158,7 @@ class CPSAT:
             stats = {"status": name, "solver_seconds": solver.wall_time}
             if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
                 obj, bound = solver.objective_value, solver.best_objective_bound
-                stats.update(objective=obj * unit, bound=bound * unit,
+                stats.update(model_value=obj * unit, model_bound=bound * unit,
                              optimality_gap=(obj - bound) / obj if obj > 0 else 0.0)
                 units = np.array([[solver.boolean_value(v) for v in row] for row in x]).argmax(1)
                 starts = np.array([solver.value(v) for v in s], dtype=np.float64)
@@ -189,9 +196,10 @@ def _solve(solver, model) -> tuple[int, bool]:
 
 
 def _build_model(m, problem: Problem, space: SearchSpace, start: Decisions, time_steps: int,
-                 transient_memory: bool):
+                 transient_memory: bool, objective: str = "runtime"):
     """The CP-SAT model of the module docstring. Returns the model, the placement
-    Booleans ``x[u][d]``, the op start variables and the seconds per time step."""
+    Booleans ``x[u][d]``, the op start variables and the objective's unit (seconds per time
+    step, or bytes per KiB for ``memory``)."""
     n, d_count, unit_of = problem.num_nodes, problem.num_devices, space.unit_of
     devs = range(d_count)
     unit = space.upper_bound / time_steps
@@ -313,10 +321,15 @@ def _build_model(m, problem: Problem, space: SearchSpace, start: Decisions, time
                 m.add(end >= e[v]).only_enforce_if([on(u, a), on(v, b)])
             items[b][0].append(m.new_optional_interval_var(ts, size, end, z, f"recv{u}_{a}_{b}"))
             items[b][1].append(nbytes)
+        peak = m.new_int_var(0, max(int(cap.max()), 0), "peak")
         for d in devs:  # CP-SAT takes an affine capacity: a variable for what is left
             free = m.new_int_var(0, max(int(cap[d]), 0), f"free{d}")
-            m.add(free == int(cap[d]) - held[d])
+            m.add(free == (peak if objective == "memory" else int(cap[d])) - held[d])
+            m.add(free <= int(cap[d]) - held[d])
             m.add_cumulative(items[d][0], items[d][1], free)
+        if objective == "memory":
+            m.minimize(peak)
+            return m, x, s, kib
 
     makespan = m.new_int_var(0, horizon, "makespan")
     m.add_max_equality(makespan, e)
