@@ -12,8 +12,8 @@ from graphopt.hardware import load_cluster
 from graphopt.ir.generate import layered_graph
 from graphopt.nn.regal import REGALHead
 from graphopt.optim import Budget, optimize
-from graphopt.optim.learned.regal import (REGAL, RegalSpace, load_regal_policy, pretrain_regal,
-                                          regal_value)
+from graphopt.optim.learned.regal import (REGAL, RegalSpace, layer_split_prior, load_regal_policy,
+                                          pretrain_regal, regal_value)
 from graphopt.optim.search.brkga import crossover
 from graphopt.rl.regal import RegalConfig, gene_params, input_dim, regal_inputs, train_regal
 from graphopt.sim import Plan, Problem, simulate
@@ -59,6 +59,20 @@ def test_untrained_head_is_uniform_brkga(prob):
     plan, stats = REGAL(checkpoint="untrained").optimize(
         prob, TASK, Budget(400, objective="memory"), seed=5)
     assert stats["value"] == regal_value(prob, None, 5, 400, "memory")
+    assert stats["prior"] == "uniform"
+    # with a prior, an untrained head hands BRKGA the prior itself; a trained one scales it
+    base = layer_split_prior(space)
+    g = gene_params(head, out, space.unit_of, space.num_units, 2, True, 0.7, base=base)
+    assert np.array_equal(g["alpha"], base["alpha"]) and np.array_equal(g["beta"], base["beta"])
+    with torch.no_grad():
+        head.out.bias[0] = 1.0  # log alpha of device 0's affinity
+        g = gene_params(head, head(*regal_inputs(prob)), space.unit_of, space.num_units, 2, True,
+                        0.7, base=base)
+    assert np.allclose(g["alpha"][0::2][:space.num_units], np.e * base["alpha"][0::2][:space.num_units])
+    _, stats = REGAL(checkpoint="untrained", prior="layer-split").optimize(
+        prob, TASK, Budget(400, objective="memory"), seed=5)
+    assert stats["prior"] == "layer-split"
+    assert stats["value"] == regal_value(prob, base, 5, 400, "memory")
 
 
 def test_elite_bias_is_the_policy_offset_only_when_asked(prob):
@@ -177,3 +191,26 @@ def test_shipped_policy_loads_and_says_how_it_was_made(prob):
         g = gene_params(head, head(*regal_inputs(prob)), space.unit_of, space.num_units, 2, True,
                         0.5)
     assert all(np.isfinite(v).all() for v in g.values()) and (g["alpha"] > 0).all()
+
+
+def test_layer_features_and_the_layer_split_prior_cut_a_model_by_layers():
+    """On a training graph the layer-order features run from 0 to 1 layer by layer (a
+    layer's backward ops beside its forward ones), and the hand-written prior leans the
+    first layers to device 0 and the last to device 1, priorities left uniform."""
+    from graphopt.ir.generate import mlp_training_graph
+
+    p = Problem(mlp_training_graph(layers=4, hidden=256, batch=8), load_cluster("p100:2"))
+    g = p.graph
+    x, _ = regal_inputs(p)
+    assert x.shape == (g.num_nodes, input_dim())
+    place, share = x[:, -2].numpy(), x[:, -1].numpy()
+    assert ((share > 0) & (share < 1)).all() and ((place >= 0) & (place <= 1)).all()
+    first, last = g.index["layers.0.addmm"], g.index["layers.3.addmm"]
+    assert place[first] < place[last] and share[first] < share[last]
+    space = RegalSpace(p, TASK)
+    pr = layer_split_prior(space, strength=3.0)
+    n_aff = space.num_units * 2
+    lean = (pr["alpha"][:n_aff] > pr["beta"][:n_aff]).reshape(-1, 2).argmax(axis=1)
+    assert lean[space.unit_of[first]] == 0 and lean[space.unit_of[last]] == 1
+    assert (pr["alpha"][n_aff:] == 1).all() and (pr["beta"][n_aff:] == 1).all()
+    assert len(pr["alpha"]) == space.num_genes and np.allclose(pr["inheritance"], 0.7)

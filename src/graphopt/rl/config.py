@@ -48,8 +48,11 @@ class RegalConfig:
         "help": "Simulator evaluations of each BRKGA run that prices an action (REGAL's test budget)."})
     elite_bias: bool = field(default=False, metadata={
         "help": "Also train the per-node elite bias (crossover offsets), for 'regal' with elite_bias."})
-    lr: float = field(default=3e-3, metadata={"gt": 0, "help": "Adam learning rate."})
-    sigma: float = field(default=0.5, metadata={"gt": 0,
+    prior: str = field(default="layer-split", metadata={"choices": ("layer-split", "uniform"),
+        "help": "Distributions the policy's multiply: 'layer-split' (the model cut by layers, "
+                "graphopt.optim.learned.regal.layer_split_prior) or 'uniform' (REGAL's own)."})
+    lr: float = field(default=5e-4, metadata={"gt": 0, "help": "Adam learning rate."})
+    sigma: float = field(default=0.25, metadata={"gt": 0,
         "help": "Standard deviation of the Gaussian the actions are drawn from around the policy's outputs."})
     dim: int = field(default=32, metadata={"min": 1, "max": 8192,
         "help": "Hidden width of the graph network."})
