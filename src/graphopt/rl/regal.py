@@ -70,9 +70,9 @@ def regal_inputs(problem: Problem) -> tuple[torch.Tensor, torch.Tensor]:
     bytes before it in topological order (where the heap grows), and its place in the
     model's layer order (:func:`graphopt.ir.features.layer_order`) and in its bytes
     (:func:`graphopt.ir.features.layer_share`). The last two let a policy split a model by
-    layers, each with its backward ops: on GNMT-2, a split in half by bytes in layer order
-    as BRKGA's mutant prior lowers its peak memory by 14%, where the same split in
-    topological order (forward on one device, backward on the other) raises it.
+    layers, each with its backward ops, where a split of the topological order puts the
+    forward pass on one device and the backward pass on the other (docs/regal.md, "The
+    prior").
     """
     g = problem.graph
     _, feats = node_features(g)
@@ -126,12 +126,12 @@ def gene_params(head: REGALHead, out: torch.Tensor, unit_of: np.ndarray, num_uni
     parts = [(dev_a, dev_b, cross)]
     if scheduling:
         parts.append((p["prio_alpha"], p["prio_beta"], torch.sigmoid(logit + offset)))
-    out_ = {k: torch.cat([part[i] for part in parts]).numpy()
-            for i, k in enumerate(("alpha", "beta", "inheritance"))}
+    params = {k: torch.cat([part[i] for part in parts]).numpy()
+              for i, k in enumerate(("alpha", "beta", "inheritance"))}
     if base is not None:
-        out_["alpha"] = out_["alpha"] * base["alpha"]
-        out_["beta"] = out_["beta"] * base["beta"]
-    return out_
+        params["alpha"] = params["alpha"] * base["alpha"]
+        params["beta"] = params["beta"] * base["beta"]
+    return params
 
 
 def train_regal(corpus: Sequence[Problem], config: RegalConfig, search: Search,
