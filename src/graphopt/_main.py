@@ -6,10 +6,21 @@ status 130, never a traceback.
 """
 
 import sys
+import warnings
+from pathlib import Path
+
+
+def one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Print a warning as one line, ``warning: MESSAGE (Category, file.py:LINE)``, where
+    Python's own format adds the source line and the message's further lines."""
+    text = str(message).strip().splitlines()[0] if str(message).strip() else category.__name__
+    print(f"warning: {text} ({category.__name__}, {Path(filename).name}:{lineno})",
+          file=file or sys.stderr)
 
 
 def main() -> None:
     """Load the command line and run it."""
+    warnings.showwarning = one_line_warning
     try:
         from graphopt.cli import app
 

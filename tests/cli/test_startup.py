@@ -40,3 +40,25 @@ def test_ctrl_c_while_the_command_line_loads_is_one_line_and_exit_130(monkeypatc
         main()
     assert exc.value.code == 130
     assert capsys.readouterr().err == "graphopt: interrupted\n"
+
+
+def test_a_warning_is_one_line(monkeypatch, capsys):
+    """Python's format prints the warning's source line after it, and the message's
+    further lines; the command prints one line naming the kind and the place."""
+    import types
+    import warnings
+
+    from graphopt._main import main
+
+    def warns():
+        warnings.warn("profile of kind 'cpu' matches no device\n  (second line)", UserWarning,
+                      stacklevel=1)
+
+    monkeypatch.setattr(warnings, "showwarning", warnings.showwarning)
+    monkeypatch.setitem(sys.modules, "graphopt.cli", types.SimpleNamespace(app=warns))
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        main()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(
+        "warning: profile of kind 'cpu' matches no device (UserWarning, test_startup.py:")
