@@ -36,17 +36,27 @@ def test_train_regal_leaves_a_policy_a_checkpoint_and_curves(tmp_path):
     assert "objective memory" in r.output
 
 
-def test_bench_regal_writes_results_and_its_docs_section(tmp_path):
+def test_bench_regal_writes_results_and_its_docs_section(tmp_path, monkeypatch):
+    from graphopt.benchmarks import regal as bench
+
+    monkeypatch.setattr(bench, "CPSAT_SECONDS", 2.0)
+    monkeypatch.setattr(bench, "CPSAT_MAX_OPS", 20)
     res, docs = tmp_path / "r.json", tmp_path / "b.md"
     r = runner.invoke(app, ["bench", "regal", "--objectives", "memory", "--evals", "60",
-                            "--seeds", "1", "--graphs", "layered:4x3:101", "--methods",
-                            "GP+DFS,BRKGA-5K,REGAL untrained", "--no-train-check", "--out",
-                            str(res), "--docs", str(docs)])
+                            "--seeds", "1", "--graphs", "layered:4x3:101,layered:6x4:102",
+                            "--methods", "CP-SAT,GP+DFS,BRKGA-5K,REGAL untrained,layer-split BRKGA",
+                            "--no-train-check", "--out", str(res), "--docs", str(docs)])
     assert r.exit_code == 0, r.output
-    rows = json.loads(res.read_text())["results"]["memory"]["layered-4x3-s101"]
-    assert set(rows) == {"GP+DFS", "BRKGA-5K", "REGAL untrained"}
-    assert rows["BRKGA-5K"]["evals"] == 60
-    assert "% improvement over BRKGA-5K" in docs.read_text()
+    results = json.loads(res.read_text())["results"]["memory"]
+    rows = results["layered-4x3-s101"]
+    assert set(rows) == {"CP-SAT", "GP+DFS", "BRKGA-5K", "REGAL untrained", "layer-split BRKGA"}
+    assert rows["BRKGA-5K"]["evals"] == 60 and rows["layer-split BRKGA"]["evals"] == 60
+    # CP-SAT runs on the small graph only (12 ops), and says so
+    assert rows["CP-SAT"]["status"] in ("OPTIMAL", "FEASIBLE")
+    assert results["layered-6x4-s102"]["CP-SAT"] is None
+    text = docs.read_text()
+    assert "% improvement over BRKGA-5K" in text and "| CP-SAT | " in text
+    assert "CP-SAT: on graphs of at most 20 ops only (1 of 2)" in text
 
 
 def test_bench_regal_elite_bias_row_runs_its_policy_in_its_own_section(tmp_path):

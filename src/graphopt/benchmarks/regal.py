@@ -259,6 +259,10 @@ def summary(result: dict, objective: str) -> dict[str, dict]:
                 wins += v < base
             gap.append(100 * (v - best) / best)
             sec.append(row[m]["seconds"])
+        if not ran:  # CP-SAT on graphs all larger than it takes
+            out[m] = {"improvement_pct": None, "gap_pct": None, "seconds": None,
+                      "time_vs_brkga": None, "wins": 0, "graphs": 0}
+            continue
         out[m] = {"improvement_pct": float(np.mean(imp)) if imp else None,
                   "gap_pct": float(np.mean(gap)), "seconds": float(np.median(sec)),
                   "time_vs_brkga": float(np.median(ratio)) if ratio else None,
@@ -284,6 +288,9 @@ def to_markdown(result: dict) -> str:
         for m, r in summ.items():
             imp = "-" if r["improvement_pct"] is None else f"{r['improvement_pct']:+.2f}"
             tr = "-" if r["time_vs_brkga"] is None else f"{r['time_vs_brkga']:.2f}"
+            if not r["graphs"]:
+                lines.append(f"| {m} | - | - | - | - | - |")
+                continue
             lines.append(f"| {m} | {imp} | {r['gap_pct']:.2f} | {r['wins']}/{r['graphs']} | "
                          f"{r['seconds']:.2f} | {tr} |")
         rows = result["results"][objective]
