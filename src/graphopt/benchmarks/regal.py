@@ -40,7 +40,8 @@ from graphopt.errors import GraphoptError
 from graphopt.optim.base import Budget, optimize
 from graphopt.optim.heuristics.schedulers import dfs_memory
 from graphopt.optim.learned.regal import (TEST_GRAPHS, TRAIN_CORPUS, RegalSpace, _params,
-                                          load_corpus, load_regal_policy, regal_value)
+                                          load_corpus, load_regal_policy, regal_value,
+                                          trained_prior)
 from graphopt.rl.regal import RegalConfig, regal_inputs
 from graphopt.sim import Problem, simulate
 
@@ -229,7 +230,7 @@ def train_check(evals: int | None = None, seeds: int = 5, objective: str = "memo
     for spec, p in zip(TRAIN_CORPUS, load_corpus(TRAIN_CORPUS)):
         with torch.no_grad():
             params = _params(head, head(*regal_inputs(p)), RegalSpace(p, task), False,
-                             info.get("config", {}).get("prior", "uniform"))
+                             trained_prior(info))
         r = [regal_value(p, params, s, evals, objective, task) for s in range(seeds)]
         u = [regal_value(p, None, s, evals, objective, task) for s in range(seeds)]
         out[spec] = {"regal": r, "uniform": u, "improvement_pct": float(

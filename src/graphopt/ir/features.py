@@ -152,11 +152,12 @@ def layer_order(graph: Graph) -> np.ndarray:
     return order
 
 
-def layer_share(graph: Graph) -> np.ndarray:
+def layer_share(graph: Graph, order: np.ndarray | None = None) -> np.ndarray:
     """Every node's place in :func:`layer_order` measured in bytes: the share of all
     weight and output bytes read before it, plus half its own, in (0, 1) (0.5 for every
     node of a graph without bytes). Cutting it at k/D splits a model into D runs of
-    whole layers (each with its backward ops) holding equal bytes. O(N + E).
+    whole layers (each with its backward ops) holding equal bytes. ``order``: the graph's
+    :func:`layer_order` where the caller has it already. O(N + E).
 
     >>> from graphopt.ir.generate import mlp_training_graph
     >>> g = mlp_training_graph(layers=4)
@@ -165,7 +166,7 @@ def layer_share(graph: Graph) -> np.ndarray:
     >>> bool(0 < s.min() and s.max() < 1 and first < 0.5 < last)
     True
     """
-    by_layer = np.argsort(layer_order(graph))
+    by_layer = np.argsort(layer_order(graph) if order is None else order)
     w = (graph.persistent_bytes + graph.out_bytes).astype(np.float64)[by_layer]
     total = float(w.sum())
     share = np.empty(graph.num_nodes)

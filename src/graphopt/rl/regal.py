@@ -81,9 +81,10 @@ def regal_inputs(problem: Problem) -> tuple[torch.Tensor, torch.Tensor]:
     persist = np.cumsum(g.persistent_bytes) / max(float(g.persistent_bytes.sum()), 1.0)
     extra = [np.log1p(1e3 * a / cap) / 10 for a in (g.out_bytes, g.persistent_bytes, g.temp_bytes)]
     extra += [np.log1p(1e3 * a / total) / 10 for a in (g.out_bytes, g.persistent_bytes)]
-    place = layer_order(g) / max(g.num_nodes - 1, 1)
-    x = np.concatenate([feats / 10, np.stack([*extra, persist, place, layer_share(g)], axis=1)],
-                       axis=1)
+    order = layer_order(g)
+    place = order / max(g.num_nodes - 1, 1)
+    x = np.concatenate([feats / 10, np.stack([*extra, persist, place, layer_share(g, order)],
+                                             axis=1)], axis=1)
     edges = np.stack([g.src, g.dst]).astype(np.int64)
     return torch.as_tensor(x, dtype=torch.float32), torch.as_tensor(edges)
 

@@ -45,7 +45,8 @@ from graphopt.rl.regal import (RegalConfig, gene_params, input_dim, regal_inputs
 from graphopt.sim import Plan, Problem
 
 __all__ = ["REGAL", "RegalSpace", "SHIPPED", "TEST_GRAPHS", "TRAIN_CORPUS", "layer_split_prior",
-           "load_corpus", "load_regal_policy", "pretrain_regal", "regal_value"]
+           "load_corpus", "load_regal_policy", "pretrain_regal", "regal_value",
+           "trained_prior"]
 
 #: The trained policy in the package.
 SHIPPED = Path(__file__).parent / "checkpoints" / "regal"
@@ -230,6 +231,13 @@ def load_regal_policy(checkpoint: str | Path | None = None) -> tuple[REGALHead, 
     return head, info
 
 
+def trained_prior(info: dict) -> str:
+    """The prior a policy's distributions multiply, from its provenance (``info`` of
+    :func:`load_regal_policy`): the one it was trained with; ``"uniform"`` for an untrained
+    head or a policy trained before priors existed."""
+    return info.get("config", {}).get("prior", "uniform")
+
+
 @cache
 def _shipped() -> tuple[REGALHead, dict]:
     return load_regal_policy(None)
@@ -315,8 +323,7 @@ class REGAL:
                 out = head(*regal_inputs(problem))
         finally:
             torch.set_num_threads(threads)
-        prior = (info.get("config", {}).get("prior", "uniform") if self.prior == "policy"
-                 else self.prior)
+        prior = trained_prior(info) if self.prior == "policy" else self.prior
         p = _params(head, out, space, self.elite_bias, prior)
         brkga = BRKGA(self.population, self.elite_fraction, self.mutant_fraction,
                       inheritance=p["inheritance"], mutant_alpha=p["alpha"], mutant_beta=p["beta"])
