@@ -1,7 +1,8 @@
 """Where a placed step loses time against the simulator: each op's real start beside its
 simulated start, and each transfer's arrival delay, on 2 CPU workers.
 
-For one model at ``bench/sim_vs_real.py``'s CPU size and each method's plan (searched on
+For one model at one of ``bench/sim_vs_real.py``'s sizes (``--size``, CPU size by
+default) and each method's plan (searched on
 :func:`graphopt.exec.calibrate.engine_problem`, as that benchmark does), the plans run
 in turns for ``--steps`` steps after a warm-up. Per plan and device:
 - drift: the median over steps of (real start - simulated start) of the device's ops,
@@ -17,7 +18,7 @@ in turns for ``--steps`` steps after a warm-up. Per plan and device:
   is in what happens between ops.
 
 Usage:  .venv/bin/python bench/exec_timeline.py [--model gnmt-2] [--methods single,go,metis,expert]
-        [--steps 9] [--out bench/results/exec_timeline.json]
+        [--steps 9] [--size cpu] [--out bench/results/exec_timeline.json]
 """
 
 from __future__ import annotations
@@ -94,13 +95,14 @@ def analyse(traced, prob, plan, placed: PlacedProgram, runs) -> dict:
                            "real_after_in_place_write": [_ms(gated_real, 0.5), _ms(gated_real, 0.9)]}}
 
 
-def run(model: str, methods: tuple[str, ...], steps: int, budget: int = 500, seed: int = 0) -> dict:
+def run(model: str, methods: tuple[str, ...], steps: int, budget: int = 500, seed: int = 0,
+        size: str = "cpu") -> dict:
     ensure_compiled()
     cal = calibrate(2)
     cluster = cluster_from_toml(tomllib.loads(cal.to_toml()), "calibration")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        traced = _traced(model, "cpu")
+        traced = _traced(model, size)
     rows = []
     with CPUWorkers(2) as pool:
         prob = engine_problem(traced, cluster, pool)
@@ -117,7 +119,7 @@ def run(model: str, methods: tuple[str, ...], steps: int, budget: int = 500, see
                          "simulated_ms": simulate(prob, plan).step_time * 1e3,
                          **analyse(traced, prob, plan, p, rs)})
             print(rows[-1], flush=True)
-    return {"model": f"{model}-cpu", "steps": steps, "budget": budget, "seed": seed, "rows": rows}
+    return {"model": f"{model}-{size}", "steps": steps, "budget": budget, "seed": seed, "rows": rows}
 
 
 def main() -> None:
@@ -125,9 +127,11 @@ def main() -> None:
     ap.add_argument("--model", default="gnmt-2", help="a model of bench/sim_vs_real.py")
     ap.add_argument("--methods", default="single,go,metis,expert", help="methods, comma-separated")
     ap.add_argument("--steps", type=int, default=9, help="steps per plan, the plans in turns")
+    ap.add_argument("--size", default="cpu", choices=("quick", "cpu"),
+                    help="the model's size, as bench/sim_vs_real.py's")
     ap.add_argument("--out", default="bench/results/exec_timeline.json")
     a = parse_bench_args(ap)
-    save_json(run(a.model, tuple(a.methods.split(",")), a.steps), a.out)
+    save_json(run(a.model, tuple(a.methods.split(",")), a.steps, size=a.size), a.out)
 
 
 if __name__ == "__main__":

@@ -294,6 +294,31 @@ def test_shared_slowdown_of_a_program(pool):
         pool.load(compile_program(traced, _random_plan(traced.graph, 2, 1), 2), replicate=True)
 
 
+def test_transfer_host_work_is_measured_with_any_number_of_workers(pool3):
+    """Workers beyond the two that measure join the measurement's barriers (a third one
+    used to leave the other two waiting until the timeout)."""
+    per_byte, per_message = pool3.transfer_cpu(nbytes=1 << 20, messages=12, repeats=1)
+    assert 0 <= per_byte < 1e-6 and 0 <= per_message < 0.1
+
+
+def test_engine_problem_prices_the_programs_own_time_between_ops(pool, tmp_path):
+    import tomllib
+
+    from graphopt.exec.calibrate import Calibration, _engine_time_per_op, engine_problem
+    from graphopt.hardware.presets import cluster_from_toml
+
+    events = [("op", "a", 0.0, 1.0, None), ("recv", "x", 1.2, 1.2, None), ("op", "b", 1.5, 2.0, None),
+              ("step", "step", 0.0, 3.0, None)]
+    assert _engine_time_per_op(events) == pytest.approx(0.75)  # (3 - 1.5) / 2 ops
+    cal = Calibration(2, 1, 1e-4, 1e9, 1.0, 1e10, 1e10, {})  # a dispatch of 1 s: absurd on purpose
+    cluster = cluster_from_toml(tomllib.loads(cal.to_toml()), "cluster.toml")
+    traced = trace_program(torch.nn.Linear(64, 64), (torch.randn(32, 64),), training=True)
+    prob = engine_problem(traced, cluster, pool)
+    dispatch = {d.dispatch_overhead for d in prob.cluster.devices}
+    assert len(dispatch) == 1 and 0 < dispatch.pop() < 0.01
+    assert cluster.devices[0].dispatch_overhead == 1.0  # the file's cluster is left as it was
+
+
 def test_bad_devices_and_plans_are_clear_errors():
     with pytest.raises(GraphoptError, match="cpu"):
         parse_devices("tpu:2")

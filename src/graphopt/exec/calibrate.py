@@ -10,6 +10,7 @@ their cores), never fitted to the plans a benchmark reports:
   workers (the extra time of a 4 MiB message over a 4-byte one);
 - dispatch: the engine's own cost per op outside the op (its ready queue, its
   bookkeeping), from a chain of tiny ops on one worker: (step - sum of op times) / ops;
+  :func:`engine_problem` measures a program's own the same way, on its own ops;
 - compute: each op of a program timed on one worker as the engine runs it, kept as a
   :class:`~graphopt.cost.profile.Profile` by op signature;
 - sharing: the workers share this machine's caches, memory bandwidth and (with more
@@ -20,7 +21,8 @@ their cores), never fitted to the plans a benchmark reports:
 - transfers' host work: gloo moves a message through a socket, copied by the cores of
   both workers, so a worker computes slower while it sends or receives: a chain of
   matmuls on one worker alone, then while it receives and while it sends 8 MiB in 16
-  messages, and 512 messages of 1 KiB; the extra time per byte is the devices'
+  messages at once, and 60 messages of 1 KiB one at a time, spread over the chain as
+  the engine sends values between ops; the extra time per byte is the devices'
   ``transfer_cpu_gbps``, per small message (less its bytes) ``transfer_cpu_us``.
 """
 
@@ -81,12 +83,12 @@ class Calibration:
             f'  "graphopt calibrate, {datetime.date.today().isoformat()}: latency through the '
             f'engine from a chain of tiny ops changing device every {_HOP_EVERY} ops; bandwidth '
             f'from ping-pong between two workers ({sizes}); dispatch from a chain of tiny ops '
-            f'on one worker; a float32 '
+            f'on one worker (graphopt run and optimize measure each program\'s own); a float32 '
             'matmul and a copy for ops without a measured profile; shared_slowdown from '
             'a chain of small ops on one worker alone, then on every worker at once (graphopt '
             'run and optimize measure each program\'s own); transfer_cpu_gbps '
             'and transfer_cpu_us from a chain of matmuls on one worker alone, then while it '
-            'sends or receives large and small messages",',
+            'sends or receives large messages at once and small ones one at a time",',
             "]",
             "",
             "[[devices]]",
@@ -163,27 +165,37 @@ def shared_slowdown(traced: TracedProgram, pool: CPUWorkers, rounds: int = 5) ->
 
 
 def _alone_and_together(traced: TracedProgram, pool: CPUWorkers,
-                        rounds: int) -> tuple[dict[str, list[float]], float]:
-    """Every op's times on worker 0 alone, one per round, and :func:`shared_slowdown`'s
-    figure from the same rounds."""
+                        rounds: int) -> tuple[dict[str, list[float]], float, float]:
+    """Every op's times on worker 0 alone, one per round, :func:`shared_slowdown`'s
+    figure from the same rounds, and the engine's median time per op alone
+    (:func:`_engine_time_per_op`)."""
     prog = compile_program(traced, None, pool.devices)
     for replicate in (False, True):
         pool.load(prog, replicate=replicate)
         pool.step(0, prog, replicate)  # warms the allocator and the op cache
     times: dict[str, list[float]] = {}
-    ratios = []
+    ratios, engine = [], []
     for _ in range(rounds):
         sums = []
         for replicate in (False, True):
-            ops = [(name, end - start) for kind, name, start, end, _ in
-                   pool.step(1, prog, replicate)[1][0] if kind == "op"]
+            events = pool.step(1, prog, replicate)[1][0]
+            ops = [(name, end - start) for kind, name, start, end, _ in events if kind == "op"]
             sums.append(sum(t for _, t in ops))
             if not replicate:
+                engine.append(_engine_time_per_op(events))
                 for name, t in ops:
                     times.setdefault(name, []).append(t)
         ratios.append(sums[1] / max(sums[0], 1e-12))
     pool.unload(prog)
-    return times, max(1.0, statistics.median(ratios))
+    return times, max(1.0, statistics.median(ratios)), statistics.median(engine)
+
+
+def _engine_time_per_op(events: list[tuple]) -> float:
+    """The engine's own time per op in one worker's step that ran every op alone: the
+    step's span less its ops' times, per op (its ready queue and bookkeeping)."""
+    ops = [e for e in events if e[0] == "op"]
+    step = next(e for e in events if e[0] == "step")
+    return (step[3] - step[2] - sum(e[3] - e[2] for e in ops)) / max(len(ops), 1)
 
 
 def _bandwidth(pingpong: dict[int, float]) -> float:
@@ -259,13 +271,8 @@ def calibrate(devices: int = 2, timeout: float = 120.0, chain_ops: int = 300,
     with CPUWorkers(devices, timeout=timeout) as pool:
         pingpong = pool.pingpong(list(_SIZES)) if devices > 1 else {}
         pool.load(compile_program(chain, None, devices))
-        per_op = []
-        for step in range(steps + 1):
-            _, events = pool.step(step)
-            ops = [e for e in events[0] if e[0] == "op"]
-            span = [e for e in events[0] if e[0] == "step"][0]
-            if step:  # the first step warms the allocator and the op cache
-                per_op.append((span[3] - span[2] - sum(e[3] - e[2] for e in ops)) / len(ops))
+        # the first step warms the allocator and the op cache
+        per_op = [_engine_time_per_op(pool.step(step)[1][0]) for step in range(steps + 1)][1:]
         slowdown = 1.0
         if devices > 1:
             stages = trace_program(_Stages(chain_ops).eval(), (torch.randn(64, 256),), training=False)
@@ -284,15 +291,24 @@ def profile_program(traced: TracedProgram, devices: int = 2, steps: int = 5,
     """The time of every op of ``traced`` as the engine runs it on one worker (of a pool
     of ``devices``, so it has a worker's cores), the mean over ``steps`` after a warm-up
     and over the ops of one signature, as a profile of device kind :data:`DEVICE_KIND`."""
+    return _profile(traced, _run_alone(traced, devices, steps, timeout, pool)[0])
+
+
+def _run_alone(traced: TracedProgram, devices: int, steps: int, timeout: float,
+               pool: CPUWorkers | None) -> tuple[dict[str, list[float]], float]:
+    """Every op's times on one worker over ``steps`` steps after a warm-up, and the
+    engine's median time per op (:func:`_engine_time_per_op`)."""
     prog = compile_program(traced, None, devices)
     own = pool is None
     pool = pool or CPUWorkers(devices, timeout=timeout)
     try:
         pool.load(prog)
         times: dict[str, list[float]] = {}
+        engine = []
         for step in range(steps + 1):
             _, events = pool.step(step)
             if step:
+                engine.append(_engine_time_per_op(events[0]))
                 for kind, name, start, end, _ in events[0]:
                     if kind == "op":
                         times.setdefault(name, []).append(end - start)
@@ -301,7 +317,7 @@ def profile_program(traced: TracedProgram, devices: int = 2, steps: int = 5,
             pool.close()
         else:
             pool.unload(prog)
-    return _profile(traced, times)
+    return times, statistics.median(engine)
 
 
 def _profile(traced: TracedProgram, times: dict[str, list[float]]) -> Profile:
@@ -325,9 +341,12 @@ def _profile(traced: TracedProgram, times: dict[str, list[float]]) -> Profile:
 def engine_problem(traced: TracedProgram, cluster: Cluster, pool: CPUWorkers | None = None) -> Problem:
     """The simulator's problem for ``traced`` as ``graphopt.exec`` runs it on a cluster
     ``graphopt calibrate`` measured: every op's time on one worker as the engine runs it
-    (:func:`profile_program`), with several workers the program's own
-    :func:`shared_slowdown` (its steps alone time the ops too), and no fusion (the engine
-    runs op by op; kernels of one op, so a plan's fusion changes nothing).
+    (:func:`profile_program`), the engine's own time per op in the same steps as the
+    devices' dispatch (in place of the calibration's chain of tiny ops: a program's ops
+    have more inputs and readers to keep, 2-3 us an op against the chain's 1.5 on this
+    machine), with several workers the program's own :func:`shared_slowdown` (its steps
+    alone time the ops too), and no fusion (the engine runs op by op; kernels of one op,
+    so a plan's fusion changes nothing).
 
     Examples
     --------
@@ -339,11 +358,12 @@ def engine_problem(traced: TracedProgram, cluster: Cluster, pool: CPUWorkers | N
     pool = pool or CPUWorkers(devices)
     try:
         if devices > 1:  # the steps alone time the ops and are the slowdown's reference
-            times, slowdown = _alone_and_together(traced, pool, rounds=5)
-            profile, cluster = _profile(traced, times), cluster.with_shared_slowdown(slowdown)
+            times, slowdown, engine = _alone_and_together(traced, pool, rounds=5)
+            cluster = cluster.with_shared_slowdown(slowdown)
         else:
-            profile = profile_program(traced, devices, pool=pool)
+            times, engine = _run_alone(traced, devices, 5, 120.0, pool)
     finally:
         if own:
             pool.close()
-    return Problem(traced.graph, cluster, profile=profile, max_fusion_size=1)
+    return Problem(traced.graph, cluster.with_dispatch(engine), profile=_profile(traced, times),
+                   max_fusion_size=1)

@@ -205,15 +205,16 @@ class CPUWorkers:
             self._send(r, ("pingpong", (list(sizes), repeats)))
         return self._gather("measuring links")[0]
 
-    def transfer_cpu(self, nbytes: int = 8 << 20, messages: int = 512,
+    def transfer_cpu(self, nbytes: int = 8 << 20, messages: int = 60,
                      repeats: int = 5) -> tuple[float, float]:
         """Seconds of a core's time per byte and per message that a worker spends sending
         or receiving (gloo copies messages through sockets on the workers' own cores):
         device 0 runs a chain of matmuls alone, while device 1 sends it ``nbytes`` in 16
-        messages or ``messages`` messages of 1 KiB, and while it sends them to device 1;
-        the chain's extra time over the bytes (large messages) and over the messages
-        (small ones, less their bytes), medians over ``repeats`` rounds of both
-        directions (0 where below 0)."""
+        messages at once or ``messages`` messages of 1 KiB one at a time (spread over the
+        chain, as the engine sends values between ops), and while it sends them to device
+        1 the same way; the chain's extra time over the bytes (large messages) and over
+        the messages (small ones, less their bytes), medians over ``repeats`` rounds of
+        both directions (0 where below 0)."""
         if self.devices < 2:
             raise ExecutionError("measuring transfers needs two devices")
         for r in range(self.devices):
@@ -504,38 +505,57 @@ def _pingpong(rank: int, sizes: list[int], repeats: int) -> dict[int, float] | N
     return out if rank == 0 else None
 
 
+#: Steps of the chain of matmuls that the transfer measurements time (~50 ms in all).
+_CHAIN = 60
+
+
 def _transfer_cpu(rank: int, nbytes: int, messages: int, repeats: int
                   ) -> tuple[float, float] | None:
     import statistics
 
     import torch.distributed as dist
 
-    if rank > 1:
-        return None
+    # Devices 0 and 1 measure; any others only join the barriers and the broadcast.
     sets = {"large": [torch.zeros(nbytes // 4 // 16) for _ in range(16)],
             "small": [torch.zeros(256) for _ in range(messages)]}
+    per_step = -(-messages // _CHAIN)
     x, w = torch.randn(256, 256), torch.randn(256, 256)
+    pace = torch.zeros(1, dtype=torch.float64)  # seconds per step of device 0's chain alone
     extra: dict[str, list[float]] = {"large": [], "small": []}
     for _ in range(repeats + 1):  # one warm-up round
         for size, pieces in sets.items():
+            # Small messages go one at a time, spread over the chain, as the engine posts a
+            # value after the op that made it: each then pays the wake-ups and hand-overs
+            # that a burst shares (2-3x the cost per message of a burst, measured here).
+            spread = size == "small"
             chain = {}
             for mode in ("alone", "receive", "send"):
                 dist.barrier()
                 sender = {"alone": -1, "receive": 1, "send": 0}[mode]
                 start = time.perf_counter()  # posting is the worker's work too
-                if sender == rank:
-                    works = [dist.isend(p, dst=1 - rank, tag=i) for i, p in enumerate(pieces)]
-                elif sender >= 0:
+                works = []
+                if rank < 2 and sender == 1 - rank:
                     works = [dist.irecv(p, src=1 - rank, tag=i) for i, p in enumerate(pieces)]
-                else:
-                    works = []
+                elif rank < 2 and sender == rank and not spread:
+                    works = [dist.isend(p, dst=1 - rank, tag=i) for i, p in enumerate(pieces)]
                 if rank == 0:
                     y = x
-                    for _ in range(60):  # ~50 ms: longer than the transfer
+                    for j in range(_CHAIN):  # longer than the transfers
                         y = torch.tanh(y @ w)
-                chain[mode] = time.perf_counter() - start
+                        if sender == 0 and spread:
+                            works += [dist.isend(p, dst=1, tag=i) for i, p in
+                                      enumerate(pieces) if i // per_step == j]
+                    chain[mode] = time.perf_counter() - start
+                elif rank == 1 and sender == 1 and spread:
+                    for i, p in enumerate(pieces):
+                        works.append(dist.isend(p, dst=0, tag=i))
+                        if (i + 1) % per_step == 0:
+                            time.sleep(float(pace))
                 _wait_once(works)
-            extra[size] += [chain[m] - chain["alone"] for m in ("receive", "send")]
+                if mode == "alone":
+                    pace.fill_(chain["alone"] / _CHAIN if rank == 0 else 0.0)
+                    dist.broadcast(pace, src=0)
+            extra[size] += [chain[m] - chain["alone"] for m in ("receive", "send")] if rank == 0 else []
     if rank:
         return None
     per_byte = max(0.0, statistics.median(extra["large"][2:]) / nbytes)

@@ -204,6 +204,12 @@ class Cluster:
         return self._with_devices(replace(d, shared_slowdown=float(slowdown)) if d.host else d
                                   for d in self.devices)
 
+    def with_dispatch(self, dispatch: float) -> Cluster:
+        """The same cluster with every device's ``dispatch_overhead`` set to ``dispatch``
+        seconds (a program's own figure, measured by
+        :func:`graphopt.exec.calibrate.engine_problem`)."""
+        return self._with_devices(replace(d, dispatch_overhead=float(dispatch)) for d in self.devices)
+
     def _with_devices(self, devices) -> Cluster:
         return Cluster(self.name, tuple(devices), self.bandwidth, self.latency, dict(self.meta),
                        self.overlap_latency)
