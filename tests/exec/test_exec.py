@@ -319,6 +319,28 @@ def test_engine_problem_prices_the_programs_own_time_between_ops(pool, tmp_path)
     assert cluster.devices[0].dispatch_overhead == 1.0  # the file's cluster is left as it was
 
 
+def test_a_transfer_is_one_message_whatever_its_value():
+    """Several tensors (any dtypes and strides, empty ones, constants beside them) travel
+    as one buffer and come back equal, with the sender's strides."""
+    from graphopt.exec.program import value_spec
+    from graphopt.exec.runner import empty_like_spec, pack, unpack
+
+    value = (torch.randn(3, 5).t(), torch.arange(7), [torch.tensor([True, False, True]), torch.empty(0, 3)],
+             4, torch.randn(2, dtype=torch.float64))
+    node = torch.fx.Graph().placeholder("x")
+    node.meta["val"] = value
+    spec = value_spec(node)
+    sent, buffers = pack(value), empty_like_spec(spec)
+    assert len(sent) == len(buffers) == 1 and buffers[0].dtype == torch.uint8
+    buffers[0].copy_(sent[0])
+    got = unpack(spec, buffers)
+    assert torch.equal(got[0], value[0]) and got[0].stride() == value[0].stride()
+    assert torch.equal(got[1], value[1]) and torch.equal(got[2][0], value[2][0]) and torch.equal(got[4], value[4])
+    assert got[2][1].shape == (0, 3) and got[3] == 4
+    one = torch.randn(4, 4)
+    assert pack(one)[0] is one and pack((one, torch.empty(0)))[0] is one  # one tensor: no copy
+
+
 def test_bad_devices_and_plans_are_clear_errors():
     with pytest.raises(GraphoptError, match="cpu"):
         parse_devices("tpu:2")

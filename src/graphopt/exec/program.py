@@ -379,10 +379,6 @@ def compile_program(traced: TracedProgram, plan: Plan | None, devices: int) -> P
         t.after = sorted(set(t.after))
 
     specs = {t.node: value_spec(nodes[t.node]) for t in tlist.values()}
-    for node, spec in specs.items():
-        if len(_tensor_leaves(spec)) > 64:
-            raise PlanError(f"node {nodes[node].name!r} has more than 64 tensors to send; place its "
-                            "consumers with it")
     return Program(instrs, [tlist[k] for k in sorted(tlist)], feeds, state, outputs, devices,
                    device, specs, plan.priority is None, moved)
 
@@ -397,11 +393,3 @@ def value_spec(node: fx.Node) -> Any:
             return (type(v).__name__, [spec(x) for x in v])
         return ("const", v)
     return spec(node.meta.get("val"))
-
-
-def _tensor_leaves(spec: Any) -> list[Any]:
-    if spec[0] == "tensor":
-        return [spec]
-    if spec[0] in ("tuple", "list"):
-        return [leaf for x in spec[1] for leaf in _tensor_leaves(x)]
-    return []

@@ -43,27 +43,59 @@ def run_op(ins: Instr, values: dict[int, Any], seed: int, device: torch.device |
     return fn(*args, **kwargs)
 
 
+#: A packed value's tensors start at multiples of this many bytes, so that the receiver
+#: can view each part of the buffer as its dtype.
+_ALIGN = 16
+
+
 def pack(value: Any) -> list[torch.Tensor]:
-    """The non-empty tensors of a value, contiguous, in tree order."""
-    out: list[torch.Tensor] = []
-    fx.node.map_aggregate(value, lambda v: out.append(v.contiguous())
+    """What a transfer of ``value`` sends: its one non-empty tensor, contiguous, or its
+    several (in tree order) copied into one buffer of bytes, so that a transfer is one
+    message whatever the value (a message costs each worker tens of us, more than
+    copying a few hundred KiB: docs/simulator.md); ``[]`` if it holds none."""
+    leaves: list[torch.Tensor] = []
+    fx.node.map_aggregate(value, lambda v: leaves.append(v)
                           if isinstance(v, torch.Tensor) and v.numel() else v)
-    return out
+    if len(leaves) < 2:
+        return [t.contiguous() for t in leaves]
+    parts = _parts([(t.shape, t.dtype) for t in leaves])
+    buf = torch.empty(parts[-1][0], dtype=torch.uint8)
+    for t, (start, _) in zip(leaves, parts):
+        _view(buf, start, t.shape, t.dtype).copy_(t)
+    return [buf]
+
+
+def _parts(leaves: list[tuple]) -> list[tuple[int, int]]:
+    """Where each of ``leaves`` (shape, dtype) starts in a packed buffer, and its bytes;
+    a last entry holds the buffer's size."""
+    out, start = [], 0
+    for shape, dtype in leaves:
+        n = _numel(shape) * dtype.itemsize
+        out.append((start, n))
+        start += -(-n // _ALIGN) * _ALIGN
+    return out + [(start, 0)]
+
+
+def _view(buf: torch.Tensor, start: int, shape: tuple, dtype: torch.dtype) -> torch.Tensor:
+    return buf[start:start + _numel(shape) * dtype.itemsize].view(dtype).view(shape)
+
+
+def _leaves(spec: Any) -> list[tuple]:
+    """(shape, dtype) of the non-empty tensors of ``spec``, in tree order."""
+    if spec[0] == "tensor":
+        return [(spec[1], spec[2])] if _numel(spec[1]) else []
+    if spec[0] in ("tuple", "list"):
+        return [leaf for x in spec[1] for leaf in _leaves(x)]
+    return []
 
 
 def empty_like_spec(spec: Any, device: torch.device | str = "cpu") -> list[torch.Tensor]:
-    """Receive buffers for a value of ``spec`` (:func:`~graphopt.exec.program.value_spec`)."""
-    out: list[torch.Tensor] = []
-
-    def walk(s: Any) -> None:
-        kind = s[0]
-        if kind == "tensor" and _numel(s[1]):
-            out.append(torch.empty(s[1], dtype=s[2], device=device))
-        elif kind in ("tuple", "list"):
-            for x in s[1]:
-                walk(x)
-    walk(spec)
-    return out
+    """Receive buffers for a value of ``spec`` (:func:`~graphopt.exec.program.value_spec`),
+    as :func:`pack` sends it."""
+    leaves = _leaves(spec)
+    if len(leaves) < 2:
+        return [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in leaves]
+    return [torch.empty(_parts(leaves)[-1][0], dtype=torch.uint8, device=device)]
 
 
 def _numel(shape: tuple[int, ...]) -> int:
@@ -74,9 +106,15 @@ def _numel(shape: tuple[int, ...]) -> int:
 
 
 def unpack(spec: Any, tensors: list[torch.Tensor], device: torch.device | str = "cpu") -> Any:
-    """Rebuild a value of ``spec`` from the tensors :func:`pack` sent, with the sender's
-    strides where they describe a dense tensor (kernels may choose by stride)."""
-    it = iter(tensors)
+    """Rebuild a value of ``spec`` from what :func:`pack` sent (views of the received
+    buffer), with the sender's strides where they describe a dense tensor (kernels may
+    choose by stride)."""
+    leaves = _leaves(spec)
+    if len(leaves) < 2:
+        it = iter(tensors)
+    else:
+        it = iter([_view(tensors[0], start, shape, dtype)
+                   for (shape, dtype), (start, _) in zip(leaves, _parts(leaves))])
 
     def walk(s: Any) -> Any:
         kind = s[0]
