@@ -142,6 +142,35 @@ def test_models_written_elsewhere_run_placed(make, pool):
     assert not pool.holds(placed.program)
 
 
+class _MixedValues(torch.nn.Module):
+    """Ops whose values hold several tensors of several dtypes: topk's values and int64
+    indices, max pooling with its indices in the backward pass, bool masks."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(2, 4, 3, padding=1)
+        self.lin = torch.nn.Linear(32, 8)
+
+    def forward(self, x):
+        y = torch.nn.functional.max_pool2d(self.conv(x), 2).flatten(1)
+        values, index = torch.topk(self.lin(y), 3, dim=1)
+        return (values * (y[:, :3] > 0)).sum() + index.float().mean()
+
+
+def test_values_of_several_tensors_and_dtypes_cross_devices(pool):
+    """Every op on the other device from the one before it, so that nearly every value
+    crosses, several tensors of mixed dtypes in one message."""
+    torch.manual_seed(0)
+    traced = trace_program(_MixedValues(), (torch.randn(3, 2, 4, 8),), training=True)
+    ref_out, ref_state = _reference(traced, seed=0)
+    plan = Plan(placement=np.arange(traced.graph.num_nodes) % 2)
+    with PlacedProgram(traced, plan, "cpu:2", pool=pool) as placed:
+        specs = [placed.program.specs[t.node] for t in placed.program.transfers]
+        assert len(specs) > 10 and any(s[0] in ("tuple", "list") and len(s[1]) > 1 for s in specs)
+        torch.testing.assert_close(placed().outputs[0], ref_out[0], rtol=1e-4, atol=1e-5)
+        _assert_state_close(placed.state_dict(), ref_state, exact=False)
+
+
 def test_one_device_step_equals_eager_sgd():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
