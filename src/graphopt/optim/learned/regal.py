@@ -194,7 +194,8 @@ def layer_split_prior(space: RegalSpace, strength: float = 1.5) -> dict[str, np.
     inheritance BRKGA's.
 
     ``strength`` 1.5 is the best of 1.25, 1.5, 2 and 3 on :data:`TRAIN_CORPUS` (mean peak
-    memory 2.6% below uniform BRKGA's there, 5,000 evaluations, 3 seeds; docs/regal.md);
+    memory 2.6% below uniform BRKGA's there, 5,000 evaluations, 3 seeds;
+    ``bench/regal_priors.py``);
     stronger leanings take the diversity BRKGA needs. Returns ``alpha``, ``beta`` and
     ``inheritance`` per gene, as :func:`gene_params`.
     """
