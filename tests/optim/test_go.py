@@ -3,8 +3,11 @@ PPO are tested in tests/rl)."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
+import torch
 
 from graphopt.errors import GraphoptError
 from graphopt.hardware import load_cluster
@@ -147,6 +150,18 @@ def test_cli_train_then_optimize_with_the_policy(tmp_path):
     assert r.exit_code == 0, r.output
     r = CliRunner().invoke(app, ["train", "--corpus", "example:mlp", "--out", str(out)])
     assert r.exit_code == 2 and "GRAPH@CLUSTER" in r.output
+    # --init: pre-training continued from a saved policy (a tiny step: weights barely move)
+    more = tmp_path / "more"
+    r = CliRunner().invoke(app, ["train", "--corpus", "example:mlp@p100:2", "--init", str(out),
+                                 "--updates", "1", "--num-samples", "2", "--lr", "1e-12",
+                                 "--out", str(more)])
+    assert r.exit_code == 0, r.output
+    before, after = load_go_policy(out)[0].state_dict(), load_go_policy(more)[0].state_dict()
+    assert all(torch.allclose(before[k], after[k], atol=1e-9) for k in before)
+    assert json.loads((more / "policy.json").read_text())["info"]["init"] == str(out)
+    r = CliRunner().invoke(app, ["train", "--corpus", "example:mlp@p100:2", "--init", str(tmp_path),
+                                 "--out", str(tmp_path / "x")])
+    assert r.exit_code == 2 and str(tmp_path) in r.output
     r = CliRunner().invoke(app, ["train", "--corpus", "example:mlp", "--cluster", "p100:2",
                                  "--updates", "1", "--num-samples", "2", "--out",
                                  str(tmp_path / "c")])

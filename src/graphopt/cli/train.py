@@ -46,6 +46,11 @@ def train(
                                   "Example: placement,scheduling,fusion"),
     seed: int = typer.Option(0, min=0, max=MAX_SEED,
                              help="Seed of the policy's initialization and sampling."),
+    init: Path | None = typer.Option(None, "--init",
+                                     help="Start from the weights of a saved policy (a folder "
+                                          "with policy.json, as --out writes) instead of fresh "
+                                          "ones: pre-training continued on another corpus or "
+                                          "with other settings. Example: runs/go-pretrain"),
     threads: int = typer.Option(1, min=1, help="torch CPU threads."),
     backend: str = typer.Option("local", "--backend",
                                 help=BACKEND_HELP + " (the rollouts' simulations go to the pool)"),
@@ -65,7 +70,7 @@ def train(
 
     from graphopt.hardware import load_cluster
     from graphopt.optim.base import parse_task
-    from graphopt.optim.learned.go import PRETRAIN_CORPUS, PRETRAIN_PPO, pretrain
+    from graphopt.optim.learned.go import PRETRAIN_CORPUS, PRETRAIN_PPO, load_go_policy, pretrain
     from graphopt.sim import Problem
 
     torch.set_num_threads(threads)
@@ -73,12 +78,15 @@ def train(
         c.strip() for c in corpus.split(",") if c.strip())
     try:
         check_output(out, "--out", folder=True)
+        if init is not None:
+            load_go_policy(init)  # a bad folder fails now, not after the corpus is loaded
         ppo, flags = ppo_options(PRETRAIN_PPO, ppo)
         command = " ".join(["graphopt train",
                             *([f"--corpus {corpus}"] if corpus != "default" else []),
                             *([f"--cluster {cluster}"] if cluster else []),
                             f"--updates {updates}", *([f"--minutes {minutes:g}"] if minutes else []),
-                            f"--task {task}", f"--seed {seed}", *flags])
+                            f"--task {task}", f"--seed {seed}",
+                            *([f"--init {init}"] if init else []), *flags])
         if not items:
             raise GraphoptError(f"--corpus {corpus!r}: no GRAPH@CLUSTER item")
         problems = []
@@ -89,7 +97,7 @@ def train(
         with evaluation_backend(backend, address):
             res = pretrain(problems, out, task=parse_task(task), updates=updates,
                            seconds=None if minutes is None else minutes * 60, seed=seed,
-                           ppo=ppo, command=command)
+                           ppo=ppo, command=command, init=init)
     except GraphoptError as err:
         fail(err)
     t = Table(title=f"pre-training: {res['updates']} updates, {res['total_evals']:,} plans "

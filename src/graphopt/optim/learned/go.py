@@ -373,13 +373,17 @@ def pretrain(problems: list[Problem], out: str | Path, *,
              task: frozenset[str] = frozenset({"placement"}),
              updates: int = 3000, seconds: float | None = None, seed: int = 0,
              ppo: PPOConfig | None = None, units: str = "groups", command: str = "",
-             progress: bool = True, **policy_config) -> dict:
+             progress: bool = True, init: str | Path | None = None, **policy_config) -> dict:
     """Pre-train a policy on ``problems`` (one PPO update per problem in turn), checkpoint
     into ``out`` (resumable), and save the policy there as ``policy.safetensors`` +
-    ``policy.json`` — the form :class:`GO` loads.
+    ``policy.json`` — the form :class:`GO` loads. With ``init`` (a saved policy's folder)
+    training starts from its weights and shape instead of fresh ones (``policy_config``
+    must then be empty).
     """
     ppo = ppo or PRETRAIN_PPO
-    policy = new_policy(seed, **policy_config)
+    if init is not None and policy_config:
+        raise GraphoptError(f"pretrain: a policy from {init} has its own shape; got {sorted(policy_config)}")
+    policy = new_policy(seed, **policy_config) if init is None else load_go_policy(init)[0]
     for p in problems:
         _check(p, task, policy, "pretrain")
     envs = [GOEnv(p, task, units) for p in problems]
@@ -390,5 +394,6 @@ def pretrain(problems: list[Problem], out: str | Path, *,
         "command": command, "graphs": [f"{e.problem.graph.name}@{e.problem.cluster.name}"
                                        for e in envs],
         "task": sorted(task), "updates": result["updates"], "evals": result["total_evals"],
-        "seed": seed, "ppo": asdict(ppo), "units": units})
+        "seed": seed, "ppo": asdict(ppo), "units": units,
+        **({"init": str(init)} if init is not None else {})})
     return result
