@@ -623,6 +623,20 @@ if __name__ == "__main__":  # python -m tests.cli.test_bad_inputs: the counts in
     print(tally())
 
 
+def test_a_bench_flag_is_not_taken_for_an_output_path(monkeypatch):
+    """bench/go_outside.py's --docs is a flag (it writes docs/benchmarks.md); the output
+    check used to take its True for a path and fail with a traceback."""
+    import argparse
+    import sys
+
+    from graphopt.cli._common import parse_bench_args
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--docs", action="store_true")
+    monkeypatch.setattr(sys, "argv", ["go_outside.py", "--docs"])
+    assert parse_bench_args(ap).docs is True
+
+
 @pytest.mark.parametrize("script", ["zoo_sizes.py", "hdp_groups.py", "sim_vs_real.py"])
 def test_bench_scripts_check_their_output_before_work(script):
     """A script in bench/ given an --out it cannot write exits 2 with one line, at once."""

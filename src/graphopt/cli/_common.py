@@ -118,7 +118,7 @@ def parse_bench_args(parser: argparse.ArgumentParser,
     args = parser.parse_args()
     for dest in outputs:
         value = getattr(args, dest, None)
-        if value:
+        if value and not isinstance(value, bool):  # a flag (go_outside's --docs) names no path
             try:
                 check_output(Path(value), "--" + dest.replace("_", "-"))
             except GraphoptError as err:
