@@ -39,7 +39,7 @@ from graphopt.benchmarks import replace_section, save_json
 from graphopt.errors import GraphoptError
 from graphopt.optim.base import Budget, optimize
 from graphopt.optim.heuristics.schedulers import dfs_memory
-from graphopt.optim.learned.regal import (TEST_GRAPHS, TRAIN_CORPUS, RegalSpace, _params,
+from graphopt.optim.learned.regal import (TEST_GRAPHS, TRAIN_CORPUS, RegalSpace, _params, _prior,
                                           load_corpus, load_regal_policy, regal_value,
                                           trained_prior)
 from graphopt.rl.regal import RegalConfig, regal_inputs
@@ -229,8 +229,9 @@ def train_check(evals: int | None = None, seeds: int = 5, objective: str = "memo
     out = {}
     for spec, p in zip(TRAIN_CORPUS, load_corpus(TRAIN_CORPUS)):
         with torch.no_grad():
-            params = _params(head, head(*regal_inputs(p)), RegalSpace(p, task), False,
-                             trained_prior(info))
+            space = RegalSpace(p, task)
+            params = _params(head, head(*regal_inputs(p)), space, False,
+                             _prior(space, trained_prior(info)))
         r = [regal_value(p, params, s, evals, objective, task) for s in range(seeds)]
         u = [regal_value(p, None, s, evals, objective, task) for s in range(seeds)]
         out[spec] = {"regal": r, "uniform": u, "improvement_pct": float(

@@ -543,8 +543,8 @@ def _transfer_cpu(rank: int, nbytes: int, messages: int, repeats: int
                     for j in range(_CHAIN):  # longer than the transfers
                         y = torch.tanh(y @ w)
                         if sender == 0 and spread:
-                            works += [dist.isend(p, dst=1, tag=i) for i, p in
-                                      enumerate(pieces) if i // per_step == j]
+                            works += [dist.isend(pieces[i], dst=1, tag=i) for i in
+                                      range(j * per_step, min((j + 1) * per_step, len(pieces)))]
                     chain[mode] = time.perf_counter() - start
                 elif rank == 1 and sender == 1 and spread:
                     for i, p in enumerate(pieces):

@@ -244,11 +244,15 @@ def _shipped() -> tuple[REGALHead, dict]:
     return load_regal_policy(None)
 
 
+def _prior(space: RegalSpace, prior: str) -> dict[str, np.ndarray] | None:
+    """The per-gene distributions named ``prior`` that the policy's multiply (None: uniform)."""
+    return layer_split_prior(space) if prior == "layer-split" else None
+
+
 def _params(head: REGALHead, out: torch.Tensor, space: RegalSpace, elite_bias: bool,
-            prior: str) -> dict:
+            base: dict[str, np.ndarray] | None) -> dict:
     return gene_params(head, out, space.unit_of, space.num_units, space.problem.num_devices,
-                       "scheduling" in space.task, BRKGA.inheritance, elite_bias,
-                       base=layer_split_prior(space) if prior == "layer-split" else None)
+                       "scheduling" in space.task, BRKGA.inheritance, elite_bias, base=base)
 
 
 def regal_value(problem: Problem, params: dict | None, seed: int, evals: int,
@@ -325,7 +329,7 @@ class REGAL:
         finally:
             torch.set_num_threads(threads)
         prior = trained_prior(info) if self.prior == "policy" else self.prior
-        p = _params(head, out, space, self.elite_bias, prior)
+        p = _params(head, out, space, self.elite_bias, _prior(space, prior))
         brkga = BRKGA(self.population, self.elite_fraction, self.mutant_fraction,
                       inheritance=p["inheritance"], mutant_alpha=p["alpha"], mutant_beta=p["beta"])
         plan, stats = brkga.evolve(space, budget, seed)
@@ -348,11 +352,15 @@ def pretrain_regal(corpus: list[Problem], out: str | Path, config: RegalConfig,
     ``seconds``).
     """
     task = frozenset({"placement", "scheduling"})
-    spaces: dict[int, RegalSpace] = {}
+    # per corpus graph, built once: its space and prior (every sampled action reuses them)
+    spaces: dict[int, tuple[RegalSpace, dict | None]] = {}
 
     def to_params(head: REGALHead, out_: torch.Tensor, problem: Problem) -> dict:
-        space = spaces.setdefault(id(problem), RegalSpace(problem, task))
-        return _params(head, out_, space, config.elite_bias, config.prior)
+        if id(problem) not in spaces:
+            space = RegalSpace(problem, task)
+            spaces[id(problem)] = space, _prior(space, config.prior)
+        space, base = spaces[id(problem)]
+        return _params(head, out_, space, config.elite_bias, base)
 
     def search(problem: Problem, params: dict | None, seed: int) -> float:
         return regal_value(problem, params, seed, config.evals, objective, task)
