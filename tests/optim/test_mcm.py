@@ -120,6 +120,25 @@ def test_search_beats_or_matches_its_greedy_start(prob):
     assert sa["interval"] <= greedy["interval"]
 
 
+def test_sa_from_random_starts_ignores_the_heuristic(prob):
+    """``start="random"`` (the MCM paper's SA): the first batch is one repaired random
+    proposal per chain, not the contiguous candidates (the default's first batch), and
+    the result is valid and reproducible."""
+    plan, stats = optimize(prob, "mcm-sa", "placement", Budget(12), seed=1, chains=4, start="random")
+    again, _ = optimize(prob, "mcm-sa", "placement", Budget(12), seed=1, chains=4, start="random")
+    assert (plan.placement == again.placement).all()
+    assert check_partition(prob, plan.placement) == []
+    _, best = optimize(prob, "mcm-sa", "placement", Budget(12), seed=1, chains=4)
+    units = pipeline_units(prob)
+    starts = {pipeline_cost(prob, p[units]).interval[0] for p in
+              (greedy_contiguous(prob, units), greedy_contiguous(prob, units, False),
+               cut_contiguous(prob, units))}
+    assert best["history"][0][2] in starts
+    assert stats["history"][0][0] == 4  # one batch of four random proposals, then moves
+    with pytest.raises(GraphoptError, match="start"):
+        optimize(prob, "mcm-sa", "placement", Budget(4), seed=1, start="greedy")
+
+
 def test_cpsat_model_is_exact_on_a_chain_and_no_worse_than_greedy(prob):
     units = pipeline_units(prob)
     start = greedy_contiguous(prob, units)

@@ -326,7 +326,9 @@ class MCMRandom:
 @dataclass
 class MCMSA:
     """Simulated annealing + repair: chains start from the best greedy contiguous
-    partition (:func:`best_contiguous`); a move puts one unit on another chip, and the
+    partition (:func:`best_contiguous`), or (``start="random"``, the MCM paper's
+    baseline) from uniform random proposals, repaired, each chain from a valid one;
+    a move puts one unit on another chip, and the
     repair (that unit weighted ``move_weight`` times the others) moves whatever must
     follow it. Accepted as in
     ``sa``: always if faster, else with probability ``exp(−α·Δ/T)``, Δ relative, T
@@ -353,6 +355,9 @@ class MCMSA:
         "help": "Repair weight of the moved unit against 1 for every other unit."})
     repair_seconds: float = field(default=0.5, metadata={"gt": 0,
         "help": "CP-SAT seconds per repair."})
+    start: str = field(default="best", metadata={"choices": ("best", "random"),
+        "help": "Where the chains start: the best contiguous partition, or repaired uniform "
+                "random proposals (the MCM paper's baseline, no heuristic)."})
 
     def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,
                  init: Plan | None = None) -> tuple[Plan, dict]:
@@ -361,9 +366,11 @@ class MCMSA:
         s = PartitionSearch(problem, budget, self.repair_seconds)
         d, interrupted = problem.num_devices, False
         try:
-            start = best_contiguous(s, seed)
-            chains = np.repeat(start[None], self.chains, axis=0)
-            current = np.full(self.chains, s.best_interval)
+            if self.start == "best":
+                chains = np.repeat(best_contiguous(s, seed)[None], self.chains, axis=0)
+                current = np.full(self.chains, s.best_interval)
+            else:
+                chains, current = self._random_starts(s, rng, seed)
             while True:
                 prop = chains.copy()
                 rows = np.arange(self.chains)
@@ -385,6 +392,18 @@ class MCMSA:
         except KeyboardInterrupt:
             interrupted = True
         return s.result(interrupted)
+
+    def _random_starts(self, s: PartitionSearch, rng: np.random.Generator,
+                       seed: int) -> tuple[np.ndarray, np.ndarray]:
+        """One repaired uniform proposal per chain, drawn again until one is valid; a
+        chain whose repair found none starts where a valid one does."""
+        while True:
+            parts, scores, ok = s.price(rng.integers(0, s.problem.num_devices,
+                                                     (self.chains, s.num_units)), seed=seed)
+            if ok.any():
+                take = np.where(ok, np.arange(len(ok)), np.flatnonzero(ok)[0])
+                take = np.resize(take, self.chains)  # the budget may have cut the batch
+                return parts[take].copy(), scores[take].copy()
 
 
 @register("mcm-cpsat")
