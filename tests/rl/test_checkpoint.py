@@ -49,6 +49,33 @@ def test_checkpoint_refuses_other_config_and_corruption(tmp_path):
         load_checkpoint(tmp_path, {"lr": 0.1}, {"placer": placer}, opt, gen)
 
 
+def test_checkpoint_state_of_the_wrong_json_types_is_refused_before_restoring(tmp_path):
+    """A hand-edited checkpoint.json (a count as text, a log as a number, state a list)
+    was a TypeError traceback in the trainer; an optimizer's param_groups an object, in
+    torch. Each is one CheckpointError naming the file, and the weights stay untouched."""
+    import json
+
+    gen = torch.Generator().manual_seed(1)
+    placer, opt, _ = trained_placer(gen)
+    fresh = {"update": 0, "seconds": 0.0, "log": [], "best": None}
+    save_checkpoint(tmp_path, {}, {"placer": placer}, opt, gen,
+                    {"update": 3, "seconds": 1.5, "log": [{"a": 1}], "best": [0, 1]})
+    assert load_checkpoint(tmp_path, {}, {"placer": placer}, opt, gen, fresh=fresh)["update"] == 3
+    meta = json.loads((tmp_path / "checkpoint.json").read_text())
+    other = AttentionLSTMPlacer(6, num_devices=3, hidden=8)
+    before = {k: v.clone() for k, v in other.state_dict().items()}
+    for state, match in [({**meta["state"], "update": "3"}, "state 'update' is a str, expected a number"),
+                         ({**meta["state"], "log": 7}, "state 'log' is a number, expected a list"),
+                         ([1], "state is a list, expected an object")]:
+        (tmp_path / "checkpoint.json").write_text(json.dumps({**meta, "state": state}))
+        with pytest.raises(CheckpointError, match=f"checkpoint.json: {match}"):
+            load_checkpoint(tmp_path, {}, {"placer": other}, opt, gen, fresh=fresh)
+        assert all(torch.equal(v, before[k]) for k, v in other.state_dict().items())
+    (tmp_path / "checkpoint.json").write_text(json.dumps({**meta, "param_groups": {"a": 1}}))
+    with pytest.raises(CheckpointError, match="does not fit this model"):
+        load_checkpoint(tmp_path, {}, {"placer": placer}, opt, gen, fresh=fresh)
+
+
 def test_extra_tensors_and_no_generator(tmp_path):
     net = torch.nn.Linear(2, 2)
     opt = torch.optim.Adam(net.parameters())

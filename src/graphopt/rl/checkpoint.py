@@ -29,8 +29,8 @@ from torch import nn
 from graphopt.errors import GraphoptError
 from graphopt.ir.io import atomic_write, read_json
 
-__all__ = ["CheckpointError", "load_checkpoint", "load_policy", "read_checkpoint", "save_checkpoint",
-           "save_policy"]
+__all__ = ["CheckpointError", "check_state", "load_checkpoint", "load_policy", "read_checkpoint",
+           "save_checkpoint", "save_policy"]
 
 FORMAT = "graphopt.rl.checkpoint"
 VERSION = 1
@@ -107,18 +107,21 @@ def read_checkpoint(folder: str | os.PathLike) -> tuple[dict, dict[str, torch.Te
 
 
 def load_checkpoint(folder: str | os.PathLike, config: dict, modules: dict[str, nn.Module],
-                    optimizer: torch.optim.Optimizer,
-                    generator: torch.Generator | None) -> dict | None:
+                    optimizer: torch.optim.Optimizer, generator: torch.Generator | None,
+                    fresh: dict | None = None) -> dict | None:
     """Restore modules, optimizer and generator (unless None) from ``folder``; return the
     trainer state.
 
-    Returns None when ``folder`` holds no checkpoint.
+    Returns None when ``folder`` holds no checkpoint. With ``fresh`` (the state a new run
+    starts from), each of its keys the saved state has must hold a value of the same
+    JSON type (see :func:`check_state`).
 
     Raises
     ------
     CheckpointError
-        The files are corrupt or incomplete, or the checkpoint belongs to a run with
-        another config (the message names the keys that differ).
+        The files are corrupt or incomplete, the checkpoint belongs to a run with
+        another config (the message names the keys that differ), or its state does not
+        match ``fresh``.
     """
     found = read_checkpoint(folder)
     if found is None:
@@ -129,6 +132,7 @@ def load_checkpoint(folder: str | os.PathLike, config: dict, modules: dict[str, 
         keys = sorted(k for k in set(want) | set(have) if want.get(k) != have.get(k))
         raise CheckpointError(f"{folder}: checkpoint of another run (config differs in "
                               f"{', '.join(keys)}); use a new checkpoint folder")
+    check_state(meta.get("state"), fresh or {}, f"{folder}/{META}")
     try:
         for name, m in modules.items():
             prefix = f"model.{name}."
@@ -142,9 +146,42 @@ def load_checkpoint(folder: str | os.PathLike, config: dict, modules: dict[str, 
         optimizer.load_state_dict({"state": per_param, "param_groups": meta["param_groups"]})
         if generator is not None:
             generator.set_state(tensors["rng"])
-    except (KeyError, RuntimeError, ValueError) as err:
+    except (KeyError, RuntimeError, TypeError, ValueError) as err:
         raise CheckpointError(f"{folder}: checkpoint does not fit this model ({err})") from err
     return meta["state"]
+
+
+def _kind(value: object) -> str:
+    """The JSON type of ``value``: a number is one whether int or float."""
+    if isinstance(value, bool) or value is None:
+        return type(value).__name__
+    return "number" if isinstance(value, (int, float)) else type(value).__name__
+
+
+def check_state(state: object, fresh: dict, source: str) -> None:
+    """Refuse a saved trainer ``state`` that is not an object, or holds under a key of
+    ``fresh`` a value of another JSON type than ``fresh``'s (a count as text, a log as a
+    number; any where ``fresh``'s is None), so that a hand-edited checkpoint fails with
+    one line, not in the trainer. A key it lacks is left to the caller (a checkpoint older
+    than the key takes ``fresh``'s value).
+
+    Raises
+    ------
+    CheckpointError
+        One line naming ``source`` and the first key at fault.
+
+    Examples
+    --------
+    >>> check_state({"update": "3"}, {"update": 0}, "ckpt/checkpoint.json")
+    Traceback (most recent call last):
+    graphopt.rl.checkpoint.CheckpointError: ckpt/checkpoint.json: state 'update' is a str, expected a number
+    """
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{source}: state is a {_kind(state)}, expected an object")
+    for key, value in fresh.items():
+        if key in state and value is not None and _kind(state[key]) != _kind(value):
+            raise CheckpointError(f"{source}: state {key!r} is a {_kind(state[key])}, expected "
+                                  f"a {_kind(value)}")
 
 
 # -- a trained policy on its own (what ships in the package) -----------------------------------

@@ -179,8 +179,8 @@ def train_regal(corpus: Sequence[Problem], config: RegalConfig, search: Search,
     opt = torch.optim.Adam([*head.parameters(), log_sigma], lr=config.lr)
     run_config = {**asdict(config), "corpus": [p.graph.name for p in corpus], **(info or {})}
     modules = {"head": head, "sigma": _Holder(log_sigma)}
-    state = load_checkpoint(folder, run_config, modules, opt, gen) or {
-        "update": 0, "seconds": 0.0, "uniform": {}, "log": []}
+    state = {"update": 0, "seconds": 0.0, "uniform": {}, "log": []}
+    state = {**state, **(load_checkpoint(folder, run_config, modules, opt, gen, fresh=state) or {})}
     inputs: dict[int, tuple] = {}
     t0 = time.perf_counter() - state["seconds"]
     t_call = time.perf_counter()
