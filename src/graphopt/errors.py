@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 __all__ = [
     "MAX_SEED",
+    "MAX_THREADS",
     "ClusterError",
     "FrontendError",
     "GraphError",
@@ -28,6 +29,10 @@ __all__ = [
 #: The largest seed an option takes: numpy's legacy generator takes 32 bits, and a seed
 #: derived from one (``seed * 1_000_003 + step``) must still fit torch's 64.
 MAX_SEED = 2**32 - 1
+
+#: The most threads an option may ask for (torch's, CP-SAT's): 10^8 made libgomp try to
+#: allocate 21 GB and abort the process.
+MAX_THREADS = 1024
 
 
 class GraphoptError(Exception):

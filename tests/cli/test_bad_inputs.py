@@ -86,6 +86,11 @@ def _more_bad_files(d: Path, g: dict, base: str) -> None:
     save_graph(mlp_training_graph(layers=1, hidden=8, batch=2), d / "whole.npz")
     whole = (d / "whole.npz").read_bytes()
     (d / "truncated.npz").write_bytes(whole[:len(whole) // 2])
+    arrays = dict(np.load(d / "whole.npz"))
+    for name, key, value in [("src_float", "src", arrays["src"] + 0.5),
+                             ("op_int", "op", np.arange(len(arrays["op"]))),
+                             ("flops_bool", "flops", arrays["flops"] > 0)]:
+        np.savez(d / f"{name}.npz", **{**arrays, key: value})
     import torch
 
     class Masked(torch.nn.Module):
@@ -117,7 +122,8 @@ def _more_bad_files(d: Path, g: dict, base: str) -> None:
     (d / "no_op.json").write_text(json.dumps(h))
     n = len(g["nodes"])
     plan = {"format": "graphopt.plan", "version": 1, "placement": [0] * n}
-    plans = {"plan_v99": {**plan, "version": 99}, "plan_str": {**plan, "placement": ["a"] * n},
+    plans = {"wide_plan": {**plan, "placement": [5] * n},
+             "plan_v99": {**plan, "version": 99}, "plan_str": {**plan, "placement": ["a"] * n},
              "plan_neg": {**plan, "placement": [-1] * n}, "plan_float": {**plan, "placement": [0.5] * n},
              "plan_nested": {**plan, "placement": [[0]] * n},
              "plan_bool": {**plan, "placement": [True] * n},
@@ -258,6 +264,27 @@ CASES = [
     ("optimize example:mlp --methods go-finetune -p go-finetune.start=bogus",
      "go-finetune.start='bogus': expected one of init, best"),
     ("optimize example:mlp --methods go-one -p go-one.placement_flips=-1", "expected >= 0"),
+    # max_rounds=0 was an AssertionError traceback; chunk=0 and max_repairs=-1 passed
+    ("optimize example:mlp --methods heft -p heft.max_rounds=0", "heft.max_rounds=0: expected >= 1"),
+    ("optimize example:mlp --methods m-etf -p m-etf.max_rounds=-1", "m-etf.max_rounds=-1: expected >= 1"),
+    ("optimize example:mlp --methods round-robin -p round-robin.chunk=0", "round-robin.chunk=0: expected"),
+    ("optimize example:mlp --methods metis -p metis.max_repairs=-1", "metis.max_repairs=-1: expected"),
+    # samples and threads are bounded: 10^8 samples tried to allocate 9 TB, 10^8 threads
+    # made libgomp abort the process
+    ("optimize example:mlp --methods rl-lstm -p rl-lstm.num_samples=100000000", "expected <= 10000"),
+    ("optimize example:mlp --methods hdp -p hdp.placer_samples=100000000", "expected <= 10000"),
+    ("optimize example:mlp --methods go -p go.samples=100000000", "go.samples=100000000: expected <="),
+    ("optimize example:mlp --methods go -p go.threads=100000000", "go.threads=100000000: expected <= 1024"),
+    ("optimize example:mlp --methods cpsat -p cpsat.workers=100000", "cpsat.workers=100000: expected <="),
+    ("train --threads 100000000 --updates 1 --out {d}/t15", "Invalid value for '--threads'"),
+    ("train mcm --threads 100000000 --updates 1 --out {d}/t16", "Invalid value for '--threads'"),
+    ("train --num-samples 100000000 --updates 1 --out {d}/t17", "--num-samples=100000000: expected <="),
+    ("train regal --samples 1000000000 --out {d}/t18", "--samples=1000000000: expected <= 10000"),
+    # corpus items: 10^12 ops hung building the graph, 0x0 was a traceback
+    ("train regal --corpus layered:1000000x1000000:1 --out {d}/t19", "expected L, W >= 1 and L*W <="),
+    ("train regal --corpus layered:0x0:1 --out {d}/t20", "'layered:0x0:1': expected L, W >= 1"),
+    ("train regal --corpus layered:4x4:1*-1 --out {d}/t21", "SCALE must be a finite number > 0"),
+    ("bench regal --graphs , --out {d}/r.json --docs {d}/r.md", "--graphs ',': no graph named"),
     ("profile example:mlp -o {d}/p.json --device bogus", "device 'bogus'"),
     ("profile example:mlp -o {d}/p.json --device meta", "device 'meta': not a usable PyTorch device"),
     ("costmodel train --data {d}/tiles --device meta --out {d}/cm", "--device 'meta': not a usable"),
@@ -300,6 +327,10 @@ CASES = [
     ("info {d}/coloc_str.json", 'coloc_str.json: node 0 has coloc="a"; expected an integer'),
     ("info {d}/empty0.npz", "empty0.npz: not an npz archive"),
     ("info {d}/truncated.npz", "truncated.npz: not an npz archive"),
+    # a dtype numpy would cast silently: the JSON reader refuses the same values
+    ("info {d}/src_float.npz", "src_float.npz: array 'src' has dtype float64; expected integers"),
+    ("info {d}/op_int.npz", "op_int.npz: array 'op' has dtype int64; expected text"),
+    ("info {d}/flops_bool.npz", "flops_bool.npz: array 'flops' has dtype bool; expected numbers"),
     ("info {d}/graph.txt", "graph.txt: no importer for '.txt' files"),
     ("info {d}", ": no importer for 'suffix-less' files"),
     ("info example:bogus", "unknown example graph 'example:bogus'; known"),
@@ -351,6 +382,11 @@ CASES = [
      "missing.json: no such file"),
     ("export {d}/short_plan.json --graph example:mlp --format bogus --out {d}/e.json",
      "--format 'bogus': expected one of device-map"),
+    # the plan's file named; the default cluster's limit said, not "cannot take 6"
+    ("export {d}/short_plan.json --graph {d}/g.json --format pipeline --out {d}/e.json",
+     "short_plan.json: plan placement has 2 entries"),
+    ("export {d}/wide_plan.json --graph {d}/g.json --format device-map --out {d}/e.json",
+     "wide_plan.json: plan places ops on 6 devices, more than the default cluster 'cpu' has"),
     # profile JSON
     ("simulate example:mlp -c cpu:1 --profile {d}/missing.json", "missing.json: no such file"),
     ("simulate example:mlp -c cpu:1 --profile {d}/empty0.json",
@@ -649,3 +685,34 @@ def test_bench_scripts_check_their_output_before_work(script):
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert run.stderr.strip().splitlines()[-1].endswith(
         "error: --out /proc/x/r.json: cannot write in /proc (No such file or directory)")
+
+
+def test_run_checks_the_plan_before_timing_a_calibrated_cluster(d, monkeypatch):
+    """With a cluster from 'graphopt calibrate', run times every op of the program first
+    (seconds to minutes); a plan for another graph used to fail only after that."""
+    from graphopt.exec import calibrate
+
+    def never(*args, **kwargs):
+        raise AssertionError("engine_problem ran before the plan was checked")
+
+    monkeypatch.setattr(calibrate, "engine_problem", never)
+    (d / "calibrated.toml").write_text(
+        f'name = "calibrated-cpu"\n[[devices]]\nkind = "{calibrate.DEVICE_KIND}"\ncount = 2\n'
+        'prefix = "cpu"\npeak_tflops = { float32 = 0.1 }\nvector_tflops = 0.1\nmem_gbps = 4\n'
+        'memory_gib = 8\nlaunch_overhead_us = 0\n[topology]\ntype = "all_to_all"\n'
+        'link_gbps = 5\nlatency_us = 250\n')
+    r = runner.invoke(app, ["run", "zoo:rnnlm-2-quick", "--plan", str(d / "short_plan.json"),
+                            "-c", str(d / "calibrated.toml"), "--devices", "cpu:2"])
+    assert r.exit_code == 2, r.output + repr(r.exception)
+    assert "short_plan.json: plan placement has 2 entries" in r.output
+
+
+def test_bench_mcm_loads_every_graph_and_preset_before_the_first_row(d):
+    """A typo in the last preset failed after every row before it had run (hours at the
+    benchmark's budgets), with the results file half written."""
+    out = d / "mcm_late.json"
+    r = runner.invoke(app, ["bench", "mcm", "--graphs", "rnnlm-2", "--presets", "mcm-ring4,nope",
+                            "--methods", "mcm-random", "--budget", "1", "--out", str(out),
+                            "--docs", str(d / "mcm_late.md")])
+    assert r.exit_code == 2 and "unknown cluster preset 'nope'" in r.output
+    assert not out.exists()

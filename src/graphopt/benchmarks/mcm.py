@@ -115,10 +115,12 @@ def run(graphs: tuple[str, ...], presets: tuple[str, ...], methods: tuple[str, .
     res = {"benchmark": "mcm", "command": command, "budget": budget, "seed": seed,
            "machine": f"{platform.machine()}, {os.cpu_count()} cores (shared with other jobs)",
            "date": time.strftime("%Y-%m-%d"), "rows": []}
-    for graph in graphs:
-        g = forward_graph(graph)
-        for preset in presets:
-            problem = Problem(g, load_cluster(preset))
+    # every graph and preset loaded first: a typo in the last fails before hours of rows
+    loaded = [(graph, forward_graph(graph)) for graph in graphs]
+    clusters = [(preset, load_cluster(preset)) for preset in presets]
+    for graph, g in loaded:
+        for preset, cluster in clusters:
+            problem = Problem(g, cluster)
             row = {"graph": graph, "preset": preset, "ops": g.num_nodes,
                    "chips": problem.num_devices, "methods": {}}
             for m in methods:

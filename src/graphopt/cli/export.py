@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 
 from graphopt.cli._common import GRAPH_HELP, check_output, console, fail
-from graphopt.errors import GraphoptError
+from graphopt.errors import GraphoptError, PlanError
 
 app = typer.Typer()
 
@@ -49,18 +49,21 @@ def export(
             raise GraphoptError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
         check_output(out, "--out")
         p = Plan.load(plan)
-        if fmt == "device-map":
-            g = load_source(graph)
-            c = load_cluster(cluster) if cluster else None
-            dm = device_map(g, p, c)
-            dm.save(out)
-        else:
-            from graphopt.exec.api import trace_source
+        try:
+            if fmt == "device-map":
+                g = load_source(graph)
+                c = load_cluster(cluster) if cluster else None
+                dm = device_map(g, p, c)
+                dm.save(out)
+            else:
+                from graphopt.exec.api import trace_source
 
-            # a zoo model is a training step: only its program tells forward from backward
-            program = trace_source(graph) if graph.startswith("zoo:") else load_source(graph)
-            split = pipeline_split(program, p)
-            split.save(out)
+                # a zoo model is a training step: only its program tells forward from backward
+                program = trace_source(graph) if graph.startswith("zoo:") else load_source(graph)
+                split = pipeline_split(program, p)
+                split.save(out)
+        except PlanError as err:  # the plan does not fit the graph or the cluster
+            raise PlanError(f"{plan}: {err}") from None
     except GraphoptError as err:
         fail(err)
     if fmt == "pipeline":

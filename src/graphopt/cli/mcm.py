@@ -11,7 +11,7 @@ from rich.table import Table
 from graphopt.cli._common import (ADDRESS_HELP, BACKEND_HELP, PARAM_HELP, check_output, compile_simulator,
                                   console, evaluation_backend, fail, method_params, options_from_fields,
                                   ppo_options)
-from graphopt.errors import MAX_SEED, GraphoptError
+from graphopt.errors import MAX_SEED, MAX_THREADS, GraphoptError
 from graphopt.rl.config import PPOConfig
 
 __all__ = ["bench_mcm", "train_mcm"]
@@ -37,7 +37,7 @@ def train_mcm(
                                                               "proposal. Example: 0.5"),
     seed: int = typer.Option(0, min=0, max=MAX_SEED,
                              help="Seed of the policy's initialization and sampling."),
-    threads: int = typer.Option(1, min=1, help="torch CPU threads."),
+    threads: int = typer.Option(1, min=1, max=MAX_THREADS, help="torch CPU threads."),
     backend: str = typer.Option("local", "--backend",
                                 help=BACKEND_HELP + " (the rollouts' simulations go to the pool)"),
     address: str | None = typer.Option(None, "--address", help=ADDRESS_HELP),

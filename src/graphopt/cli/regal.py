@@ -159,12 +159,15 @@ def bench_regal(
 
         for o in objs or (objectives,):
             check_objective(o)
+        items = TEST_GRAPHS if graphs == "default" else tuple(
+            g.strip() for g in graphs.split(",") if g.strip())
+        if not items:
+            raise GraphoptError(f"--graphs {graphs!r}: no graph named")
         compile_simulator()
         with console.status("") as status:
-            res = bench.run(objs, evals, seeds, TEST_GRAPHS if graphs == "default" else tuple(
-                g.strip() for g in graphs.split(",") if g.strip()), labels, out,
-                on_step=lambda text: status.update(text + " ..."),
-                elite_bias_policy=elite_bias_policy)
+            res = bench.run(objs, evals, seeds, items, labels, out,
+                            on_step=lambda text: status.update(text + " ..."),
+                            elite_bias_policy=elite_bias_policy)
             if train_check:
                 status.update("the shipped policy on the training graphs ...")
                 res["train_check"] = bench.train_check()

@@ -62,12 +62,11 @@ def run(
         if c.num_devices != count:
             raise GraphoptError(f"--cluster {c.name} has {c.num_devices} devices; --devices "
                                 f"{devices} has {count}")
+        prob = Problem(traced.graph, c)
+        check_plan(p, prob, plan)  # before a calibrated cluster's minutes of timing
         if c.devices[0].kind == DEVICE_KIND:
             with console.status("timing every op on one worker, then on all at once"):
                 prob = engine_problem(traced, c)
-        else:
-            prob = Problem(traced.graph, c)
-        check_plan(p, prob, plan)
         # the engine runs op by op: no fusion in the prediction
         sim = simulate(prob, p.replace(fusion=np.zeros(prob.num_nodes)), timeline=trace is not None)
         with console.status(f"starting {count} {kind} device(s)"):

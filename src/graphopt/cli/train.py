@@ -9,7 +9,7 @@ from rich.table import Table
 
 from graphopt.cli._common import (ADDRESS_HELP, BACKEND_HELP, check_output, console, ppo_options,
                                   evaluation_backend, fail, options_from_fields)
-from graphopt.errors import MAX_SEED, GraphoptError
+from graphopt.errors import MAX_SEED, MAX_THREADS, GraphoptError
 from graphopt.frontends import load_source, split_source
 from graphopt.cli.mcm import train_mcm
 from graphopt.cli.regal import train_regal
@@ -51,7 +51,7 @@ def train(
                                           "with policy.json, as --out writes) instead of fresh "
                                           "ones: pre-training continued on another corpus or "
                                           "with other settings. Example: runs/go-pretrain"),
-    threads: int = typer.Option(1, min=1, help="torch CPU threads."),
+    threads: int = typer.Option(1, min=1, max=MAX_THREADS, help="torch CPU threads."),
     backend: str = typer.Option("local", "--backend",
                                 help=BACKEND_HELP + " (the rollouts' simulations go to the pool)"),
     address: str | None = typer.Option(None, "--address", help=ADDRESS_HELP),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from graphopt.errors import MAX_SEED
+from graphopt.errors import MAX_SEED, MAX_THREADS
 
 __all__ = ["TrainConfig"]
 
@@ -61,7 +61,7 @@ class TrainConfig:
                          min=0)
     seed: int = _f(0, "Seed of every random choice.", min=0, max=MAX_SEED)
     device: str = _f("cpu", "Torch device.")
-    threads: int = _f(1, "Torch CPU threads.", min=0)
+    threads: int = _f(1, "Torch CPU threads.", min=0, limit=MAX_THREADS)
     out: str = _f("runs/costmodel", "Folder under which the run directory is created.")
     run_name: str = _f("", "Run directory name (default {data}__{model}__{seed}__{time}).")
     resume: str = _f("", "Run directory to continue (its config.json is used; epochs may be raised).")

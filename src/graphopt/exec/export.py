@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from graphopt.cost import op_costs
-from graphopt.errors import PlanError
+from graphopt.errors import ClusterError, PlanError
 from graphopt.frontends.torch import TracedProgram
 from graphopt.hardware import Cluster, load_cluster
 from graphopt.ir import Graph
@@ -115,7 +115,8 @@ def device_map(graph: Graph, plan: Plan, cluster: Cluster | None = None) -> Devi
     Raises
     ------
     PlanError
-        The plan does not fit the graph or the cluster.
+        The plan does not fit the graph or the cluster (or, without a cluster, uses more
+        devices than the ``cpu`` preset has).
 
     Notes
     -----
@@ -132,7 +133,13 @@ def device_map(graph: Graph, plan: Plan, cluster: Cluster | None = None) -> Devi
     {'0': 0, '1': 0, '2': 1}
     """
     dev = _placement(graph, plan)
-    cluster = cluster or load_cluster(f"cpu:{int(dev.max(initial=0)) + 1}")
+    if cluster is None:
+        used = int(dev.max(initial=0)) + 1
+        try:
+            cluster = load_cluster(f"cpu:{used}")
+        except ClusterError:
+            raise PlanError(f"plan places ops on {used} devices, more than the default cluster "
+                            "'cpu' has; give the cluster it was made for") from None
     plan.check(graph.num_nodes, cluster.num_devices)
     seconds = op_costs(graph, cluster).time[np.arange(graph.num_nodes), dev]
     ids = _accelerate_ids(cluster)

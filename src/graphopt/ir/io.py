@@ -235,9 +235,19 @@ def npz_arrays(path: str | os.PathLike, error: type[Exception] = GraphFormatErro
     return out
 
 
+#: The dtype kinds (numpy's ``dtype.kind``) each array of a graph file may have: text,
+#: integers, or numbers; what save_graph writes is among them. A bool, complex or text
+#: array where numbers belong would be cast silently (an edge index 0.5 read as 0).
+_KINDS = {**dict.fromkeys(("names", "op", "dtype", "module"), ("U", "text")),
+          **dict.fromkeys(("shape", "coloc", "src", "dst"), ("iu", "integers")),
+          **dict.fromkeys(("flops", "bytes_read", "bytes_written", "out_bytes", "persistent_bytes",
+                           "temp_bytes", "edge_bytes"), ("fiu", "numbers"))}
+
+
 def _check_graph_sizes(members: dict[str, tuple[tuple[int, ...], np.dtype]], path: Path) -> None:
     """Refuse a graph file whose array headers disagree with its node and edge counts, so
-    that the node count bounds what it makes us decompress."""
+    that the node count bounds what it makes us decompress, or whose arrays hold another
+    kind of value than they should (text, integers, numbers)."""
     n = math.prod(members["op"][0])
     e = math.prod(members["src"][0])
     for k in _ARRAYS:
@@ -246,6 +256,9 @@ def _check_graph_sizes(members: dict[str, tuple[tuple[int, ...], np.dtype]], pat
         if shape != want:
             raise GraphError(f"{path}: array {k!r} has shape {shape}, expected {want} "
                                    f"({n:,} nodes, {e:,} edges)")
+        kinds, what = _KINDS[k]
+        if dtype.kind not in kinds:
+            raise GraphFormatError(f"{path}: array {k!r} has dtype {dtype}; expected {what}")
         if dtype.kind == "U" and dtype.itemsize > 4 * MAX_NAME_CHARS:
             raise GraphFormatError(f"{path}: array {k!r} holds strings of {dtype.itemsize // 4:,} "
                                    f"characters, more than the {MAX_NAME_CHARS:,} graphopt reads "

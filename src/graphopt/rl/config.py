@@ -16,7 +16,7 @@ class PPOConfig:
     train split — docs/go.md)."""
 
     lr: float = field(default=3e-3, metadata={"gt": 0, "help": "Adam learning rate."})
-    num_samples: int = field(default=16, metadata={"min": 1,
+    num_samples: int = field(default=16, metadata={"min": 1, "limit": 10_000,
         "help": "Plans sampled and simulated per update (one batch, one graph)."})
     update_epochs: int = field(default=4, metadata={"min": 1, "help": "Gradient steps on each batch."})
     clip_coef: float = field(default=0.2, metadata={"gt": 0,
@@ -42,7 +42,7 @@ class RegalConfig:
     shipped policy)."""
 
     updates: int = field(default=1000, metadata={"min": 1, "help": "Policy updates (one graph each)."})
-    samples: int = field(default=4, metadata={"min": 2,
+    samples: int = field(default=4, metadata={"min": 2, "limit": 10_000,
         "help": "Actions sampled per update; their mean reward is the baseline."})
     evals: int = field(default=5000, metadata={"min": 10,
         "help": "Simulator evaluations of each BRKGA run that prices an action (REGAL's test budget)."})

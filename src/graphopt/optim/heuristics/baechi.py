@@ -68,7 +68,8 @@ class MTopo:
     (True, [0, 1])
     """
 
-    max_rounds: int = field(default=8, metadata={"help": "Place-and-simulate rounds to fit memory."})
+    max_rounds: int = field(default=8, metadata={"min": 1,
+        "help": "Place-and-simulate rounds to fit memory."})
     coplace: bool = field(default=True, metadata={
         "help": "An op whose only consumer is B goes with B (Baechi's grouper)."})
 
@@ -344,7 +345,8 @@ class METF:
     True
     """
 
-    max_rounds: int = field(default=8, metadata={"help": "Schedule-and-simulate rounds to fit memory."})
+    max_rounds: int = field(default=8, metadata={"min": 1,
+        "help": "Schedule-and-simulate rounds to fit memory."})
     coplace: bool = field(default=True, metadata={
         "help": "An op whose only consumer is B goes with B (Baechi's grouper)."})
 
@@ -376,10 +378,11 @@ class MSCT:
     (True, 'lp')
     """
 
-    max_rounds: int = field(default=8, metadata={"help": "Schedule-and-simulate rounds to fit memory."})
+    max_rounds: int = field(default=8, metadata={"min": 1,
+        "help": "Schedule-and-simulate rounds to fit memory."})
     coplace: bool = field(default=True, metadata={
         "help": "An op whose only consumer is B goes with B (Baechi's grouper)."})
-    lp_max_edges: int = field(default=10_000, metadata={
+    lp_max_edges: int = field(default=10_000, metadata={"min": 0,
         "help": "Above this, favourite children by a greedy approximation."})
 
     def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,

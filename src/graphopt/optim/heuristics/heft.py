@@ -71,7 +71,8 @@ class HEFT:
     (True, True)
     """
 
-    max_rounds: int = field(default=8, metadata={"help": "Schedule-and-simulate rounds to fit memory."})
+    max_rounds: int = field(default=8, metadata={"min": 1,
+        "help": "Schedule-and-simulate rounds to fit memory."})
     coplace: bool = field(default=False, metadata={
         "help": "An op whose only consumer is B goes with B (Baechi's grouper)."})
 

@@ -59,7 +59,7 @@ class Metis:
     (True, 4)
     """
 
-    max_repairs: int = field(default=50, metadata={
+    max_repairs: int = field(default=50, metadata={"min": 0,
         "help": "Simulations spent moving units off devices over capacity."})
 
     def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,

@@ -76,7 +76,7 @@ class RoundRobin:
     [0, 1, 0, 1, 0, 1, 0, 1]
     """
 
-    chunk: int = field(default=1, metadata={"help": "Units per turn."})
+    chunk: int = field(default=1, metadata={"min": 1, "help": "Units per turn."})
 
     def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,
                  init: Plan | None = None) -> tuple[Plan, dict]:

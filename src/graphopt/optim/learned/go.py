@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from graphopt.dist.local import BudgetExhausted, LocalEvaluator
-from graphopt.errors import GraphoptError
+from graphopt.errors import MAX_THREADS, GraphoptError
 from graphopt.ir.ops import OP_VOCAB
 from graphopt.nn import GOPolicy, GOPolicyConfig
 from graphopt.optim.base import Budget, compose, register
@@ -175,11 +175,11 @@ class GO:
 
     checkpoint: str | None = field(default=None, metadata={
         "help": "Folder of a saved policy (None: the one shipped in the package)."})
-    samples: int = field(default=16, metadata={"min": 1,
+    samples: int = field(default=16, metadata={"min": 1, "limit": 10_000,
         "help": "Plans simulated: the most likely one and ``samples − 1`` drawn from the policy."})
     units: str = field(default="groups", metadata={"choices": ("groups", "ops"),
         "help": "The policy's nodes: ``groups`` (colocation groups) or ``ops``."})
-    threads: int = field(default=1, metadata={"min": 1, "help": "torch CPU threads."})
+    threads: int = field(default=1, metadata={"min": 1, "limit": MAX_THREADS, "help": "torch CPU threads."})
 
     def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,
                  init: Plan | None = None) -> tuple[Plan, dict]:
@@ -246,7 +246,7 @@ class GOOne:
         "help": "The start plan: ``init`` (--init, or none), or ``best``: every placement "
                 "heuristic first, within the budget, and the fastest (as ``portfolio`` "
                 "starts its annealing)."})
-    threads: int = field(default=1, metadata={"min": 1, "help": "torch CPU threads."})
+    threads: int = field(default=1, metadata={"min": 1, "limit": MAX_THREADS, "help": "torch CPU threads."})
     checkpoint_dir: str | None = field(default=None, metadata={
         "help": "Folder to checkpoint the run in and resume it from."})
     progress: bool = field(default=True, metadata={"help": "Show a progress bar."})

@@ -88,7 +88,7 @@ import torch
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from graphopt.dist.local import BudgetExhausted, LocalEvaluator, stop_on_interrupt, stop_requested
-from graphopt.errors import GraphoptError
+from graphopt.errors import MAX_THREADS, GraphoptError
 from graphopt.ir.features import layer_order
 from graphopt.nn import AttentionLSTMPlacer, Grouper
 from graphopt.optim.base import Budget, compose, register
@@ -178,7 +178,7 @@ class HDP:
                 "likeliest group, each group's likeliest device; the first at update 0, the "
                 "layout prior's own plan), one evaluation each (ours; 0: never)."})
     bidirectional: bool = field(default=True, metadata={"help": "Bidirectional encoder (grappler: bi_lstm)."})
-    placer_samples: int = field(default=4, metadata={"min": 1,
+    placer_samples: int = field(default=4, metadata={"min": 1, "limit": 10_000,
         "help": "Placements sampled per grouping and update (HDP §4: k = 4)."})
     lr: float = field(default=0.003, metadata={"gt": 0,
         "help": "Adam learning rate at the start (ours; HDP and grappler: 0.1, which makes the "
@@ -208,7 +208,7 @@ class HDP:
         "help": "Decay of the moving-average baseline, updated on non-failing samples (grappler: 0.9)."})
     failing_signal: float = field(default=100.0, metadata={"gt": 0,
         "help": "Seconds an invalid placement is charged (grappler: 100)."})
-    threads: int = field(default=1, metadata={"min": 1,
+    threads: int = field(default=1, metadata={"min": 1, "limit": MAX_THREADS,
         "help": "torch CPU threads for the networks (the simulator has its own)."})
     checkpoint_every: int = field(default=50, metadata={"min": 1,
         "help": "Policy updates between checkpoints (with checkpoint_dir)."})

@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from graphopt.errors import GraphoptError
+from graphopt.errors import MAX_THREADS, GraphoptError
 from graphopt.ir.ops import OP_VOCAB
 from graphopt.nn.chiplet import ChipletPolicy, ChipletPolicyConfig
 from graphopt.optim.base import Budget, register
@@ -219,14 +219,14 @@ class MCM:
 
     checkpoint: str | None = field(default=None, metadata={
         "help": "Folder of a saved MCM policy (None: the one shipped in the package)."})
-    samples: int = field(default=16, metadata={"min": 1,
+    samples: int = field(default=16, metadata={"min": 1, "limit": 10_000,
         "help": "Proposals priced: the contiguous starts (with from_greedy), the policy's most "
                 "likely one, and the rest drawn from the policy."})
     repair_seconds: float = field(default=0.5, metadata={"gt": 0,
         "help": "CP-SAT seconds per repair."})
     from_greedy: bool = _greedy_field()
     prior_width: float = _width_field()
-    threads: int = field(default=1, metadata={"min": 1, "help": "torch CPU threads."})
+    threads: int = field(default=1, metadata={"min": 1, "limit": MAX_THREADS, "help": "torch CPU threads."})
 
     def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,
                  init: Plan | None = None) -> tuple[Plan, dict]:
@@ -282,7 +282,7 @@ class MCMOne:
         "help": "CP-SAT seconds per repair."})
     from_greedy: bool = _greedy_field()
     prior_width: float = _width_field()
-    threads: int = field(default=1, metadata={"min": 1, "help": "torch CPU threads."})
+    threads: int = field(default=1, metadata={"min": 1, "limit": MAX_THREADS, "help": "torch CPU threads."})
     checkpoint_dir: str | None = field(default=None, metadata={
         "help": "Folder to checkpoint the run in and resume it from."})
     progress: bool = field(default=True, metadata={"help": "Show a progress bar."})

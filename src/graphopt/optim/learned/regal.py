@@ -75,17 +75,37 @@ TEST_GRAPHS = (
 
 
 def _graph(spec: str):
-    """A corpus entry: ``zoo:NAME`` or ``layered:LxW:SEED``, optionally ``*SCALE``."""
+    """A corpus entry: ``zoo:NAME`` or ``layered:LxW:SEED``, optionally ``*SCALE``.
+
+    Raises
+    ------
+    ValueError
+        A malformed entry (a part that is not a number).
+    GraphoptError
+        L or W under 1 or L*W over :data:`graphopt.frontends.source.MAX_EXAMPLE_OPS` (a
+        typo must not build a graph of 10^12 ops), or a SCALE that is not a finite
+        number > 0.
+    """
     from graphopt.frontends import load_source
+    from graphopt.frontends.source import MAX_EXAMPLE_OPS
 
     base, _, scale = spec.partition("*")
     if base.startswith("layered:"):
         shape, seed = base.removeprefix("layered:").split(":")
-        layers, width = shape.split("x")
-        g = layered_graph(int(layers), int(width), seed=int(seed))
+        layers, width = (int(x) for x in shape.split("x"))
+        if not (layers >= 1 and width >= 1 and layers * width <= MAX_EXAMPLE_OPS):
+            raise GraphoptError(f"corpus entry {spec!r}: expected L, W >= 1 and L*W <= "
+                                f"{MAX_EXAMPLE_OPS:,} ops")
+        g = layered_graph(layers, width, seed=int(seed))
     else:
         g = load_source(base)
-    return rescale(g, float(scale)) if scale else g
+    if not scale:
+        return g
+    factor = float(scale)
+    if not (np.isfinite(factor) and factor > 0):
+        raise GraphoptError(f"corpus entry {spec!r}: SCALE must be a finite number > 0")
+    with np.errstate(over="ignore"):  # sizes that overflow to inf: the graph's check names them
+        return rescale(g, factor)
 
 
 def load_corpus(specs: tuple[str, ...] | list[str], cluster: str = CLUSTER) -> list[Problem]:

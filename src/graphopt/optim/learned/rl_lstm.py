@@ -67,7 +67,7 @@ import torch
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from graphopt.dist.local import BudgetExhausted, LocalEvaluator, stop_on_interrupt, stop_requested
-from graphopt.errors import GraphoptError
+from graphopt.errors import MAX_THREADS, GraphoptError
 from graphopt.ir.coarsen import bounded_groups, colocation_groups
 from graphopt.nn import AttentionLSTMPlacer
 from graphopt.optim.base import Budget, compose, register
@@ -117,7 +117,7 @@ class RLLSTM:
         "help": "LSTM units of encoder and decoder (ours)."})
     bidirectional: bool = field(default=False, metadata={
         "help": "Read the groups in both directions (HDP's encoder does; the 2017 one reads forward)."})
-    num_samples: int = field(default=4, metadata={"min": 1,
+    num_samples: int = field(default=4, metadata={"min": 1, "limit": 10_000,
         "help": "Placements sampled and simulated per policy update (HDP §4: k = 4)."})
     lr: float = field(default=0.001, metadata={"gt": 0,
         "help": "Adam learning rate, fixed (ours, from the sweep: 0.003 and up collapse the policy to one "
@@ -138,7 +138,7 @@ class RLLSTM:
         "help": "Decay of the moving-average baseline of √(step time) (grappler's bl_dec)."})
     invalid_step_time: float = field(default=100.0, metadata={"gt": 0,
         "help": "Seconds an invalid placement is charged (the papers' large constant; grappler: 100)."})
-    threads: int = field(default=1, metadata={"min": 1,
+    threads: int = field(default=1, metadata={"min": 1, "limit": MAX_THREADS,
         "help": "torch CPU threads for the policy (the simulator has its own)."})
     checkpoint_every: int = field(default=50, metadata={"min": 1,
         "help": "Policy updates between checkpoints (with checkpoint_dir)."})

@@ -47,7 +47,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from graphopt.dist.local import BudgetExhausted, LocalEvaluator
-from graphopt.errors import GraphoptError
+from graphopt.errors import MAX_THREADS, GraphoptError
 from graphopt.optim.base import Budget, register
 from graphopt.optim.search._space import Decisions, SearchSpace, priority_ranks
 from graphopt.sim import Plan, Problem
@@ -111,7 +111,7 @@ class CPSAT:
     max_ops: int = field(default=200, metadata={"min": 1, "help": "Largest graph solved without ``force``."})
     force: bool = field(default=False, metadata={
         "help": "Build and solve the model above ``max_ops`` anyway."})
-    workers: int = field(default=8, metadata={"min": 1,
+    workers: int = field(default=8, metadata={"min": 1, "limit": MAX_THREADS,
         "help": "CP-SAT search workers (threads); 1 makes the search reproducible."})
     time_steps: int = field(default=1_000_000, metadata={"min": 1,
         "help": "Integer time steps spanning the upper bound on the makespan."})

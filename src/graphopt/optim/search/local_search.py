@@ -44,7 +44,7 @@ class LocalSearch:
     Metaheuristics, 2003.
     """
 
-    batch_size: int = field(default=64, metadata={"min": 1,
+    batch_size: int = field(default=64, metadata={"min": 1, "limit": 10_000,
         "help": "Neighbours simulated per batch (one batch is the unit of \"first improvement\")."})
     kick: int = field(default=4, metadata={"min": 1,
         "help": "Random moves applied to the best plan to restart from a local optimum."})

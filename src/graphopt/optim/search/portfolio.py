@@ -141,7 +141,7 @@ class Portfolio:
 
     heuristics: str = field(default=HEURISTICS, metadata={
         "help": "Placement heuristics to run first, comma-separated, cheapest first."})
-    chains: int = field(default=16, metadata={"min": 1,
+    chains: int = field(default=16, metadata={"min": 1, "limit": 10_000,
         "help": "Markov chains of the annealing that follows (sa.chains)."})
 
     def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,
