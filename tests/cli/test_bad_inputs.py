@@ -470,6 +470,8 @@ CASES = [
     ("optimize example:mlp --methods sa -p {d}/deep_plan.json", "deep_plan.json: not valid JSON (nested too"),
     ("optimize example:mlp --methods sa -p sa.alpha=inf", "sa.alpha=inf: expected a finite number"),
     ("optimize example:mlp --methods sa --measure-steps 0", "Invalid value for '--measure-steps'"),
+    ("optimize example:mlp --methods single --memory-fraction 1e308",
+     "--memory-fraction 1e+308: cluster 'dgx1-v100:4': device 'gpu:0' has memory=inf"),
     ("optimize example:mlp --methods sa --devices bogus", "--devices bogus: only with --measure"),
     ("methods bogus", "unknown method 'bogus'; known methods: best, brkga"),
     ("profile example:mlp -o {d}/p.json --repeats 0", "Invalid value for '--repeats'"),

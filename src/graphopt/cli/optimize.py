@@ -10,7 +10,7 @@ from rich.table import Table
 from graphopt.cli._common import (ADDRESS_HELP, BACKEND_HELP, GRAPH_HELP, PARAM_HELP,
                                   check_output, compile_simulator, console, evaluation_backend,
                                   fail, field_help, method_params)
-from graphopt.errors import MAX_SEED, GraphoptError
+from graphopt.errors import MAX_SEED, ClusterError, GraphoptError
 from graphopt.frontends import load_source
 from graphopt.frontends.source import is_program
 
@@ -112,7 +112,10 @@ def optimize(
         compile_simulator()
         prob = prob or Problem(g, c)
         if memory_fraction is not None:
-            prob = prob.with_memory_fraction(memory_fraction)
+            try:
+                prob = prob.with_memory_fraction(memory_fraction)
+            except ClusterError as err:  # a fraction so large a device's memory is inf
+                raise ClusterError(f"--memory-fraction {memory_fraction:g}: {err}") from None
             c = prob.cluster
         with evaluation_backend(backend, address), console.status("") as status:
             results = compare(prob, names, task, Budget(budget, seconds, objective), seed, init,
