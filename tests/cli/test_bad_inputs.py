@@ -495,6 +495,8 @@ CASES = [
     ("run example:mlp --steps 100000", "Invalid value for '--steps'"),
     ("run example:mlp --seed -1", "Invalid value for '--seed'"),
     ("run zoo:rnnlm-2-quick --devices cpu:\u00b2", "--devices 'cpu:\u00b2': expected cpu[:N] or cuda"),
+    ("run zoo:rnnlm-2-quick --devices cpu:3", "--devices cpu:3: cluster 'cpu' has 2 devices; cannot take 3 "
+     "(the default --cluster); give a cluster of 3 devices ('graphopt calibrate --devices cpu:3"),
     ("calibrate --devices cpu:1000000000 -o {d}/c.toml", "cuda[:N] with N in 1..1024"),
     ("zoo build bogus -o {d}/z.npz", "unknown zoo model 'bogus'; known: rnnlm-2"),
     ("bench go-table2 --budget 0", "Invalid value for '--budget'"),

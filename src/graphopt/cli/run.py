@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from graphopt.cli._common import check_output, check_plan, console, fail
-from graphopt.errors import MAX_SEED, GraphoptError
+from graphopt.errors import MAX_SEED, ClusterError, GraphoptError
 
 app = typer.Typer()
 
@@ -57,11 +57,19 @@ def run(
         check_output(trace, "--trace")
         kind, count = parse_devices(devices)
         p = Plan.load(plan) if plan else Plan()
-        traced = trace_source(graph)
-        c = load_cluster(cluster or default_cluster(kind, count))
+        try:
+            c = load_cluster(cluster or default_cluster(kind, count))
+        except ClusterError as err:
+            if cluster:
+                raise
+            hint = f" ('graphopt calibrate --devices {devices} -o FILE' writes one)" \
+                if kind == "cpu" else ""
+            raise ClusterError(f"--devices {devices}: {err} (the default --cluster); give a "
+                               f"cluster of {count} devices{hint}") from None
         if c.num_devices != count:
             raise GraphoptError(f"--cluster {c.name} has {c.num_devices} devices; --devices "
                                 f"{devices} has {count}")
+        traced = trace_source(graph)
         prob = Problem(traced.graph, c)
         check_plan(p, prob, plan)  # before a calibrated cluster's minutes of timing
         if c.devices[0].kind == DEVICE_KIND:
