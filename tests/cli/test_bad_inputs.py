@@ -295,6 +295,12 @@ CASES = [
     ("simulate example:mlp --trace {d}/file/x.json", "is a file, not a folder"),
     ("simulate example:mlp --gantt {d}/" + "x" * 300 + ".png", "exceeds"),
     ("optimize example:mlp --methods single --out {d}/file", "--out"),
+    # a method's checkpoint folder: a FileExistsError traceback once the run had trained
+    ("optimize example:mlp --methods go-finetune -p go-finetune.checkpoint_dir={d}/file/ck",
+     "/file is a file, not a folder"),
+    ("optimize example:mlp --methods go-finetune -p go-finetune.checkpoint_dir={d}/file",
+     "--param go-finetune.checkpoint_dir /"),
+    ("optimize example:mlp --methods hdp -p hdp.checkpoint_dir=/proc/x", "cannot write in /proc"),
     ("demo --out {d}/file", "--out"),
     ("train --out {d}/file --updates 1", "--out"),
     ("profile example:mlp -o {d}", "--output"),

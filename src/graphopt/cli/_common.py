@@ -221,8 +221,10 @@ def method_params(specs: list[str], methods: list[str]) -> dict[str, dict]:
     ------
     GraphoptError
         A malformed option, a method not among ``methods`` or not known, a field the
-        method does not have, a value that does not parse as the field's type, or one
-        the method rejects (out of its range, see ``graphopt.optim.base.check_params``).
+        method does not have, a value that does not parse as the field's type, one the
+        method rejects (out of its range, see ``graphopt.optim.base.check_params``), or
+        a folder the method writes (field metadata ``"output": "folder"``) that cannot be
+        written (:func:`check_output`, before any work).
 
     Examples
     --------
@@ -242,8 +244,8 @@ def method_params(specs: list[str], methods: list[str]) -> dict[str, dict]:
             raise GraphoptError(f"--param {spec!r}: method {method!r} is not among the methods "
                                 f"run ({', '.join(methods)})")
         cls = type(get_optimizer(method))
-        fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) \
-            else set()
+        fields = {f.name: f for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) \
+            else {}
         if key not in fields:
             raise GraphoptError(f"--param {spec!r}: {method} has no parameter {key!r}; it has "
                                 f"{', '.join(sorted(fields)) or 'none'}")
@@ -251,6 +253,9 @@ def method_params(specs: list[str], methods: list[str]) -> dict[str, dict]:
             value = parse_field(cls, key, text)
         except ValueError as err:
             raise GraphoptError(f"--param {spec!r}: {method}.{key} {err}") from None
+        if value is not None and "output" in fields[key].metadata:
+            check_output(Path(value), f"--param {method}.{key}",
+                         folder=fields[key].metadata["output"] == "folder")
         out.setdefault(method, {})[key] = value
     for method, kwargs in out.items():  # a value out of range fails now, not after loading
         get_optimizer(method, **kwargs)
