@@ -285,6 +285,9 @@ CASES = [
     ("train regal --corpus layered:0x0:1 --out {d}/t20", "'layered:0x0:1': expected L, W >= 1"),
     ("train regal --corpus layered:4x4:1*-1 --out {d}/t21", "SCALE must be a finite number > 0"),
     ("bench regal --graphs , --out {d}/r.json --docs {d}/r.md", "--graphs ',': no graph named"),
+    # a ValueError traceback from the policy's head at the first update
+    ("train regal -c dgx1-v100:8 --max-devices 2 --corpus layered:4x4:1 --out {d}/t22",
+     "--cluster dgx1-v100:8 has 8 devices; --max-devices 2 gives the policy's head"),
     ("profile example:mlp -o {d}/p.json --device bogus", "device 'bogus'"),
     ("profile example:mlp -o {d}/p.json --device meta", "device 'meta': not a usable PyTorch device"),
     ("costmodel train --data {d}/tiles --device meta --out {d}/cm", "--device 'meta': not a usable"),

@@ -72,6 +72,10 @@ def train_regal(
             raise GraphoptError(f"--corpus {corpus!r}: no graph named")
         with console.status("loading the corpus ..."):
             problems = load_corpus(items, cluster)
+        if problems[0].num_devices > config.max_devices:  # one cluster for every graph
+            raise GraphoptError(f"--cluster {cluster} has {problems[0].num_devices} devices; "
+                                f"--max-devices {config.max_devices} gives the policy's head "
+                                "that many device slots")
         compile_simulator()
         with evaluation_backend(backend, address), Progress(
                 TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
