@@ -87,7 +87,8 @@ def _more_bad_files(d: Path, g: dict, base: str) -> None:
     whole = (d / "whole.npz").read_bytes()
     (d / "truncated.npz").write_bytes(whole[:len(whole) // 2])
     arrays = dict(np.load(d / "whole.npz"))
-    for name, key, value in [("src_float", "src", arrays["src"] + 0.5),
+    for name, key, value in [("header_deep", "header", np.array("[" * 100_000)),
+                             ("src_float", "src", arrays["src"] + 0.5),
                              ("op_int", "op", np.arange(len(arrays["op"]))),
                              ("flops_bool", "flops", arrays["flops"] > 0)]:
         np.savez(d / f"{name}.npz", **{**arrays, key: value})
@@ -151,6 +152,7 @@ def _more_bad_files(d: Path, g: dict, base: str) -> None:
     for name, doc in profs.items():
         (d / f"{name}.json").write_text(json.dumps(doc))
     (d / "syntax.toml").write_text("name = \n[[devices]\n")
+    (d / "deep.toml").write_text("a = " + "[" * 100_000 + "]" * 100_000)
     (d / "no_devices.toml").write_text(base.split("[[devices]]")[0] + base.split("[topology]")[1]
                                        .join(["[topology]", ""]))
     for name, old, new in [("mem_neg", "mem_gbps = 900", "mem_gbps = -900"),
@@ -337,6 +339,7 @@ CASES = [
     ("info {d}/empty0.npz", "empty0.npz: not an npz archive"),
     ("info {d}/truncated.npz", "truncated.npz: not an npz archive"),
     # a dtype numpy would cast silently: the JSON reader refuses the same values
+    ("info {d}/header_deep.npz", "header_deep.npz: truncated, corrupted or not an npz file (RecursionError"),
     ("info {d}/src_float.npz", "src_float.npz: array 'src' has dtype float64; expected integers"),
     ("info {d}/op_int.npz", "op_int.npz: array 'op' has dtype int64; expected text"),
     ("info {d}/flops_bool.npz", "flops_bool.npz: array 'flops' has dtype bool; expected numbers"),
@@ -428,6 +431,7 @@ CASES = [
     # cluster TOML and cluster names
     ("simulate example:mlp -c {d}/missing.toml", "missing.toml' does not exist"),
     ("simulate example:mlp -c {d}/empty0.toml", "empty0.toml: needs at least one [[devices]]"),
+    ("simulate example:mlp -c {d}/deep.toml", "deep.toml: invalid TOML (nested too deeply)"),
     ("simulate example:mlp -c {d}/syntax.toml", "syntax.toml: invalid TOML (Invalid value (at"),
     ("simulate example:mlp -c {d}/no_devices.toml", "no_devices.toml: needs at least one [[devices]]"),
     ("simulate example:mlp -c {d}/mem_neg.toml", "cluster 'dgx1-v100': device 'gpu:0' has"),

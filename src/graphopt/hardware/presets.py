@@ -77,6 +77,8 @@ def load_cluster(spec: str) -> Cluster:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise ClusterError(f"{source}: invalid TOML ({err})") from err
+    except RecursionError:  # tomllib parses nested arrays and tables recursively
+        raise ClusterError(f"{source}: invalid TOML (nested too deeply)") from None
     try:
         cluster = cluster_from_toml(data, source)
     except (TypeError, ValueError, AttributeError) as err:  # a field of the wrong type

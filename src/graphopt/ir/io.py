@@ -161,7 +161,7 @@ def load_graph(path: str | os.PathLike) -> Graph:
             arrays = {k: z[k] for k in _ARRAYS}
             header = json.loads(str(z["header"]))
     except (OSError, zipfile.BadZipFile, EOFError, KeyError, json.JSONDecodeError, zlib.error,
-            NotImplementedError, ValueError) as err:
+            NotImplementedError, ValueError, RecursionError) as err:  # Recursion: a deep header
         raise GraphFormatError(f"{path}: truncated, corrupted or not an npz file "
                                f"({type(err).__name__}: {err})") from err
     if not isinstance(header, dict) or header.get("format") != FORMAT:
