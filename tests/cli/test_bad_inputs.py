@@ -83,6 +83,9 @@ def _more_bad_files(d: Path, g: dict, base: str) -> None:
     (d / "graph.txt").write_text("ops")
     (d / "random.onnx").write_bytes(bytes(range(256)) * 4)
     (d / "emptydir").mkdir()
+    (d / "outdir").mkdir()  # a file where optimize writes a method's folder
+    (d / "outdir" / "sa").write_text("x")
+    (d / "rundir" / "policy.json").mkdir(parents=True)  # a folder where a trainer writes a file
     save_graph(mlp_training_graph(layers=1, hidden=8, batch=2), d / "whole.npz")
     whole = (d / "whole.npz").read_bytes()
     (d / "truncated.npz").write_bytes(whole[:len(whole) // 2])
@@ -300,6 +303,11 @@ CASES = [
     ("simulate example:mlp --trace {d}/file/x.json", "is a file, not a folder"),
     ("simulate example:mlp --gantt {d}/" + "x" * 300 + ".png", "exceeds"),
     ("optimize example:mlp --methods single --out {d}/file", "--out"),
+    # files inside an output folder: a FileExistsError or IsADirectoryError traceback at the end
+    ("optimize example:mlp --methods single,sa --out {d}/outdir", "outdir/sa is a file, not a folder"),
+    ("train --updates 1 --out {d}/rundir", "rundir/policy.json: is a folder, expected a file"),
+    ("train mcm --updates 1 --out {d}/rundir", "rundir/policy.json: is a folder, expected a file"),
+    ("train regal --out {d}/rundir", "rundir/policy.json: is a folder, expected a file"),
     # a method's checkpoint folder: a FileExistsError traceback once the run had trained
     ("optimize example:mlp --methods go-finetune -p go-finetune.checkpoint_dir={d}/file/ck",
      "/file is a file, not a folder"),

@@ -25,7 +25,8 @@ from rich.markup import escape
 
 from graphopt.errors import GraphoptError, check_fields
 
-__all__ = ["ADDRESS_HELP", "BACKEND_HELP", "GRAPH_HELP", "PARAM_HELP", "check_output", "parse_bench_args",
+__all__ = ["ADDRESS_HELP", "BACKEND_HELP", "GRAPH_HELP", "PARAM_HELP", "check_output", "check_run_folder",
+           "parse_bench_args",
            "compile_simulator", "console", "evaluation_backend", "fail",
            "field_help", "method_params", "mib", "options_from_fields", "parse_field"]
 
@@ -108,6 +109,17 @@ def check_output(path: Path | None, option: str, *, folder: bool = False) -> Non
             pass
     except OSError as err:
         raise GraphoptError(f"{where}: cannot write in {existing} ({err.strerror})") from None
+
+
+def check_run_folder(out: Path) -> None:
+    """:func:`check_output` of a trainer's ``--out`` folder and of every file the trainer
+    writes there (:data:`graphopt.rl.run.RUN_FILES`): a folder named ``policy.json`` there
+    failed only when the run saved, after training."""
+    from graphopt.rl.run import RUN_FILES
+
+    check_output(out, "--out", folder=True)
+    for name in RUN_FILES:
+        check_output(out / name, "--out")
 
 
 def parse_bench_args(parser: argparse.ArgumentParser,

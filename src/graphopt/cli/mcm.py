@@ -8,9 +8,9 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from graphopt.cli._common import (ADDRESS_HELP, BACKEND_HELP, PARAM_HELP, check_output, compile_simulator,
-                                  console, evaluation_backend, fail, method_params, options_from_fields,
-                                  ppo_options)
+from graphopt.cli._common import (ADDRESS_HELP, BACKEND_HELP, PARAM_HELP, check_output, check_run_folder,
+                                  compile_simulator, console, evaluation_backend, fail, method_params,
+                                  options_from_fields, ppo_options)
 from graphopt.errors import MAX_SEED, MAX_THREADS, GraphoptError
 from graphopt.rl.config import PPOConfig
 
@@ -61,7 +61,7 @@ def train_mcm(
     items = PRETRAIN_CORPUS if corpus == "default" else tuple(
         c.strip() for c in corpus.split(",") if c.strip())
     try:
-        check_output(out, "--out", folder=True)
+        check_run_folder(out)
         cfg, flags = ppo_options(PRETRAIN_PPO, ppo)
         command = " ".join(["graphopt train mcm", f"--out {out}",
                             *([f"--corpus {corpus}"] if corpus != "default" else []),

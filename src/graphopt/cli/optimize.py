@@ -83,7 +83,7 @@ def optimize(
     """
     from graphopt.hardware import load_cluster
     from graphopt.optim import Budget
-    from graphopt.optim.compare import compare, write_outputs
+    from graphopt.optim.compare import compare, output_paths, write_outputs
     from graphopt.sim import Problem
 
     try:
@@ -92,6 +92,8 @@ def optimize(
             raise GraphoptError(f"--methods {methods!r}: no method named; 'graphopt methods' "
                                 "lists them")
         check_output(out, "--out", folder=True)
+        for path in output_paths(out, names) if out else ():  # a file where a method's folder goes
+            check_output(path, "--out")
         params = method_params(param, names)
         c = load_cluster(cluster or _default_cluster(graph))
         traced = _measurable(graph, c.num_devices, devices) if measure else None

@@ -7,8 +7,9 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from graphopt.cli._common import (ADDRESS_HELP, BACKEND_HELP, check_output, compile_simulator, console,
-                                  evaluation_backend, fail, options_from_fields)
+from graphopt.cli._common import (ADDRESS_HELP, BACKEND_HELP, check_output, check_run_folder,
+                                  compile_simulator, console, evaluation_backend, fail,
+                                  options_from_fields)
 from graphopt.errors import GraphoptError, check_fields
 from graphopt.rl.config import RegalConfig
 
@@ -63,7 +64,7 @@ def train_regal(
                            else f"--{k.replace('_', '-')} {v}")
                           for k, v in vars(config).items() if v != getattr(defaults, k))])
     try:
-        check_output(out, "--out", folder=True)
+        check_run_folder(out)
         check_fields(config, lambda key: "--" + key.replace("_", "-"))
         check_objective(objective)
         items = TRAIN_CORPUS if corpus == "default" else tuple(

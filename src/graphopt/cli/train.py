@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from graphopt.cli._common import (ADDRESS_HELP, BACKEND_HELP, check_output, console, ppo_options,
+from graphopt.cli._common import (ADDRESS_HELP, BACKEND_HELP, check_run_folder, console, ppo_options,
                                   evaluation_backend, fail, options_from_fields)
 from graphopt.errors import MAX_SEED, MAX_THREADS, GraphoptError
 from graphopt.frontends import load_source, split_source
@@ -77,7 +77,7 @@ def train(
     items = PRETRAIN_CORPUS if corpus == "default" else tuple(
         c.strip() for c in corpus.split(",") if c.strip())
     try:
-        check_output(out, "--out", folder=True)
+        check_run_folder(out)
         if init is not None:
             load_go_policy(init)  # a bad folder fails now, not after the corpus is loaded
         ppo, flags = ppo_options(PRETRAIN_PPO, ppo)

@@ -18,7 +18,7 @@ from graphopt.ir.io import atomic_write
 from graphopt.optim.base import Budget, check_objectives, optimize, parse_task
 from graphopt.sim import Plan, Problem, SimResult, simulate
 
-__all__ = ["MethodResult", "compare", "write_outputs"]
+__all__ = ["MethodResult", "compare", "output_paths", "write_outputs"]
 
 
 @dataclass
@@ -96,10 +96,20 @@ def compare(problem: Problem, methods: list[str], task: str = "placement",
     return out
 
 
+#: The files :func:`write_outputs` writes in each method's folder: plan, trace, Gantt chart.
+METHOD_FILES = ("plan.json", "trace.json", "gantt.png")
+
+
+def output_paths(out: Path, methods: list[str]) -> list[Path]:
+    """Every file :func:`write_outputs` writes under ``out`` for ``methods``: what a
+    command checks can be written before the methods run."""
+    return [out / m / name for m in methods for name in METHOD_FILES] + [out / "report.json"]
+
+
 def write_outputs(problem: Problem, results: list[MethodResult], out: Path,
                   extra: dict | None = None) -> Path:
     """Per method ``plan.json``, ``trace.json`` and ``gantt.png`` under ``out/<method>/``,
-    and ``out/report.json`` with every row."""
+    and ``out/report.json`` with every row (the paths of :func:`output_paths`)."""
     from graphopt.sim.trace import save_chrome_trace
     from graphopt.viz import gantt
 
@@ -107,11 +117,12 @@ def write_outputs(problem: Problem, results: list[MethodResult], out: Path,
            if r.method == name and r.result.valid}
     graph = {"name": problem.graph.name, "nodes": problem.num_nodes,
              "fingerprint": problem.graph.fingerprint()}
+    plan_file, trace_file, gantt_file = METHOD_FILES
     for r in results:
         d = out / r.method
-        r.plan.replace(meta={**r.plan.meta, "graph": graph}).save(d / "plan.json")
-        save_chrome_trace(problem, r.result, d / "trace.json")
-        gantt(problem, r.result, d / "gantt.png",
+        r.plan.replace(meta={**r.plan.meta, "graph": graph}).save(d / plan_file)
+        save_chrome_trace(problem, r.result, d / trace_file)
+        gantt(problem, r.result, d / gantt_file,
               title=f"{problem.graph.name} on {problem.cluster.name}: {r.method}")
     stats = [{k: v for k, v in r.stats.items() if k != "history"} for r in results]
     report = {"graph": problem.graph.name, "nodes": problem.num_nodes,

@@ -47,7 +47,7 @@ from graphopt.nn import GOPolicy
 from graphopt.rl.checkpoint import load_checkpoint, save_checkpoint
 from graphopt.rl.config import PPOConfig
 from graphopt.rl.go_env import GOEnv
-from graphopt.rl.run import seed_everything, write_log
+from graphopt.rl.run import CURVE_FILE, LOG_FILE, seed_everything, write_log
 from graphopt.sim import Plan
 
 __all__ = ["PPOConfig", "log_prob", "reward", "sample", "train"]
@@ -154,8 +154,8 @@ def train(policy: GOPolicy, envs: list[GOEnv], cfg: PPOConfig, *, seed: int,
         state["best"] = {str(i): {"time": r.best_time, "plan": r.best}
                          for i, r in enumerate(records) if r.best is not None}
         save_checkpoint(checkpoint_dir, config, {"policy": policy}, optimizer, generator, state)
-        write_log(state["log"], f"{checkpoint_dir}/log.csv")
-        _plot(state, envs, f"{checkpoint_dir}/curve.png", label)
+        write_log(state["log"], f"{checkpoint_dir}/{LOG_FILE}")
+        _plot(state, envs, f"{checkpoint_dir}/{CURVE_FILE}", label)
 
     interrupted, torn = False, False
     columns = (TextColumn(label), BarColumn(), TextColumn("{task.completed:,.0f}/{task.total:,.0f}"),

@@ -36,7 +36,7 @@ from graphopt.ir.features import layer_order, layer_share, node_features
 from graphopt.nn.regal import REGALHead
 from graphopt.rl.checkpoint import load_checkpoint, save_checkpoint
 from graphopt.rl.config import RegalConfig
-from graphopt.rl.run import seed_everything, write_log
+from graphopt.rl.run import CURVE_FILE, LOG_FILE, seed_everything, write_log
 from graphopt.sim import Problem
 
 __all__ = ["RegalConfig", "gene_params", "regal_inputs", "rescale", "train_regal"]
@@ -242,12 +242,12 @@ def _save(folder, config, modules, opt, gen, state) -> None:
     from graphopt.viz.curves import metric_curves
 
     save_checkpoint(folder, config, modules, opt, gen, state)
-    write_log(state["log"], Path(folder) / "log.csv")
+    write_log(state["log"], Path(folder) / LOG_FILE)
     if state["log"]:
         rows = state["log"]
         smooth = [{"update": r["update"], "charts/reward_mean_of_last_20": float(np.mean(
             [q["charts/reward_mean"] for q in rows[max(0, j - 19):j + 1]]))}
             for j, r in enumerate(rows)]
-        metric_curves([{**r, **m} for r, m in zip(rows, smooth)], Path(folder) / "curve.png",
+        metric_curves([{**r, **m} for r, m in zip(rows, smooth)], Path(folder) / CURVE_FILE,
                       "update", [["charts/reward_mean", "charts/reward_mean_of_last_20"],
                                  ["losses/sigma"]], title="REGAL training (reward over uniform BRKGA)")

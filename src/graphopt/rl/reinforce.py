@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from graphopt.rl.checkpoint import load_checkpoint, save_checkpoint
-from graphopt.rl.run import write_log
+from graphopt.rl.run import CURVE_FILE, LOG_FILE, write_log
 from graphopt.sim import Plan
 from graphopt.viz.curves import learning_curve
 
@@ -171,5 +171,5 @@ def save_run(folder: str, config: dict, modules: dict, optimizer, generator: tor
     state.update(baseline=baseline.value, best_time=None if best is None else ev.best_time,
                  best=None if best is None else np.asarray(best.placement).tolist())
     save_checkpoint(folder, config, modules, optimizer, generator, state)
-    write_log(state["log"], f"{folder}/log.csv")
-    learning_curve(state["history"], f"{folder}/curve.png", state["curve"], title=title)
+    write_log(state["log"], f"{folder}/{LOG_FILE}")
+    learning_curve(state["history"], f"{folder}/{CURVE_FILE}", state["curve"], title=title)

@@ -21,8 +21,14 @@ import numpy as np
 import torch
 
 from graphopt.ir.io import atomic_write
+from graphopt.rl.checkpoint import META, POLICY_META, POLICY_WEIGHTS, WEIGHTS
 
-__all__ = ["run_name", "seed_everything", "write_log"]
+__all__ = ["CURVE_FILE", "LOG_FILE", "RUN_FILES", "run_name", "seed_everything", "write_log"]
+
+#: A trainer's metric log and learning curve in its folder.
+LOG_FILE, CURVE_FILE = "log.csv", "curve.png"
+#: Every file a trainer writes in its folder: the checkpoint, the log and curve, the policy.
+RUN_FILES = (WEIGHTS, META, LOG_FILE, CURVE_FILE, POLICY_WEIGHTS, POLICY_META)
 
 
 def seed_everything(seed: int, threads: int | None = None) -> torch.Generator:
