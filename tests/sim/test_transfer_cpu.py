@@ -1,4 +1,5 @@
-"""Transfers cost the cores at both ends (a device's ``transfer_cpu_bw``), and their
+"""Transfers cost the cores at both ends (a device's ``transfer_cpu_bw`` per byte, only
+where the end is not idle while the bytes fly; ``transfer_cpu_overhead`` per message), and their
 latencies may overlap on a link (``Cluster.overlap_latency``): hand-computed times, the
 defaults left as they were, and the cluster file's keys validated."""
 
@@ -35,20 +36,53 @@ def fan_out() -> tuple:
     return g, Plan(placement=np.array([0, 1, 1, 1]), fusion=np.zeros(4))
 
 
-def test_a_transfer_lengthens_its_producer_and_its_first_reader():
+def test_copies_overlap_the_link_where_both_ends_are_idle():
+    # a's 4 MB take 4 ms on the link, longer than either end's 2 ms of copying, and
+    # neither end runs anything meanwhile: the copies cost nothing more
     g, plan = fan_out()
     free = simulate(Problem(g, cluster()), plan, timeline=True)
+    r = simulate(Problem(g, cluster(2e9)), plan, timeline=True)
+    assert r.timeline.start.tolist() == free.timeline.start.tolist()
+    assert r.step_time == free.step_time and r.busy.tolist() == free.busy.tolist()
+
+
+def busy_ends(x_flops: float) -> tuple:
+    """a (dev 0) sends 4 MB to b (dev 1); meanwhile dev 0 runs y, then z, and dev 1 runs
+    x (which b also reads): the copies take time from what runs during the transfer."""
+    b = GraphBuilder("busy")
+    b.add_node("a", "my_custom_op", flops=1e6, out_bytes=4e6)
+    b.add_node("y", "my_custom_op", flops=1e10, out_bytes=8)
+    b.add_node("z", "my_custom_op", flops=1e6, out_bytes=8, inputs=["y"])
+    b.add_node("x", "my_custom_op", flops=x_flops, out_bytes=8)
+    b.add_node("b", "my_custom_op", flops=1e6, out_bytes=8, inputs=["a", "x"])
+    plan = Plan(placement=np.array([0, 0, 0, 1, 1]), fusion=np.zeros(5),
+                priority=np.array([2.0, 1.0, 0.0, 0.0, 0.0]))
+    return b.build(), plan
+
+
+def test_a_busy_end_pays_for_its_copies_in_its_next_kernel():
+    g, plan = busy_ends(1e10)
     prob = Problem(g, cluster(2e9))
-    r = simulate(prob, plan, timeline=True)
-    work = 4e6 / 2e9  # seconds of each end's core
-    t = prob.costs.time[:, 0]
-    assert r.timeline.end[0] == pytest.approx(t[0] + work, rel=1e-12)  # a sends
-    arrive = t[0] + work + LAT + 4e6 / BW
-    assert r.timeline.start[1] == pytest.approx(arrive, rel=1e-12)
-    assert r.timeline.end[1] == pytest.approx(arrive + t[1] + work, rel=1e-12)  # b receives
-    assert r.timeline.end[2] - r.timeline.start[2] == pytest.approx(t[2], rel=1e-12)  # c does not
-    assert r.step_time == pytest.approx(free.step_time + 2 * work, rel=1e-12)
-    assert r.busy.sum() == pytest.approx(free.busy.sum() + 2 * work, rel=1e-12)
+    tl = simulate(prob, plan, timeline=True).timeline
+    t, work = prob.costs.time[:, 0], 4e6 / 2e9
+    arrive = t[0] + LAT + 4e6 / BW
+    assert tl.start[1] == pytest.approx(t[0]) and tl.end[1] > arrive  # y runs through it
+    assert tl.end[3] > arrive  # and so does x
+    assert tl.end[2] - tl.start[2] == pytest.approx(t[2] + work, rel=1e-12)  # z pays the send
+    assert tl.end[4] - tl.start[4] == pytest.approx(t[4] + work, rel=1e-12)  # b the receive
+
+
+def test_idle_time_during_the_transfer_takes_its_share_of_the_copy():
+    # x ends while the bytes are in flight: dev 1 copies in its idle time from then on,
+    # and b pays the rest
+    g, plan = busy_ends(9e7)  # x takes 3 ms
+    prob = Problem(g, cluster(2e9))
+    tl = simulate(prob, plan, timeline=True).timeline
+    t, work = prob.costs.time[:, 0], 4e6 / 2e9
+    arrive = t[0] + LAT + 4e6 / BW
+    assert t[0] < tl.end[3] < arrive and arrive - tl.end[3] < work
+    assert tl.start[4] == pytest.approx(arrive, rel=1e-12)
+    assert tl.end[4] - tl.start[4] == pytest.approx(t[4] + work - (arrive - tl.end[3]), rel=1e-9)
 
 
 def test_a_message_costs_both_ends_whatever_its_size():

@@ -51,10 +51,11 @@ class Device:
         c devices busy, each runs at speed ``1 / (1 + (shared_slowdown - 1) * (k - 1)
         / (c - 1))``.
     transfer_cpu_bw : float
-        Bytes/s at which the device's own core sends or receives a transfer's bytes,
-        on top of the link's time: worker processes that move tensors through sockets
-        copy them on their cores. ``inf`` (every preset): transfers cost the device
-        nothing.
+        Bytes/s at which the device's own core sends or receives a transfer's bytes:
+        worker processes that move tensors through sockets copy them on their cores
+        while the bytes are in flight, taking that time from what the device runs then
+        (nothing where it is idle; the link's own time already includes the copies).
+        ``inf`` (every preset): transfers cost the device nothing.
     transfer_cpu_overhead : float
         Seconds of the device's own core per transfer it sends or receives, whatever
         its size (posting, packing, waking the receiving thread); 0 in every preset.

@@ -508,15 +508,12 @@ def _share_host(t, host, slope, dev_busy, cur, rem, ref, fac, fresh, newpos, nbu
 
 
 @_jit()
-def _with_transfer_work(group, dev, kdur, succ_ptr, succ_idx, succ_bytes, out_kernel, out_dev,
-                        xspb, D):
-    """``kdur`` plus the host work of every transfer at both of its ends (see :func:`run`'s
-    ``xspb``): each kernel's output goes once to each other device that reads it, with
-    the largest of its edges there."""
-    spb = xspb[0]
-    per_message = xspb[1]
+def _with_transfer_work(group, dev, kdur, succ_ptr, succ_idx, out_kernel, out_dev, per_message, D):
+    """``kdur`` plus the per-message host work of every transfer at both of its ends (see
+    :func:`run`'s ``xspb``): each kernel's output goes once to each other device that
+    reads it; the producer posts it, the first kernel there that reads it takes it over."""
     kd = kdur.copy()
-    tmpb = np.full(D, -1.0)
+    sent = np.zeros(D, np.bool_)
     first = np.full(D, -1, np.int64)
     for i in range(group.shape[0]):
         if group[i] != i:
@@ -524,15 +521,14 @@ def _with_transfer_work(group, dev, kdur, succ_ptr, succ_idx, succ_bytes, out_ke
         for j in range(succ_ptr[i], succ_ptr[i + 1]):
             dc = out_dev[j]
             if dc != dev[i]:
-                if succ_bytes[j] > tmpb[dc]:
-                    tmpb[dc] = succ_bytes[j]
+                sent[dc] = True
                 if first[dc] < 0 or out_kernel[j] < first[dc]:
                     first[dc] = out_kernel[j]
         for dd in range(D):
-            if tmpb[dd] >= 0.0:
-                kd[i] += per_message[dev[i]] + tmpb[dd] * spb[dev[i]]
-                kd[first[dd]] += per_message[dd] + tmpb[dd] * spb[dd]
-                tmpb[dd] = -1.0
+            if sent[dd]:
+                kd[i] += per_message[dev[i]]
+                kd[first[dd]] += per_message[dd]
+                sent[dd] = False
                 first[dd] = -1
     return kd
 
@@ -564,8 +560,12 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
     xspb : float64 (2, D)        seconds of each device's own time per byte (row 0) and
                                  per message (row 1) it sends or receives (its core
                                  handles them); 0: transfers are free to both ends. A
-                                 send lengthens its producer, a receive the first kernel
-                                 there that reads it.
+                                 message's posting lengthens its producer, its hand-over
+                                 the first kernel there that reads it. Its bytes are
+                                 copied while it is in flight (the link's time, measured
+                                 end to end, includes the copies): they cost a device
+                                 only the part of the copy it was not idle for, paid by
+                                 the next kernel it starts (less any idle time since).
     olat : bool                  links busy for ``bytes / bandwidth`` only, the tensor
                                  arriving ``latency`` later (Cluster.overlap_latency);
                                  else busy for the whole ``latency + bytes / bandwidth``
@@ -616,9 +616,15 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
     base = np.zeros(D, np.int64)
     for d in range(1, D):
         base[d] = base[d - 1] + count[d - 1]
-    if xspb.max() > 0.0:
-        kdur = _with_transfer_work(group, dev, kdur, succ_ptr, succ_idx, succ_bytes, out_kernel,
-                                   out_dev, xspb, D)
+    if xspb[1].max() > 0.0:
+        kdur = _with_transfer_work(group, dev, kdur, succ_ptr, succ_idx, out_kernel, out_dev,
+                                   xspb[1], D)
+    # the bytes' host work as each device's debt: see xspb above
+    copies = xspb[0].max() > 0.0
+    debt = np.zeros(D)
+    debt_at = np.zeros(D)
+    idle_since = np.zeros(D)
+    paid = np.zeros(n if copies else 1)
     hsize = np.zeros(D, np.int64)
     qhead = np.zeros(D, np.int64)
     ntr = 0
@@ -691,13 +697,19 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
                     k = _ready_pop(hbuf, base[d], hsize[d], kprio)
                 hsize[d] -= 1
                 start[k] = t
-                end[k] = t + kdur[k]
+                dk = kdur[k]
+                if copies:
+                    pay = debt[d] - (t - max(idle_since[d], debt_at[d]))
+                    paid[k] = pay if pay > 0.0 else 0.0
+                    debt[d] = 0.0
+                    dk += paid[k]
+                end[k] = t + dk
                 dev_busy[d] = True
                 new_t[nnew] = end[k]
                 new_id[nnew] = k
                 if shared:
                     cur[d] = k
-                    rem[d] = kdur[k]
+                    rem[d] = dk
                     ref[d] = t
                     fresh[d] = True
                     newpos[d] = nnew
@@ -768,7 +780,8 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
                 k = x
                 d = dev[k]
                 dev_busy[d] = False
-                busy[d] += end[k] - start[k] if shared else kdur[k]
+                busy[d] += end[k] - start[k] if shared else kdur[k] + (paid[k] if copies else 0.0)
+                idle_since[d] = t
                 mem[d] -= ktemp[k]
                 if not dirty_dev[d]:
                     dirty_dev[d] = True
@@ -854,6 +867,15 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
                 b = tr_dst[tr]
                 a = dev[k]
                 li = a * D + b
+                if copies:  # each end copied the bytes while they were in flight
+                    for e2 in range(2):
+                        de = a if e2 == 0 else b
+                        w = tr_bytes[tr] * xspb[0, de]
+                        if not dev_busy[de]:
+                            w -= t - max(tr_start[tr], idle_since[de])
+                        if w > 0.0:
+                            debt[de] += w
+                            debt_at[de] = t
                 if not olat:
                     link_busy[li] = False
                     if not dirty_link[li]:
