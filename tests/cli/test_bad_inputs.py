@@ -127,6 +127,7 @@ def _more_bad_files(d: Path, g: dict, base: str) -> None:
     n = len(g["nodes"])
     plan = {"format": "graphopt.plan", "version": 1, "placement": [0] * n}
     plans = {"wide_plan": {**plan, "placement": [5] * n},
+             "foreign_plan": {**plan, "meta": {"graph": {"name": "other", "nodes": n, "fingerprint": "abc"}}},
              "plan_v99": {**plan, "version": 99}, "plan_str": {**plan, "placement": ["a"] * n},
              "plan_neg": {**plan, "placement": [-1] * n}, "plan_float": {**plan, "placement": [0.5] * n},
              "plan_nested": {**plan, "placement": [[0]] * n},
@@ -407,6 +408,9 @@ CASES = [
      "short_plan.json: plan placement has 2 entries"),
     ("export {d}/wide_plan.json --graph {d}/g.json --format device-map --out {d}/e.json",
      "wide_plan.json: plan places ops on 6 devices, more than the default cluster 'cpu' has"),
+    # a plan of another graph with as many nodes: exported silently; run refused it unnamed
+    ("export {d}/foreign_plan.json --graph {d}/g.json --format device-map --out {d}/e.json",
+     "foreign_plan.json: the plan was made for graph 'other' (12 nodes, fingerprint abc)"),
     # profile JSON
     ("simulate example:mlp -c cpu:1 --profile {d}/missing.json", "missing.json: no such file"),
     ("simulate example:mlp -c cpu:1 --profile {d}/empty0.json",
@@ -714,7 +718,8 @@ def test_bench_scripts_check_their_output_before_work(script):
 
 def test_run_checks_the_plan_before_timing_a_calibrated_cluster(d, monkeypatch):
     """With a cluster from 'graphopt calibrate', run times every op of the program first
-    (seconds to minutes); a plan for another graph used to fail only after that."""
+    (seconds to minutes); a plan for another graph (of another length, or of the same
+    length by its fingerprint) used to fail only after that, the latter without its file."""
     from graphopt.exec import calibrate
 
     def never(*args, **kwargs):
@@ -726,10 +731,12 @@ def test_run_checks_the_plan_before_timing_a_calibrated_cluster(d, monkeypatch):
         'prefix = "cpu"\npeak_tflops = { float32 = 0.1 }\nvector_tflops = 0.1\nmem_gbps = 4\n'
         'memory_gib = 8\nlaunch_overhead_us = 0\n[topology]\ntype = "all_to_all"\n'
         'link_gbps = 5\nlatency_us = 250\n')
-    r = runner.invoke(app, ["run", "zoo:rnnlm-2-quick", "--plan", str(d / "short_plan.json"),
-                            "-c", str(d / "calibrated.toml"), "--devices", "cpu:2"])
-    assert r.exit_code == 2, r.output + repr(r.exception)
-    assert "short_plan.json: plan placement has 2 entries" in r.output
+    for plan, needle in [("short_plan.json", "short_plan.json: plan placement has 2 entries"),
+                         ("foreign_plan.json", "foreign_plan.json: the plan was made for graph 'other'")]:
+        r = runner.invoke(app, ["run", "zoo:rnnlm-2-quick", "--plan", str(d / plan),
+                                "-c", str(d / "calibrated.toml"), "--devices", "cpu:2"])
+        assert r.exit_code == 2, r.output + repr(r.exception)
+        assert needle in r.output
 
 
 def test_bench_mcm_loads_every_graph_and_preset_before_the_first_row(d):

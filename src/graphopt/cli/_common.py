@@ -148,12 +148,18 @@ def compile_simulator() -> None:
             console.print("compiled the simulator once (cached for later runs)")
 
 
-def check_plan(plan, problem, path: Path | None) -> None:
+def check_plan(plan, problem, path: Path | None, *, same_graph: bool = False) -> None:
     """Check a plan loaded from ``path`` against ``problem`` (its length, its device
-    indices), so that the error names the plan file; no path (no --plan) passes."""
+    indices; with ``same_graph``, that it was made for this graph:
+    :func:`graphopt.exec.program.check_made_for`), so that the error names the plan
+    file; no path (no --plan) passes."""
     if path is None:
         return
     try:
+        if same_graph:
+            from graphopt.exec.program import check_made_for
+
+            check_made_for(plan, problem.graph)
         plan.check(problem.num_nodes, problem.num_devices)
     except GraphoptError as err:
         raise type(err)(f"{path}: {err}") from None

@@ -71,7 +71,7 @@ def run(
                                 f"{devices} has {count}")
         traced = trace_source(graph)
         prob = Problem(traced.graph, c)
-        check_plan(p, prob, plan)  # before a calibrated cluster's minutes of timing
+        check_plan(p, prob, plan, same_graph=True)  # before a calibrated cluster's timing
         if c.devices[0].kind == DEVICE_KIND:
             with console.status("timing every op on one worker, then on all at once"):
                 prob = engine_problem(traced, c)

@@ -22,6 +22,7 @@ from graphopt.errors import ClusterError, PlanError
 from graphopt.frontends.torch import TracedProgram
 from graphopt.hardware import Cluster, load_cluster
 from graphopt.ir import Graph
+from graphopt.exec.program import check_made_for
 from graphopt.ir.io import atomic_write
 from graphopt.sim import Plan
 
@@ -321,6 +322,7 @@ def _check_backward(graph: Graph, dev: np.ndarray, fwd: np.ndarray, mods: np.nda
 
 
 def _placement(graph: Graph, plan: Plan) -> np.ndarray:
+    check_made_for(plan, graph)
     if plan.placement is None:
         return np.zeros(graph.num_nodes, dtype=np.int64)
     plan.check(graph.num_nodes, int(plan.placement.max(initial=0)) + 1)

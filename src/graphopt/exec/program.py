@@ -31,10 +31,11 @@ from torch import fx
 
 from graphopt.errors import PlanError
 from graphopt.frontends.torch import TracedProgram
+from graphopt.ir import Graph
 from graphopt.sim import Plan
 
-__all__ = ["Instr", "Program", "Ref", "Transfer", "compile_program", "refs", "resolve_target",
-           "value_spec"]
+__all__ = ["Instr", "Program", "Ref", "Transfer", "check_made_for", "compile_program", "refs",
+           "resolve_target", "value_spec"]
 
 
 @dataclass(frozen=True)
@@ -222,6 +223,24 @@ def _split_readers_to_writers(nodes: list[fx.Node], pos: dict[fx.Node, int], dev
     return moved
 
 
+def check_made_for(plan: Plan, graph: Graph) -> None:
+    """Refuse a plan made for another trace than ``graph``: its ``meta["graph"]
+    ["fingerprint"]``, which ``graphopt optimize --out`` writes, differs from the graph's
+    (a plan without one passes).
+
+    Raises
+    ------
+    PlanError
+        One line naming both graphs, their node counts and fingerprints.
+    """
+    made_for = plan.meta.get("graph") if isinstance(plan.meta.get("graph"), dict) else {}
+    if made_for.get("fingerprint") not in (None, graph.fingerprint()):
+        raise PlanError(f"the plan was made for graph {made_for.get('name')!r} "
+                        f"({made_for.get('nodes')} nodes, fingerprint {made_for['fingerprint']}); this "
+                        f"program traces to {graph.name!r} ({graph.num_nodes} nodes, fingerprint "
+                        f"{graph.fingerprint()}): not the same trace")
+
+
 def compile_program(traced: TracedProgram, plan: Plan | None, devices: int) -> Program:
     """Compile ``traced`` for ``plan`` on ``devices`` devices.
 
@@ -235,12 +254,7 @@ def compile_program(traced: TracedProgram, plan: Plan | None, devices: int) -> P
     """
     graph = traced.graph
     plan = plan or Plan()
-    made_for = plan.meta.get("graph") if isinstance(plan.meta.get("graph"), dict) else {}
-    if made_for.get("fingerprint") not in (None, graph.fingerprint()):
-        raise PlanError(f"the plan was made for graph {made_for.get('name')!r} "
-                        f"({made_for.get('nodes')} nodes, fingerprint {made_for['fingerprint']}); this "
-                        f"program traces to {graph.name!r} ({graph.num_nodes} nodes, fingerprint "
-                        f"{graph.fingerprint()}): not the same trace")
+    check_made_for(plan, graph)
     plan.check(graph.num_nodes, devices)
     place = np.zeros(graph.num_nodes, np.int64) if plan.placement is None else plan.placement
     prio = np.zeros(graph.num_nodes) if plan.priority is None else plan.priority
