@@ -315,6 +315,8 @@ CASES = [
     ("optimize example:mlp --methods go-finetune -p go-finetune.checkpoint_dir={d}/file",
      "--param go-finetune.checkpoint_dir /"),
     ("optimize example:mlp --methods hdp -p hdp.checkpoint_dir=/proc/x", "cannot write in /proc"),
+    ("optimize example:mlp --methods rl-lstm -p rl-lstm.checkpoint_dir={d}/rundir",
+     "rundir/policy.json: is a folder, expected a file"),
     ("demo --out {d}/file", "--out"),
     ("train --out {d}/file --updates 1", "--out"),
     ("profile example:mlp -o {d}", "--output"),

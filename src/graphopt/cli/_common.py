@@ -111,15 +111,15 @@ def check_output(path: Path | None, option: str, *, folder: bool = False) -> Non
         raise GraphoptError(f"{where}: cannot write in {existing} ({err.strerror})") from None
 
 
-def check_run_folder(out: Path) -> None:
-    """:func:`check_output` of a trainer's ``--out`` folder and of every file the trainer
-    writes there (:data:`graphopt.rl.run.RUN_FILES`): a folder named ``policy.json`` there
-    failed only when the run saved, after training."""
+def check_run_folder(out: Path, option: str = "--out") -> None:
+    """:func:`check_output` of a trainer's folder (given to ``option``) and of every file
+    the trainer writes there (:data:`graphopt.rl.run.RUN_FILES`): a folder named
+    ``policy.json`` there failed only when the run saved, after training."""
     from graphopt.rl.run import RUN_FILES
 
-    check_output(out, "--out", folder=True)
+    check_output(out, option, folder=True)
     for name in RUN_FILES:
-        check_output(out / name, "--out")
+        check_output(out / name, option)
 
 
 def parse_bench_args(parser: argparse.ArgumentParser,
@@ -241,8 +241,8 @@ def method_params(specs: list[str], methods: list[str]) -> dict[str, dict]:
         A malformed option, a method not among ``methods`` or not known, a field the
         method does not have, a value that does not parse as the field's type, one the
         method rejects (out of its range, see ``graphopt.optim.base.check_params``), or
-        a folder the method writes (field metadata ``"output": "folder"``) that cannot be
-        written (:func:`check_output`, before any work).
+        a run folder the method writes (field metadata ``"output": "run"``) that cannot
+        be written (:func:`check_run_folder`, before any work).
 
     Examples
     --------
@@ -271,9 +271,8 @@ def method_params(specs: list[str], methods: list[str]) -> dict[str, dict]:
             value = parse_field(cls, key, text)
         except ValueError as err:
             raise GraphoptError(f"--param {spec!r}: {method}.{key} {err}") from None
-        if value is not None and "output" in fields[key].metadata:
-            check_output(Path(value), f"--param {method}.{key}",
-                         folder=fields[key].metadata["output"] == "folder")
+        if value is not None and fields[key].metadata.get("output") == "run":
+            check_run_folder(Path(value), f"--param {method}.{key}")
         out.setdefault(method, {})[key] = value
     for method, kwargs in out.items():  # a value out of range fails now, not after loading
         get_optimizer(method, **kwargs)

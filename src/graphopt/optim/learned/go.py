@@ -247,7 +247,7 @@ class GOOne:
                 "heuristic first, within the budget, and the fastest (as ``portfolio`` "
                 "starts its annealing)."})
     threads: int = field(default=1, metadata={"min": 1, "limit": MAX_THREADS, "help": "torch CPU threads."})
-    checkpoint_dir: str | None = field(default=None, metadata={"output": "folder",
+    checkpoint_dir: str | None = field(default=None, metadata={"output": "run",
         "help": "Folder to checkpoint the run in and resume it from."})
     progress: bool = field(default=True, metadata={"help": "Show a progress bar."})
 

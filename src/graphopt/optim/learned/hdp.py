@@ -213,7 +213,7 @@ class HDP:
     checkpoint_every: int = field(default=50, metadata={"min": 1,
         "help": "Policy updates between checkpoints (with checkpoint_dir)."})
     progress: bool = field(default=True, metadata={"help": "Show a progress bar."})
-    checkpoint_dir: str | None = field(default=None, metadata={"output": "folder",
+    checkpoint_dir: str | None = field(default=None, metadata={"output": "run",
         "help": "Folder to save the run in and resume it from (None: no checkpoints)."})
 
     def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,

@@ -283,7 +283,7 @@ class MCMOne:
     from_greedy: bool = _greedy_field()
     prior_width: float = _width_field()
     threads: int = field(default=1, metadata={"min": 1, "limit": MAX_THREADS, "help": "torch CPU threads."})
-    checkpoint_dir: str | None = field(default=None, metadata={"output": "folder",
+    checkpoint_dir: str | None = field(default=None, metadata={"output": "run",
         "help": "Folder to checkpoint the run in and resume it from."})
     progress: bool = field(default=True, metadata={"help": "Show a progress bar."})
 
