@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from graphopt.errors import ClusterError
 from graphopt.hardware import Cluster
 from graphopt.ir import Graph
 from graphopt.ir.ops import OP_CLASSES, class_ids
@@ -62,6 +63,9 @@ class OpCosts:
     sec_per_byte: np.ndarray
     class_id: np.ndarray
     measured: np.ndarray
+
+
+_MAX_OP_SECONDS = 1e6
 
 
 def op_costs(graph: Graph, cluster: Cluster, profile=None) -> OpCosts:
@@ -127,4 +131,11 @@ def op_costs(graph: Graph, cluster: Cluster, profile=None) -> OpCosts:
             flop_time[hit, j] = secs[hit]
             mem_time[hit, j] = 0.0
     time = launch + np.maximum(flop_time, mem_time)
+    # Rates of 1e-308 TFLOP/s pass a cluster's checks (> 0) and make times of 1e300 s or
+    # inf, which no search can rank; no op of a real device takes 11 days.
+    if not (time < _MAX_OP_SECONDS).all():
+        i, j = np.argwhere(~(time < _MAX_OP_SECONDS))[0]
+        raise ClusterError(f"cluster {cluster.name!r}: node {graph.names[i]!r} would take "
+                           f"{time[i, j]:.3g} s on {cluster.devices[j].name!r}; check that "
+                           "device's peak_tflops, vector_tflops and mem_gbps")
     return OpCosts(time, flop_time, mem_time, launch, spb, cid, measured)
