@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
+from graphopt.errors import GraphoptError
 from graphopt.ir.io import atomic_write
 
 __all__ = ["geomean", "replace_section", "save_json"]
@@ -27,9 +29,19 @@ def save_json(result: dict, path: str | Path) -> None:
     atomic_write(path, lambda f: f.write(text.encode()))
 
 
+def check_section(tag: str) -> str:
+    """``tag`` if it can name a section's markers: lowercase words joined by single
+    hyphens (``--`` would end the HTML comment), else a :class:`GraphoptError`."""
+    if not re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", tag):
+        raise GraphoptError(f"section {tag!r}: expected lowercase letters and digits joined by "
+                            "single hyphens, e.g. regal-elite-bias")
+    return tag
+
+
 def replace_section(docs: str | Path, tag: str, body: str) -> None:
     """Put ``body`` between ``<!-- tag:start -->`` and ``<!-- tag:end -->`` in ``docs``
     (appending the section when the markers are missing), atomically."""
+    check_section(tag)
     docs = Path(docs)
     start, end = f"<!-- {tag}:start -->", f"<!-- {tag}:end -->"
     block = f"{start}\n{body.strip()}\n{end}"

@@ -137,6 +137,7 @@ def bench_regal(
 
     Example: graphopt bench regal --objectives memory --seeds 3
     """
+    from graphopt.benchmarks import check_section
     from graphopt.benchmarks import regal as bench
     from graphopt.optim.learned.regal import TEST_GRAPHS
 
@@ -152,6 +153,10 @@ def bench_regal(
     try:
         check_output(out, "--out")
         check_output(docs, "--docs")
+        try:
+            check_section(section)
+        except GraphoptError as err:
+            raise GraphoptError(f"--section: {err}") from None
         bad = [m for m in labels if m not in bench.METHODS]
         if bad or not labels:
             raise GraphoptError(f"--methods: unknown {bad or methods!r}; rows are "

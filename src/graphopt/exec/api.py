@@ -49,19 +49,19 @@ def trace_source(spec: str) -> TracedProgram:
 
 def parse_devices(spec: str) -> tuple[str, int]:
     """``"cpu:2"`` -> ``("cpu", 2)``; ``"cuda:4"`` -> ``("cuda", 4)``; ``"cpu"`` is one device.
-    N is at most :data:`graphopt.hardware.presets.MAX_DEVICES` (each CPU device is a process).
+    N is at most :data:`graphopt.exec.workers.MAX_WORKERS` for CPUs (each a process).
 
     >>> parse_devices("cpu:2")
     ('cpu', 2)
     """
-    from graphopt.hardware.presets import MAX_DEVICES
+    from graphopt.exec.workers import MAX_WORKERS
 
     kind, _, count = spec.partition(":")
     # ASCII digits only: str.isdigit() accepts '²', which int() refuses
     if kind not in ("cpu", "cuda") or (count and not (count.isascii() and count.isdigit())) \
-            or not 1 <= int(count or 1) <= MAX_DEVICES:
+            or not 1 <= int(count or 1) <= MAX_WORKERS:
         raise GraphoptError(f"--devices {spec!r}: expected cpu[:N] or cuda[:N] with N in "
-                            f"1..{MAX_DEVICES}")
+                            f"1..{MAX_WORKERS}")
     n = int(count or 1)
     if kind == "cuda" and n > torch.cuda.device_count():
         raise GraphoptError(f"--devices {spec!r}: this machine has {torch.cuda.device_count()} CUDA "

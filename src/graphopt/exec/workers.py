@@ -57,13 +57,18 @@ def device_cores(devices: int) -> list[set[int]]:
     return [set(cores[d * k:(d + 1) * k]) for d in range(devices)]
 
 
+#: Each worker is a process that imports torch (a few hundred MB): a cluster file of a
+#: thousand devices must not start a thousand of them.
+MAX_WORKERS = 64
+
+
 class CPUWorkers:
     """A pool of worker processes, one per CPU device, that runs compiled programs.
 
     Parameters
     ----------
     devices : int
-        Number of devices (worker processes).
+        Number of devices (worker processes), 1 to :data:`MAX_WORKERS`.
     timeout : float
         Seconds a step may go without progress (and start-up may take) before the
         pool is torn down with an :class:`ExecutionError`.
@@ -78,6 +83,9 @@ class CPUWorkers:
     def __init__(self, devices: int, timeout: float = 120.0):
         import torch.multiprocessing as mp
 
+        if not 1 <= devices <= MAX_WORKERS:
+            raise ExecutionError(f"{devices} CPU devices: graphopt.exec runs 1 to {MAX_WORKERS} "
+                                 "worker processes (one per device)")
         self.devices = devices
         self.timeout = timeout
         self._loaded: dict[int, tuple[Program, bool]] = {}  # key -> (program, replicated)
