@@ -11,6 +11,9 @@ in turns for ``--steps`` steps after a warm-up. Per plan and device:
   worker, real (p50, p90 over steps and transfers) and simulated, in ms; and the same
   for the transfers the engine posts only after an in-place write (``Transfer.after``);
 - busy: the sum of the device's op times, real (median over steps) and simulated, in ms;
+- falls behind: per device, the op at which the drift grows most from the op before it
+  (in real order), by how much, and for each of its inputs from the other device when
+  it ended there and arrived here, real and simulated (ms from the step's start);
 - simulated with real op times: the plan simulated again with every op's time replaced
   by its mean over this plan's measured steps. Where that lands near the measured step,
   the simulator's schedule and transfers are right and its miss is in the op times
@@ -80,19 +83,47 @@ def analyse(traced, prob, plan, placed: PlacedProgram, runs) -> dict:
         with_real_ops = simulate(prob, plan).step_time * 1e3
     finally:
         prob.costs.time[:] = profiled
-    drift = {}
+    drift, behind = {}, {}
     for dev in range(placed.devices):
         ops = sorted((statistics.median(v), name) for (d, name), v in starts.items() if d == dev
                      and node.get(name) in sim_start)
         deltas = [(t - sim_start[node[name]]) * 1e3 for t, name in ops]
         drift[dev] = [round(deltas[min(len(deltas) - 1, i * len(deltas) // 8)], 1)
                       for i in range(9)] if deltas else []
+        if len(deltas) > 1:
+            i = max(range(1, len(deltas)), key=lambda j: deltas[j] - deltas[j - 1])
+            behind[dev] = _falls_behind(prob, plan, ops[i][1], deltas[i] - deltas[i - 1], node,
+                                        runs, sim_end, sim_arrival, dev)
     sim = [sim_arrival[(node[t.name], t.dst)] - sim_end[node[t.name]] for t in placed.program.transfers
            if (node.get(t.name), t.dst) in sim_arrival]
-    return {"drift_ms": drift, "busy_ms": busy, "simulated_with_real_op_times_ms": round(with_real_ops, 3),
+    return {"drift_ms": drift, "falls_behind": behind, "busy_ms": busy,
+            "simulated_with_real_op_times_ms": round(with_real_ops, 3),
             "transfers": len(placed.program.transfers), "gated": len(gated),
             "arrival_ms": {"real": [_ms(real, 0.5), _ms(real, 0.9)], "sim": [_ms(sim, 0.5), _ms(sim, 0.9)],
                            "real_after_in_place_write": [_ms(gated_real, 0.5), _ms(gated_real, 0.9)]}}
+
+
+def _falls_behind(prob, plan, name: str, jump: float, node: dict, runs, sim_end: dict,
+                  sim_arrival: dict, dev: int) -> dict:
+    """The op ``name`` on ``dev`` where the drift grows most, and its inputs from other
+    devices: their producers' end and their arrival here, real (median over ``runs``)
+    and simulated, in ms from the step's start."""
+    k = node[name]
+    ir = {i: n for n, i in node.items() if i is not None}
+    inputs = []
+    for p in prob.pred_idx[prob.pred_ptr[k]:prob.pred_ptr[k + 1]].tolist():
+        if plan.placement[p] == dev or p not in ir:
+            continue
+        ends, arrivals = [], []
+        for r in runs:
+            t0 = min(e[3] for e in r.events if e[0] in ("op", "step"))
+            ends += [e - t0 for kind, _, n, _, e in r.events if kind == "op" and n == ir[p]]
+            arrivals += [s - t0 for kind, d, n, s, _ in r.events
+                         if kind == "recv" and n == ir[p] and d == dev]
+        inputs.append({"input": ir[p], "real_end": _ms(ends, 0.5), "sim_end": round(sim_end[p] * 1e3, 3),
+                       "real_arrival": _ms(arrivals, 0.5),
+                       "sim_arrival": round(sim_arrival.get((p, dev), float("nan")) * 1e3, 3)})
+    return {"op": name, "jump_ms": round(jump, 1), "remote_inputs": inputs}
 
 
 def run(model: str, methods: tuple[str, ...], steps: int, budget: int = 500, seed: int = 0,
