@@ -114,7 +114,8 @@ def load_checkpoint(folder: str | os.PathLike, config: dict, modules: dict[str, 
 
     Returns None when ``folder`` holds no checkpoint. With ``fresh`` (the state a new run
     starts from), each of its keys the saved state has must hold a value of the same
-    JSON type (see :func:`check_state`).
+    JSON type (see :func:`check_state`), and a key the saved state lacks (a checkpoint of
+    an older graphopt) keeps its fresh value.
 
     Raises
     ------
@@ -148,7 +149,7 @@ def load_checkpoint(folder: str | os.PathLike, config: dict, modules: dict[str, 
             generator.set_state(tensors["rng"])
     except (KeyError, RuntimeError, TypeError, ValueError) as err:
         raise CheckpointError(f"{folder}: checkpoint does not fit this model ({err})") from err
-    return meta["state"]
+    return {**(fresh or {}), **meta["state"]}
 
 
 def _kind(value: object) -> str:

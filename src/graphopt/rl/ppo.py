@@ -122,8 +122,8 @@ def train(policy: GOPolicy, envs: list[GOEnv], cfg: PPOConfig, *, seed: int,
     state: dict = {"update": 0, "evals": 0, "seconds": 0.0, "history": [], "curve": [],
                    "log": [], "best": {}}
     if checkpoint_dir is not None:
-        state = {**state, **(load_checkpoint(checkpoint_dir, config, {"policy": policy},
-                                             optimizer, generator, fresh=state) or {})}
+        state = load_checkpoint(checkpoint_dir, config, {"policy": policy}, optimizer, generator,
+                                fresh=state) or state
     resumed_from = state["update"]
     records = [_EnvRecord() for _ in envs]
     for i, rec in enumerate(records):

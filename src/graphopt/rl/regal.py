@@ -180,7 +180,7 @@ def train_regal(corpus: Sequence[Problem], config: RegalConfig, search: Search,
     run_config = {**asdict(config), "corpus": [p.graph.name for p in corpus], **(info or {})}
     modules = {"head": head, "sigma": _Holder(log_sigma)}
     state = {"update": 0, "seconds": 0.0, "uniform": {}, "log": []}
-    state = {**state, **(load_checkpoint(folder, run_config, modules, opt, gen, fresh=state) or {})}
+    state = load_checkpoint(folder, run_config, modules, opt, gen, fresh=state) or state
     inputs: dict[int, tuple] = {}
     t0 = time.perf_counter() - state["seconds"]
     t_call = time.perf_counter()

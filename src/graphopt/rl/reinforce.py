@@ -153,8 +153,8 @@ def restore_run(checkpoint_dir: str | None, config: dict, modules: dict, optimiz
     modules, optimizer, generator, baseline and evaluator ``ev``'s best plan restored."""
     state = new_run_state()
     if checkpoint_dir is not None:
-        state = {**state, **(load_checkpoint(checkpoint_dir, config, modules, optimizer, generator,
-                                             fresh=state) or {})}
+        state = load_checkpoint(checkpoint_dir, config, modules, optimizer, generator,
+                                fresh=state) or state
     baseline.value = state["baseline"]
     if state["best"] is not None:
         # these trainers minimise step time, so the best value is the best step time

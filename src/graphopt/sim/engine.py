@@ -624,7 +624,7 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
     debt = np.zeros(D)
     debt_at = np.zeros(D)
     idle_since = np.zeros(D)
-    paid = np.zeros(n if copies else 1)
+    paid = np.zeros(D)  # what the kernel each device runs now paid of its debt
     hsize = np.zeros(D, np.int64)
     qhead = np.zeros(D, np.int64)
     ntr = 0
@@ -700,9 +700,9 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
                 dk = kdur[k]
                 if copies:
                     pay = debt[d] - (t - max(idle_since[d], debt_at[d]))
-                    paid[k] = pay if pay > 0.0 else 0.0
+                    paid[d] = pay if pay > 0.0 else 0.0
                     debt[d] = 0.0
-                    dk += paid[k]
+                    dk += paid[d]
                 end[k] = t + dk
                 dev_busy[d] = True
                 new_t[nnew] = end[k]
@@ -780,7 +780,7 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
                 k = x
                 d = dev[k]
                 dev_busy[d] = False
-                busy[d] += end[k] - start[k] if shared else kdur[k] + (paid[k] if copies else 0.0)
+                busy[d] += end[k] - start[k] if shared else kdur[k] + paid[d]
                 idle_since[d] = t
                 mem[d] -= ktemp[k]
                 if not dirty_dev[d]:
