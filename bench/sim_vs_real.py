@@ -9,8 +9,9 @@ core) and each method's plan on 2 devices:
 - simulated step time: the calibrated cluster (``graphopt calibrate``: latency of a
   device change through the engine, bandwidth by ping-pong, the engine's per-op
   dispatch, transfers' host work) with every op's time measured on one worker as the
-  engine runs it (a profile, by op signature), and the model's own shared slowdown (its
-  single-device program on both workers at once against one alone), and no fusion, in
+  engine runs it (a profile, by op signature), the model's own shared slowdown (its
+  single-device program on both workers at once against one alone) and wake cost (its
+  ops' extra time after a worker waits), and no fusion, in
   the searches as in the prediction, as the engine runs op by op
   (:func:`graphopt.exec.calibrate.engine_problem`). Nothing is fitted to the plans
   reported here.
@@ -38,6 +39,7 @@ from graphopt.benchmarks import replace_section, save_json
 from graphopt.exec.api import PlacedProgram, measure_plans, trace_source
 from graphopt.exec.calibrate import calibrate, engine_problem
 from graphopt.exec.workers import CPUWorkers
+from graphopt.hardware.cluster import WAKE_IDLE
 from graphopt.hardware.presets import cluster_from_toml
 from graphopt.optim import Budget, optimize
 from graphopt.sim import ensure_compiled, simulate
@@ -107,6 +109,7 @@ def run(models=MODELS, methods=METHODS, steps: int = 30, budget: int = 500, seed
             tau = kendalltau([p["simulated"] for p in plans], [p["measured"] for p in plans]).statistic
             rows.append({"model": f"{name}-{size}", "ops": traced.graph.num_nodes, "plans": plans,
                          "shared_slowdown": slowdown,
+                         "wake_cost_us": [c * 1e6 for c in prob.cluster.devices[0].wake_cost],
                          "engine_us_per_op": prob.cluster.devices[0].dispatch_overhead * 1e6,
                          "kendall_tau": None if np.isnan(tau) else float(tau),
                          "seconds": time.perf_counter() - t0})
@@ -159,7 +162,7 @@ def to_markdown(res: dict) -> str:
         f"{c.get('transfer_cpu_ns_per_byte', 0):.2f} ns per byte"
         + (f" and {c['transfer_cpu_us_per_message']:.1f} us per message"
            if "transfer_cpu_us_per_message" in c else "") + " at each end, shared slowdown "
-        "per model (below).",
+        "and wake cost per model (below).",
         "",
         "| model | ops | method | measured ms | simulated ms | error | speed-up measured | "
         "speed-up simulated |",
@@ -170,13 +173,17 @@ def to_markdown(res: dict) -> str:
             lines.append(f"| {r['model']} | {r['ops']} | {p['method']} | {p['measured'] * 1e3:.1f} | "
                          f"{p['simulated'] * 1e3:.1f} | {p['error'] * 100:+.0f}% | "
                          f"{p['speedup_measured']:.2f}x | {p['speedup_simulated']:.2f}x |")
-    lines += ["", "| model | Kendall tau | shared slowdown | engine us per op |", "|---|---|---|---|"]
+    idle = "/".join(f"{t * 1e6:g}" for t in WAKE_IDLE)
+    lines += ["", f"| model | Kendall tau | shared slowdown | engine us per op | wake cost, us after waits "
+              f"of {idle} us |", "|---|---|---|---|---|"]
     def fmt(x: float | None) -> str:
         return "n/a" if x is None else f"{x * 100:.0f}%"
 
     lines += [f"| {r['model']} | {'n/a' if r['kendall_tau'] is None else round(r['kendall_tau'], 2)} | "
               f"{r['shared_slowdown']:.3f} | "
-              + (f"{r['engine_us_per_op']:.2f} |" if "engine_us_per_op" in r else "- |") for r in res["rows"]]
+              + (f"{r['engine_us_per_op']:.2f} |" if "engine_us_per_op" in r else "- |")
+              + (f" {'/'.join(f'{c:.0f}' for c in r['wake_cost_us'])} |" if r.get("wake_cost_us") else " - |")
+              for r in res["rows"]]
     lines += ["",
               f"Median absolute error: one device {fmt(s['median_abs_error_one_device'])} "
               f"(target <= 10%), two devices {fmt(s['median_abs_error_two_devices'])} (target <= 15%). "

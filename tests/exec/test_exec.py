@@ -323,6 +323,25 @@ def test_shared_slowdown_of_a_program(pool):
         pool.load(compile_program(traced, _random_plan(traced.graph, 2, 1), 2), replicate=True)
 
 
+def test_a_step_with_idle_sleeps_and_the_wake_cost_of_a_program(pool):
+    from graphopt.exec.calibrate import wake_cost
+    from graphopt.hardware.cluster import WAKE_IDLE
+
+    traced = trace_program(torch.nn.Linear(64, 64), (torch.randn(32, 64),), training=True)
+    prog = compile_program(traced, None, 2)
+    pool.load(prog)
+    events = pool.step(0, prog, idle=(2, 0.01))[1][0]
+    ops = sorted((start, end) for kind, _, start, end, _ in events if kind == "op")
+    gaps = [b[0] - a[1] for a, b in zip(ops, ops[1:])]
+    # a sleep before every second op, none before the others
+    assert all(g >= 0.01 for g in gaps[::2]) and len(ops) >= 4
+    assert sum(g >= 0.01 for g in gaps) == len(ops) // 2
+    pool.unload(prog)
+    cost = wake_cost(traced, pool, rounds=2, idle_per_step=0.02)
+    assert len(cost) == len(WAKE_IDLE) and all(0 <= c < 0.01 for c in cost)
+    assert list(cost) == sorted(cost)  # never less after a longer wait
+
+
 def test_transfer_host_work_is_measured_with_any_number_of_workers(pool3):
     """Workers beyond the two that measure join the measurement's barriers (a third one
     used to leave the other two waiting until the timeout)."""
@@ -434,6 +453,8 @@ def test_calibration_writes_a_cluster_file_the_simulator_loads(tmp_path):
     assert cluster.devices[1].transfer_cpu_overhead == pytest.approx(cal.transfer_overhead, rel=1e-4)
     expected = 1 / cal.transfer_cpu if cal.transfer_cpu > 0 else float("inf")
     assert cluster.devices[0].transfer_cpu_bw == pytest.approx(expected, rel=1e-4)
+    assert len(cal.wake_cost) == 4
+    assert cluster.devices[1].wake_cost == pytest.approx(cal.wake_cost, rel=1e-4, abs=1e-12)
     traced = trace_program(torch.nn.Linear(4, 2), (torch.randn(3, 4),), training=True)
     profile = profile_program(traced, devices=1, steps=2)
     prob = Problem(traced.graph, cluster, profile=profile)

@@ -23,7 +23,14 @@ their cores), never fitted to the plans a benchmark reports:
   matmuls on one worker alone, then while it receives and while it sends 8 MiB in 16
   messages at once, and 60 messages of 1 KiB one at a time, spread over the chain as
   the engine sends values between ops; the extra time per byte is the devices'
-  ``transfer_cpu_gbps``, per small message (less its bytes) ``transfer_cpu_us``.
+  ``transfer_cpu_gbps``, per small message (less its bytes) ``transfer_cpu_us``;
+- waking: a worker that waits for a value finds its caches colder when it resumes (on
+  this shared machine, 15-40 us after waits of 30 us to 1 ms, 0.1-0.5 ms after 3-30 ms),
+  so the ops after a wait run slower than the profile says: a program on one worker,
+  then with sleeps of each idle time of :data:`~graphopt.hardware.cluster.WAKE_IDLE`
+  spread over the step; the extra op time per sleep is the devices' ``wake_cost_us``
+  (:func:`wake_cost`; :func:`calibrate` on a chain of small ops, :func:`engine_problem`
+  on a program's own ops).
 """
 
 from __future__ import annotations
@@ -43,12 +50,13 @@ from graphopt.errors import GraphoptError
 from graphopt.exec.program import compile_program
 from graphopt.exec.workers import CPUWorkers, device_cores
 from graphopt.frontends.torch import TracedProgram, trace_program
-from graphopt.hardware.cluster import Cluster
+from graphopt.hardware.cluster import WAKE_IDLE, Cluster
 from graphopt.ir.io import atomic_write
 from graphopt.sim.plan import Plan
 from graphopt.sim.problem import Problem
 
-__all__ = ["DEVICE_KIND", "Calibration", "calibrate", "engine_problem", "profile_program", "shared_slowdown"]
+__all__ = ["DEVICE_KIND", "Calibration", "calibrate", "engine_problem", "profile_program", "shared_slowdown",
+           "wake_cost"]
 
 #: The device kind of calibrated CPU workers; profiles of programs use it too.
 DEVICE_KIND = "cpu-worker"
@@ -70,6 +78,7 @@ class Calibration:
     shared_slowdown: float = 1.0
     transfer_cpu: float = 0.0  # seconds of a worker's core per byte it sends or receives
     transfer_overhead: float = 0.0  # ... and per message
+    wake_cost: tuple[float, ...] = ()  # extra op seconds after each idle time of WAKE_IDLE
 
     def to_toml(self) -> str:
         """A cluster file :func:`graphopt.hardware.load_cluster` reads."""
@@ -88,7 +97,9 @@ class Calibration:
             'a chain of small ops on one worker alone, then on every worker at once (graphopt '
             'run and optimize measure each program\'s own); transfer_cpu_gbps '
             'and transfer_cpu_us from a chain of matmuls on one worker alone, then while it '
-            'sends or receives large messages at once and small ones one at a time",',
+            'sends or receives large messages at once and small ones one at a time; '
+            'wake_cost_us from a chain of small ops on one worker, without pause and with '
+            'sleeps of each idle time (graphopt run and optimize measure each program\'s own)",',
             "]",
             "",
             "[[devices]]",
@@ -105,6 +116,9 @@ class Calibration:
             *([f"transfer_cpu_gbps = {1e-9 / self.transfer_cpu:.6g}"] if self.transfer_cpu > 0
               else []),
             f"transfer_cpu_us = {self.transfer_overhead * 1e6:.6g}",
+            *([f"# after waits of {', '.join(f'{t * 1e6:g}' for t in WAKE_IDLE)} us",
+               f"wake_cost_us = [{', '.join(f'{c * 1e6:.6g}' for c in self.wake_cost)}]"]
+              if self.wake_cost else []),
             "",
             "[topology]",
             'type = "all_to_all"',
@@ -190,6 +204,47 @@ def _alone_and_together(traced: TracedProgram, pool: CPUWorkers,
     return times, max(1.0, statistics.median(ratios)), statistics.median(engine)
 
 
+def wake_cost(traced: TracedProgram, pool: CPUWorkers, rounds: int = 5,
+              idle_per_step: float = 0.05) -> tuple[float, ...]:
+    """The seconds ``traced``'s ops take beyond their time on a worker of ``pool`` that
+    ran without pause, per wait of each idle time of
+    :data:`~graphopt.hardware.cluster.WAKE_IDLE`: a ``Device.wake_cost``.
+
+    Per round, the program runs on worker 0 without pause, then once per idle time with
+    sleeps of that length spread evenly over its ops (every 20th op at most, and no more
+    than ``idle_per_step`` seconds of sleep in a step, so that the longest still fit
+    several times); a figure is the median over rounds of the step's extra op time per
+    sleep. A longer wait never costs less than a shorter one (what it evicts, a shorter
+    one evicts in part): the figures are made non-decreasing, and 0 where noise gives
+    less than nothing.
+
+    Examples
+    --------
+    >>> with CPUWorkers(2) as pool:                          # doctest: +SKIP
+    ...     cluster = cluster.with_wake_cost(wake_cost(traced, pool))
+    """
+    prog = compile_program(traced, None, pool.devices)
+    pool.load(prog)
+    try:
+        pool.step(0, prog)  # warms the allocator and the op cache
+        ops = sum(1 for e in pool.step(1, prog)[1][0] if e[0] == "op")
+        every = [max(20, ops // max(1, min(ops // 20, int(idle_per_step / t)))) for t in WAKE_IDLE]
+        extra: list[list[float]] = [[] for _ in WAKE_IDLE]
+        for _ in range(rounds):
+            base = _op_seconds(pool.step(1, prog)[1][0])
+            for i, t in enumerate(WAKE_IDLE):
+                events = pool.step(1, prog, idle=(every[i], t))[1][0]
+                sleeps = sum(1 for e in events if e[0] == "op") // every[i]
+                extra[i].append((_op_seconds(events) - base) / max(sleeps, 1))
+    finally:
+        pool.unload(prog)
+    return tuple(np.maximum.accumulate(np.maximum([statistics.median(x) for x in extra], 0.0)).tolist())
+
+
+def _op_seconds(events: list[tuple]) -> float:
+    return sum(e[3] - e[2] for e in events if e[0] == "op")
+
+
 def _engine_time_per_op(events: list[tuple]) -> float:
     """The engine's own time per op in one worker's step that ran every op alone: the
     step's span less its ops' times, per op (its ready queue and bookkeeping)."""
@@ -273,17 +328,18 @@ def calibrate(devices: int = 2, timeout: float = 120.0, chain_ops: int = 300,
         pool.load(compile_program(chain, None, devices))
         # the first step warms the allocator and the op cache
         per_op = [_engine_time_per_op(pool.step(step)[1][0]) for step in range(steps + 1)][1:]
-        slowdown = 1.0
+        slowdown, wake = 1.0, ()
         if devices > 1:
             stages = trace_program(_Stages(chain_ops).eval(), (torch.randn(64, 256),), training=False)
             slowdown = shared_slowdown(stages, pool, steps)
+            wake = wake_cost(stages, pool, steps)
         latency = _hop_latency(pool, chain, steps) if devices > 1 else 0.0
         xcpu, xmsg = pool.transfer_cpu() if devices > 1 else (0.0, 0.0)
     bandwidth = _bandwidth(pingpong) if pingpong else float("inf")
     threads = len(device_cores(devices)[0])
     flops, copy = _rates(threads)
     return Calibration(devices, threads, latency, bandwidth, statistics.median(per_op), flops, copy,
-                       pingpong, slowdown, xcpu, xmsg)
+                       pingpong, slowdown, xcpu, xmsg, wake)
 
 
 def profile_program(traced: TracedProgram, devices: int = 2, steps: int = 5,
@@ -345,7 +401,7 @@ def engine_problem(traced: TracedProgram, cluster: Cluster, pool: CPUWorkers | N
     devices' dispatch (in place of the calibration's chain of tiny ops: a program's ops
     have more inputs and readers to keep, 2-3 us an op against the chain's 1.5 on this
     machine), with several workers the program's own :func:`shared_slowdown` (its steps
-    alone time the ops too), and no fusion (the engine runs op by op; kernels of one op,
+    alone time the ops too) and :func:`wake_cost`, and no fusion (the engine runs op by op; kernels of one op,
     so a plan's fusion changes nothing).
 
     Examples
@@ -359,7 +415,7 @@ def engine_problem(traced: TracedProgram, cluster: Cluster, pool: CPUWorkers | N
     try:
         if devices > 1:  # the steps alone time the ops and are the slowdown's reference
             times, slowdown, engine = _alone_and_together(traced, pool, rounds=5)
-            cluster = cluster.with_shared_slowdown(slowdown)
+            cluster = cluster.with_shared_slowdown(slowdown).with_wake_cost(wake_cost(traced, pool))
         else:
             times, engine = _run_alone(traced, devices, 5, 120.0, pool)
     finally:

@@ -188,16 +188,19 @@ class CPUWorkers:
             return next(reversed(self._loaded))
         return next((k for k, (p, r) in self._loaded.items() if p is prog and r == replicate), None)
 
-    def step(self, seed: int = 0, prog: Program | None = None,
-             replicate: bool = False) -> tuple[Any, list[list[tuple]]]:
+    def step(self, seed: int = 0, prog: Program | None = None, replicate: bool = False,
+             idle: tuple[int, float] | None = None) -> tuple[Any, list[list[tuple]]]:
         """Run one step of ``prog`` (default: the last program loaded; ``replicate``: its
         replicated load) on every device; return the outputs (gathered here) and each
-        device's events ``(kind, name, start, end, extra)`` on the shared monotonic clock."""
+        device's events ``(kind, name, start, end, extra)`` on the shared monotonic clock.
+        ``idle = (every, seconds)``: each device sleeps ``seconds`` before every
+        ``every``-th op it runs, as if it waited for a value
+        (:func:`graphopt.exec.calibrate.wake_cost` times what that costs its ops)."""
         key = self._key(prog, replicate)
         if key is None:
             raise ExecutionError("the program is not loaded in this pool")
         for r in range(self.devices):
-            self._send(r, ("step", (key, seed)))
+            self._send(r, ("step", (key, seed, idle)))
         results = self._gather("a step")
         values: dict[int, Any] = {}
         for outs, _ in results:
@@ -352,8 +355,8 @@ def _worker(rank: int, world: int, store: str, conn: Any, cores: list[int], time
                 loaded.pop(arg, None)
                 conn.send(("ok", None))
             elif cmd == "step":
-                key, seed = arg
-                conn.send(("ok", loaded[key].step(seed)))
+                key, seed, idle = arg
+                conn.send(("ok", loaded[key].step(seed, idle)))
             elif cmd == "pingpong":
                 conn.send(("ok", _pingpong(rank, *arg)))
             elif cmd == "transfer_cpu":
@@ -413,7 +416,8 @@ class _Device:
             self.uses[t.node] = self.uses.get(t.node, 0) + 1
         self.keep = set(share["feeds"]) | set(share["outputs"])
 
-    def step(self, seed: int) -> tuple[dict[int, Any], list[tuple]]:
+    def step(self, seed: int, idle: tuple[int, float] | None = None
+             ) -> tuple[dict[int, Any], list[tuple]]:
         import torch.distributed as dist
 
         instrs, events = self.instrs, []
@@ -482,6 +486,8 @@ class _Device:
             node = ins.node
             for tag in ins.wait_sends:  # an in-place write waits for sends of the old value
                 _wait_once(sent[tag][0])
+            if idle and done % idle[0] == idle[0] - 1:
+                time.sleep(idle[1])
             t0 = time.perf_counter()
             try:
                 self.values[node] = run_op(ins, self.values, seed)

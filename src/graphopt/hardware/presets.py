@@ -16,7 +16,7 @@ import numpy as np
 
 from graphopt.errors import ClusterError
 from graphopt.hardware import topology
-from graphopt.hardware.cluster import Cluster, Device
+from graphopt.hardware.cluster import WAKE_IDLE, Cluster, Device
 
 __all__ = ["MAX_DEVICES", "cluster_from_toml", "list_presets", "load_cluster"]
 
@@ -130,6 +130,13 @@ def cluster_from_toml(data: dict, source: str = "<toml>") -> Cluster:
         if not 0 <= xmsg < np.inf:
             raise ClusterError(f"{source}: [[devices]] {g.get('kind')!r}: key 'transfer_cpu_us' "
                                f"= {xmsg / _US!r}; expected a number >= 0")
+        wake = g.get("wake_cost_us", [])
+        if (not isinstance(wake, list) or len(wake) not in (0, len(WAKE_IDLE))
+                or not all(isinstance(c, int | float) and not isinstance(c, bool) and 0 <= c < np.inf
+                           for c in wake)):
+            raise ClusterError(f"{source}: [[devices]] {g.get('kind')!r}: key 'wake_cost_us' = "
+                               f"{wake!r}; expected {len(WAKE_IDLE)} numbers >= 0, microseconds "
+                               f"after idle times of {[t * 1e6 for t in WAKE_IDLE]} us")
         prefix = _opt(g, "prefix", source, "gpu", str)
         peaks = g.get("peak_tflops", {})
         if not isinstance(peaks, dict) or not peaks:
@@ -147,7 +154,7 @@ def cluster_from_toml(data: dict, source: str = "<toml>") -> Cluster:
                 dispatch_overhead=_opt(g, "dispatch_overhead_us", source, 0.0) * _US,
                 # one table, one host: its shared_slowdown applies among its devices
                 host=f"devices[{table}]", shared_slowdown=slowdown, transfer_cpu_bw=xcpu,
-                transfer_cpu_overhead=xmsg))
+                transfer_cpu_overhead=xmsg, wake_cost=tuple(c * _US for c in wake)))
     n = len(devices)
     t = data.get("topology", {})
     kind = t.get("type")

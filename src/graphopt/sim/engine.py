@@ -510,7 +510,7 @@ def _share_host(t, host, slope, dev_busy, cur, rem, ref, fac, fresh, newpos, nbu
 @_jit()
 def _with_transfer_work(group, dev, kdur, succ_ptr, succ_idx, out_kernel, out_dev, per_message, D):
     """``kdur`` plus the per-message host work of every transfer at both of its ends (see
-    :func:`run`'s ``xspb``): each kernel's output goes once to each other device that
+    :func:`run`'s ``hostw``): each kernel's output goes once to each other device that
     reads it; the producer posts it, the first kernel there that reads it takes it over."""
     kd = kdur.copy()
     sent = np.zeros(D, np.bool_)
@@ -536,7 +536,7 @@ def _with_transfer_work(group, dev, kdur, succ_ptr, succ_idx, out_kernel, out_de
 @_jit()
 def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
         pred_ptr, pred_idx, succ_ptr, succ_idx, succ_bytes, bw, lat, ndev, shared, host, slope,
-        xspb, olat, ws):
+        hostw, olat, ws):
     """Simulate one plan. Kernels are the nodes with ``group[i] == i``.
 
     Parameters (N nodes, E edges, D devices)
@@ -557,7 +557,7 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
     host : int64 (D,)            each device's host
     slope : float64 (D,)         how much longer a kernel takes per other busy device of
                                  its host: ``(shared_slowdown - 1) / (host's devices - 1)``
-    xspb : float64 (2, D)        seconds of each device's own time per byte (row 0) and
+    hostw : float64 (2 + 2K, D)  seconds of each device's own time per byte (row 0) and
                                  per message (row 1) it sends or receives (its core
                                  handles them); 0: transfers are free to both ends. A
                                  message's posting lengthens its producer, its hand-over
@@ -566,6 +566,10 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
                                  end to end, includes the copies): they cost a device
                                  only the part of the copy it was not idle for, paid by
                                  the next kernel it starts (less any idle time since).
+                                 Rows 2 to K + 1: seconds a kernel takes beyond its own
+                                 after the device sat idle for the seconds in rows K + 2
+                                 to 2K + 1 (increasing; linear in between, from 0 at no
+                                 idle, and the last beyond); all 0: idling is free.
     olat : bool                  links busy for ``bytes / bandwidth`` only, the tensor
                                  arriving ``latency`` later (Cluster.overlap_latency);
                                  else busy for the whole ``latency + bytes / bandwidth``
@@ -616,15 +620,17 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
     base = np.zeros(D, np.int64)
     for d in range(1, D):
         base[d] = base[d - 1] + count[d - 1]
-    if xspb[1].max() > 0.0:
+    if hostw[1].max() > 0.0:
         kdur = _with_transfer_work(group, dev, kdur, succ_ptr, succ_idx, out_kernel, out_dev,
-                                   xspb[1], D)
-    # the bytes' host work as each device's debt: see xspb above
-    copies = xspb[0].max() > 0.0
+                                   hostw[1], D)
+    # the bytes' host work as each device's debt: see hostw above
+    copies = hostw[0].max() > 0.0
     debt = np.zeros(D)
     debt_at = np.zeros(D)
     idle_since = np.zeros(D)
-    paid = np.zeros(D)  # what the kernel each device runs now paid of its debt
+    nwake = (hostw.shape[0] - 2) // 2
+    waking = nwake > 0 and hostw[2:2 + nwake].max() > 0.0
+    extra = np.zeros(D)  # what the kernel each device runs now takes beyond its own time
     hsize = np.zeros(D, np.int64)
     qhead = np.zeros(D, np.int64)
     ntr = 0
@@ -697,12 +703,25 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
                     k = _ready_pop(hbuf, base[d], hsize[d], kprio)
                 hsize[d] -= 1
                 start[k] = t
-                dk = kdur[k]
+                extra[d] = 0.0
                 if copies:
                     pay = debt[d] - (t - max(idle_since[d], debt_at[d]))
-                    paid[d] = pay if pay > 0.0 else 0.0
+                    if pay > 0.0:
+                        extra[d] = pay
                     debt[d] = 0.0
-                    dk += paid[d]
+                if waking and t > idle_since[d]:
+                    idle = t - idle_since[d]
+                    q = 0
+                    while q < nwake - 1 and hostw[2 + nwake + q, d] < idle:
+                        q += 1
+                    hi = hostw[2 + nwake + q, d]
+                    if idle >= hi:
+                        extra[d] += hostw[2 + q, d]
+                    else:
+                        lo = hostw[1 + nwake + q, d] if q > 0 else 0.0
+                        clo = hostw[1 + q, d] if q > 0 else 0.0
+                        extra[d] += clo + (hostw[2 + q, d] - clo) * (idle - lo) / (hi - lo)
+                dk = kdur[k] + extra[d]
                 end[k] = t + dk
                 dev_busy[d] = True
                 new_t[nnew] = end[k]
@@ -780,7 +799,7 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
                 k = x
                 d = dev[k]
                 dev_busy[d] = False
-                busy[d] += end[k] - start[k] if shared else kdur[k] + paid[d]
+                busy[d] += end[k] - start[k] if shared else kdur[k] + extra[d]
                 idle_since[d] = t
                 mem[d] -= ktemp[k]
                 if not dirty_dev[d]:
@@ -870,7 +889,7 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
                 if copies:  # each end copied the bytes while they were in flight
                     for e2 in range(2):
                         de = a if e2 == 0 else b
-                        w = tr_bytes[tr] * xspb[0, de]
+                        w = tr_bytes[tr] * hostw[0, de]
                         if not dev_busy[de]:
                             w -= t - max(tr_start[tr], idle_since[de])
                         if w > 0.0:
@@ -930,7 +949,7 @@ _scratch = threading.local()
 def evaluate(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ_ptr, succ_idx,
              succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes, temp_bytes,
              persistent, coloc, capacity, bw, lat, cand, single_eb, fflags, level, max_fuse,
-             max_ops, large_ops, large_slope, shared, host, slope, xspb, olat, ecap):
+             max_ops, large_ops, large_slope, shared, host, slope, hostw, olat, ecap):
     """:func:`evaluate_in` in this thread's work arrays.
 
     Its result depends on its arguments alone (the engine writes every work array before
@@ -945,14 +964,14 @@ def evaluate(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ
                        succ_idx, succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes,
                        temp_bytes, persistent, coloc, capacity, bw, lat, cand, single_eb, fflags,
                        level, max_fuse, max_ops, large_ops, large_slope, shared, host, slope,
-                       xspb, olat, _scratch.ws)
+                       hostw, olat, _scratch.ws)
 
 
 @_jit()
 def evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ_ptr,
                 succ_idx, succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes,
                 temp_bytes, persistent, coloc, capacity, bw, lat, cand, single_eb, fflags, level,
-                max_fuse, max_ops, large_ops, large_slope, shared, host, slope, xspb, olat, ws):
+                max_fuse, max_ops, large_ops, large_slope, shared, host, slope, hostw, olat, ws):
     """Fuse, cost the kernels, run, check validity, in the work arrays ``ws``.
     ``fusion_mode``: 0 none, 1 the compiler's default, 2 by ``fprio``. Returns ``(run's
     result, group, state (bit 1: duplicated), number of kernels, validity code, device or
@@ -979,7 +998,7 @@ def evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, s
             group, place, prio, time, flop_t, mem_t, launch, spb, cls, temp_bytes, out_bytes,
             succ_ptr, succ_idx, succ_bytes, large_ops, large_slope, ws)
         res = run(g2, place, kdur, kout, ktemp, kprio, use_fifo, mh, mn, kpp, kpi, ksp, ksi,
-                  ksb, bw, lat, ndev, shared, host, slope, xspb, olat, ws)
+                  ksb, bw, lat, ndev, shared, host, slope, hostw, olat, ws)
     else:
         kdur, ktemp, kprio, mhead, mnext = kernel_costs(group, place, prio, fused, time, flop_t,
                                                         mem_t, launch, spb, cls, temp_bytes,
@@ -987,7 +1006,7 @@ def evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, s
                                                         ws)
         res = run(group, place, kdur, out_bytes, ktemp, kprio, use_fifo, mhead, mnext, pred_ptr,
                   pred_idx, succ_ptr, succ_idx, succ_bytes, bw, lat, ndev, shared, host, slope,
-                  xspb, olat, ws)
+                  hostw, olat, ws)
     nk = 0
     ngroups = 0
     peak = res[1]
@@ -1019,7 +1038,7 @@ def evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, s
 def evaluate_batch(places, prios, fifo, fprios, mode, pred_ptr, pred_idx, succ_ptr, succ_idx,
                    succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes, temp_bytes,
                    persistent, coloc, capacity, bw, lat, cand, single_eb, fflags, level, max_fuse,
-                   max_ops, large_ops, large_slope, shared, host, slope, xspb, olat, ecap, nthreads):
+                   max_ops, large_ops, large_slope, shared, host, slope, hostw, olat, ecap, nthreads):
     """:func:`evaluate_in` for B plans in chunks of plans, one workspace per chunk.
 
     There are a few chunks per thread, handed out one at a time (the caller sets numba's
@@ -1041,7 +1060,7 @@ def evaluate_batch(places, prios, fifo, fprios, mode, pred_ptr, pred_idx, succ_p
                                            flop_t, mem_t, launch, spb, cls, out_bytes,
                                            temp_bytes, persistent, coloc, capacity, bw, lat,
                                            cand, single_eb, fflags, level, max_fuse, max_ops,
-                                           large_ops, large_slope, shared, host, slope, xspb, olat, ws)
+                                           large_ops, large_slope, shared, host, slope, hostw, olat, ws)
             step[i] = res[0]
             peak[i, :] = res[1]
             code[i] = cd

@@ -13,6 +13,7 @@ import numpy as np
 from graphopt.cost.roofline import op_costs
 from graphopt.errors import PlanError
 from graphopt.hardware import Cluster
+from graphopt.hardware.cluster import WAKE_IDLE
 from graphopt.ir import Graph
 from graphopt.ir.ops import FUSIBLE_CONSUMER, FUSIBLE_PRODUCER, OP_CLASSES
 from graphopt.sim import engine
@@ -98,10 +99,15 @@ class Problem:
         slowdown = np.array([d.shared_slowdown for d in cluster.devices])
         self.slope = np.where(size > 1, (slowdown - 1.0) / np.maximum(size - 1, 1), 0.0)
         self.shared = bool((self.slope > 0).any())
-        # host seconds a device spends on each transfer it sends or receives: per byte
-        # (row 0) and per message (row 1)
-        self.transfer_cpu = np.array([[1.0 / d.transfer_cpu_bw for d in cluster.devices],
-                                      [d.transfer_cpu_overhead for d in cluster.devices]])
+        # host seconds a device spends beyond its kernels: on each transfer it sends or
+        # receives, per byte (row 0) and per message (row 1); and on a kernel that starts
+        # after the device sat idle for WAKE_IDLE seconds (rows 2 to 5; rows 6 to 9 hold
+        # those idle times, which the engine's compiled code must not read from another
+        # module: numba's cache would not see them change)
+        idle = np.repeat(np.array(WAKE_IDLE)[:, None], len(cluster.devices), axis=1)
+        wake = np.array([d.wake_cost or (0.0,) * len(WAKE_IDLE) for d in cluster.devices]).T
+        self.host_work = np.vstack([[1.0 / d.transfer_cpu_bw for d in cluster.devices],
+                                    [d.transfer_cpu_overhead for d in cluster.devices], wake, idle])
         self.overlap_latency = bool(cluster.overlap_latency)
         self.persistent = np.array(g.persistent_bytes)
         self.coloc = np.array(g.coloc)
@@ -242,7 +248,7 @@ class Problem:
                 self.bandwidth, self.latency, self.cand_consumer, self.single_edge_bytes,
                 self.fusion_flags, self.level, self.max_fusion_size, self.max_fusion_operands,
                 self.fusion_efficient_ops, self.fusion_slowdown_per_op, self.shared, self.host,
-                self.slope, self.transfer_cpu, self.overlap_latency, self.edge_capacity)
+                self.slope, self.host_work, self.overlap_latency, self.edge_capacity)
 
 
 @dataclass

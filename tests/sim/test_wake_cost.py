@@ -1,0 +1,120 @@
+"""A device that waits pays for it in the kernel it starts next (``Device.wake_cost``: the
+extra seconds after each idle time of ``WAKE_IDLE``, linear in between); timelines
+computed by hand on the fan-out graph, where device 1 waits for a's 4 MB."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from graphopt.errors import ClusterError
+from graphopt.hardware import Cluster, Device, load_cluster, topology
+from graphopt.hardware.cluster import WAKE_IDLE
+from graphopt.hardware.presets import cluster_from_toml
+from graphopt.sim import Plan, Problem, simulate, simulate_batch
+from tests.sim.test_transfer_cpu import BW, LAT, fan_out
+
+COST = (10e-6, 50e-6, 200e-6, 400e-6)
+
+
+def cluster(wake: tuple = COST) -> Cluster:
+    devs = tuple(Device(f"dev:{i}", "toy", {"float32": 1e12}, 1e11, 1e11, 1e12, 1e-6,
+                        wake_cost=wake) for i in range(2))
+    return Cluster("toy", devs, *topology.all_to_all(2, BW, LAT))
+
+
+def expected_wake(idle: float) -> float:
+    """The cost after ``idle`` seconds, from the docstring's rule (written out apart from
+    the engine's loop)."""
+    return float(np.interp(idle, (0.0, *WAKE_IDLE), (0.0, *COST)))
+
+
+def test_the_device_that_waits_pays_in_its_next_kernel():
+    g, plan = fan_out()
+    prob = Problem(g, cluster())
+    free = simulate(Problem(g, cluster(())), plan, timeline=True).timeline
+    tl = simulate(prob, plan, timeline=True).timeline
+    t = prob.costs.time[:, 0]
+    # dev 1 is idle from the start until a's bytes arrive: b pays for that wait, and c,
+    # which follows b with no wait, pays nothing
+    arrive = t[0] + LAT + 4e6 / BW
+    assert WAKE_IDLE[-2] < arrive < WAKE_IDLE[-1]  # between two measured points
+    assert tl.start[1] == pytest.approx(arrive, rel=1e-12)
+    assert tl.end[1] - tl.start[1] == pytest.approx(t[1] + expected_wake(arrive), rel=1e-12)
+    assert tl.end[2] - tl.start[2] == pytest.approx(t[2], rel=1e-12)
+    # dev 0 never waits: a starts at 0
+    assert tl.end[0] == free.end[0]
+
+
+def test_a_wait_beyond_the_last_idle_time_costs_the_last_figure():
+    g, plan = fan_out()
+    slow = Cluster("toy", cluster().devices, *topology.all_to_all(2, 1e8, LAT))  # a 40 ms transfer
+    prob = Problem(g, slow)
+    tl = simulate(prob, plan, timeline=True).timeline
+    assert tl.start[1] > WAKE_IDLE[-1]
+    assert tl.end[1] - tl.start[1] == pytest.approx(prob.costs.time[1, 0] + COST[-1], rel=1e-12)
+
+
+def test_a_short_wait_costs_its_share_of_the_first_figure():
+    g, plan = fan_out()
+    devs = tuple(Device(f"dev:{i}", "toy", {"float32": 1e14}, 1e14, 1e14, 1e12, 1e-6, wake_cost=COST)
+                 for i in range(2))
+    prob = Problem(g, Cluster("toy", devs, *topology.all_to_all(2, 1e12, LAT)))  # 4 us on the link
+    tl = simulate(prob, plan, timeline=True).timeline
+    idle = tl.start[1]
+    assert 0 < idle < WAKE_IDLE[0]
+    assert tl.end[1] - tl.start[1] == pytest.approx(prob.costs.time[1, 0] + COST[0] * idle / WAKE_IDLE[0],
+                                                    rel=1e-9)
+
+
+def test_one_device_never_waits_and_presets_are_free():
+    g, _ = fan_out()
+    one = Plan(placement=np.zeros(4, int), fusion=np.zeros(4))
+    assert simulate(Problem(g, cluster()), one).step_time == simulate(Problem(g, cluster(())), one).step_time
+    assert not Problem(g, load_cluster("p100:2")).host_work[2:2 + len(WAKE_IDLE)].any()
+
+
+def test_batch_agrees_with_single_plans():
+    g, _ = fan_out()
+    prob = Problem(g, cluster())
+    places = np.random.default_rng(0).integers(0, 2, (16, 4))
+    batch = simulate_batch(prob, places, fusion=np.zeros((16, 4)))
+    for p, s in zip(places, batch.step_time):
+        assert simulate(prob, Plan(placement=p, fusion=np.zeros(4))).step_time == s
+
+
+def test_the_busy_time_counts_the_wake():
+    g, plan = fan_out()
+    prob = Problem(g, cluster())
+    r = simulate(prob, plan, timeline=True)
+    tl = r.timeline
+    on1 = tl.device == 1
+    assert r.busy[1] == pytest.approx(float((tl.end - tl.start)[on1].sum()), rel=1e-12)
+
+
+def test_cluster_files_give_it_in_microseconds_and_refuse_bad_lists():
+    def toml(line: str) -> dict:
+        import tomllib
+        return tomllib.loads(f"""
+name = "x"
+[[devices]]
+kind = "cpu"
+count = 2
+peak_tflops = {{ float32 = 0.1 }}
+vector_tflops = 0.1
+mem_gbps = 10
+memory_gib = 1
+{line}
+[topology]
+type = "all_to_all"
+link_gbps = 1
+latency_us = 100
+""")
+    c = cluster_from_toml(toml("wake_cost_us = [10, 50, 200, 400]"), "x.toml")
+    assert c.devices[1].wake_cost == pytest.approx(COST)
+    assert cluster_from_toml(toml(""), "x.toml").devices[0].wake_cost == ()
+    for bad in ("[1, 2]", "[1, 2, 3, -4]", '[1, 2, 3, "4"]', "[1, 2, 3, inf]", "5"):
+        with pytest.raises(ClusterError, match="x.toml.*wake_cost_us"):
+            cluster_from_toml(toml(f"wake_cost_us = {bad}"), "x.toml")
+    with pytest.raises(ClusterError, match="wake_cost"):
+        cluster((1e-6,))
