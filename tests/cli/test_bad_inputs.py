@@ -52,10 +52,15 @@ def make_bad_files(d: Path) -> Path:
                            ("count_0", "count = 8", "count = 0"),
                            ("count_str", "count = 8", 'count = "many"'),
                            ("peak_str", "peak_tflops = {", 'peak_tflops = {x = "a", '),
-                           ("latency_list", "latency_us =", "latency_us = [1] #")]:
+                           ("latency_list", "latency_us =", "latency_us = [1] #"),
+                           ("wake_short", "count = 8", "count = 8\nwake_cost_us = [1, 2]"),
+                           ("wake_neg", "count = 8", "count = 8\nwake_cost_us = [1, 2, 3, -4]")]:
         assert old in base
         (d / f"{name}.toml").write_text(base.replace(old, new, 1))
     (d / "latin1.toml").write_bytes(b"\xff\xfe" + base.encode())
+    with (d / "huge.toml").open("wb") as f:
+        f.truncate(2**30)  # sparse: a GiB that is never written
+    (d / "tuned_bad.json").write_text(json.dumps({"params": {"sa": {"chains": "many"}}}))
     plan = {"format": "graphopt.plan", "version": 1}
     (d / "short_plan.json").write_text(json.dumps({**plan, "placement": [0, 1]}))
     (d / "far_plan.json").write_text(json.dumps({**plan, "placement": [7] * len(g["nodes"])}))
@@ -481,6 +486,10 @@ CASES = [
     ("simulate example:mlp -c {d}/root_nan.toml", "cluster 'dgx1-v100': bandwidth must be finite"),
     ("simulate example:mlp -c {d}/dims_text.toml", "dims_text.toml: [topology] dims = '8'; expected a"),
     ("simulate example:mlp -c {d}/g.json", "g.json'; known presets"),
+    ("simulate example:mlp -c {d}/huge.toml", "huge.toml': 1,073,741,824 bytes, more than 1,048,576"),
+    ("simulate example:mlp -c {d}/wake_short.toml", "wake_short.toml: [[devices]] 'V100-SXM2-16GB': key"),
+    ("simulate example:mlp -c {d}/wake_neg.toml", "wake_neg.toml: [[devices]] 'V100-SXM2-16GB': key 'w"),
+    ("optimize example:mlp --methods sa -p {d}/tuned_bad.json", "tuned_bad.json: 'sa.chains=many': sa."),
     ("simulate example:mlp -c dgx1-v100:0", "cluster 'dgx1-v100' has 8 devices; cannot take"),
     ("simulate example:mlp -c dgx1-v100:x", "cluster 'dgx1-v100:x': device count 'x' is not"),
     ("simulate example:mlp -c dgx1-v100:99", "cluster 'dgx1-v100' has 8 devices; cannot take"),

@@ -108,6 +108,20 @@ def test_method_params_parses_by_field_type():
     assert isinstance(got["rl-lstm"]["tanh_constant"], float)
 
 
+def test_a_bad_value_in_a_parameter_file_names_the_file(tmp_path):
+    from graphopt.cli import method_params
+    from graphopt.errors import GraphoptError
+
+    f = tmp_path / "tuned.json"
+    f.write_text(json.dumps({"params": {"rl-lstm": {"lr": 0.01, "hidden": 1.5}}}))
+    with pytest.raises(GraphoptError, match=r"tuned.json: 'rl-lstm.hidden=1.5': rl-lstm.hidden expects int"):
+        method_params([str(f)], ["rl-lstm"])
+    f.write_text(json.dumps({"params": {"hdp": {"lr": 0.01}}}))
+    with pytest.raises(GraphoptError, match=r"tuned.json: 'hdp.lr=0.01': method 'hdp' is not among"):
+        method_params([str(f)], ["rl-lstm"])
+    assert method_params([str(f)], ["hdp"]) == {"hdp": {"lr": 0.01}}
+
+
 @pytest.mark.parametrize("param, needle", [
     ("rl-lstm.lr", "expected METHOD.KEY=VALUE"),
     ("nosuch.lr=1", "'nosuch' is not among the methods run"),

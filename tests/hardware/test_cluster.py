@@ -120,6 +120,16 @@ def test_cluster_errors_are_graphopt_errors():
     assert issubclass(ClusterError, GraphoptError)
 
 
+def test_an_oversized_cluster_file_is_refused_before_it_is_read(tmp_path):
+    from graphopt.hardware.presets import MAX_FILE_BYTES
+
+    p = tmp_path / "huge.toml"
+    with p.open("wb") as f:
+        f.truncate(MAX_FILE_BYTES + 1)  # sparse: nothing written
+    with pytest.raises(ClusterError, match=r"huge.toml.*more than 1,048,576"):
+        load_cluster(str(p))
+
+
 def test_toml_file_path(tmp_path):
     p = tmp_path / "mine.toml"
     p.write_text("""

@@ -251,44 +251,47 @@ def method_params(specs: list[str], methods: list[str]) -> dict[str, dict]:
     from graphopt.optim import get_optimizer
 
     out: dict[str, dict] = {}
-    for spec in [one for given in specs for one in _param_file(given)]:
+    for origin, spec in [one for given in specs for one in _param_file(given)]:
+        where = f"--param {origin}{spec!r}"
         target, eq, text = spec.partition("=")
         method, dot, key = target.rpartition(".")
         if not (eq and dot and method and key):
-            raise GraphoptError(f"--param {spec!r}: expected METHOD.KEY=VALUE, e.g. "
+            raise GraphoptError(f"{where}: expected METHOD.KEY=VALUE, e.g. "
                                 "rl-lstm.lr=0.01")
         if method not in methods:
-            raise GraphoptError(f"--param {spec!r}: method {method!r} is not among the methods "
+            raise GraphoptError(f"{where}: method {method!r} is not among the methods "
                                 f"run ({', '.join(methods)})")
         cls = type(get_optimizer(method))
         fields = {f.name: f for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) \
             else {}
         if key not in fields:
-            raise GraphoptError(f"--param {spec!r}: {method} has no parameter {key!r}; it has "
+            raise GraphoptError(f"{where}: {method} has no parameter {key!r}; it has "
                                 f"{', '.join(sorted(fields)) or 'none'}")
         try:
             value = parse_field(cls, key, text)
         except ValueError as err:
-            raise GraphoptError(f"--param {spec!r}: {method}.{key} {err}") from None
+            raise GraphoptError(f"{where}: {method}.{key} {err}") from None
         if value is not None and fields[key].metadata.get("output") == "run":
-            check_run_folder(Path(value), f"--param {method}.{key}")
+            check_run_folder(Path(value), f"--param {origin}{method}.{key}")
         out.setdefault(method, {})[key] = value
     for method, kwargs in out.items():  # a value out of range fails now, not after loading
         get_optimizer(method, **kwargs)
     return out
 
 
-def _param_file(spec: str) -> list[str]:
+def _param_file(spec: str) -> list[tuple[str, str]]:
     """``spec`` itself, or when it names a .json file (``graphopt tune``'s output: its
-    ``params``, ``{METHOD: {KEY: VALUE}}``) one METHOD.KEY=VALUE per value there."""
+    ``params``, ``{METHOD: {KEY: VALUE}}``) one METHOD.KEY=VALUE per value there; each
+    after where it came from, for errors (``""``, or ``"FILE: "``)."""
     from graphopt.ir.io import read_json
 
     if "=" in spec or not spec.endswith(".json"):
-        return [spec]
+        return [("", spec)]
     try:
         params = read_json(spec, GraphoptError)["params"]
-        return [f"{method}.{key}={'none' if value is None else value}"
-                for method, values in params.items() for key, value in values.items()]
+        pairs = [f"{method}.{key}={'none' if value is None else value}"
+                 for method, values in params.items() for key, value in values.items()]
+        return [(f"{spec}: ", one) for one in pairs]
     except GraphoptError as err:  # missing, not JSON, nested too deeply: read_json names it
         raise GraphoptError(f"--param {err}") from None
     except (KeyError, TypeError, AttributeError):

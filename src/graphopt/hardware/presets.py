@@ -24,6 +24,9 @@ _GB, _GIB, _T, _US = 1e9, float(2**30), 1e12, 1e-6
 
 #: The most devices a cluster file may declare: link matrices grow as its square.
 MAX_DEVICES = 1024
+#: The largest cluster file read: a preset is a few hundred bytes, and tomllib holds the
+#: whole text and its parse in memory.
+MAX_FILE_BYTES = 1 << 20
 
 
 def _preset_dir():
@@ -62,6 +65,9 @@ def load_cluster(spec: str) -> Cluster:
     if name.endswith(".toml"):
         if not path.is_file():
             raise ClusterError(f"cluster file {name!r} does not exist")
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise ClusterError(f"cluster file {name!r}: {path.stat().st_size:,} bytes, more than "
+                               f"{MAX_FILE_BYTES:,} (graphopt.hardware.presets.MAX_FILE_BYTES)")
         try:
             text, source = path.read_text(encoding="utf-8"), str(path)
         except (OSError, UnicodeDecodeError) as err:
