@@ -12,7 +12,7 @@ from graphopt.hardware import Cluster, Device, load_cluster, topology
 from graphopt.hardware.cluster import WAKE_IDLE
 from graphopt.hardware.presets import cluster_from_toml
 from graphopt.sim import Plan, Problem, simulate, simulate_batch
-from tests.sim.test_transfer_cpu import BW, LAT, fan_out
+from tests.sim.test_transfer_cpu import BW, LAT, _toml, fan_out
 
 COST = (10e-6, 50e-6, 200e-6, 400e-6)
 
@@ -93,28 +93,11 @@ def test_the_busy_time_counts_the_wake():
 
 
 def test_cluster_files_give_it_in_microseconds_and_refuse_bad_lists():
-    def toml(line: str) -> dict:
-        import tomllib
-        return tomllib.loads(f"""
-name = "x"
-[[devices]]
-kind = "cpu"
-count = 2
-peak_tflops = {{ float32 = 0.1 }}
-vector_tflops = 0.1
-mem_gbps = 10
-memory_gib = 1
-{line}
-[topology]
-type = "all_to_all"
-link_gbps = 1
-latency_us = 100
-""")
-    c = cluster_from_toml(toml("wake_cost_us = [10, 50, 200, 400]"), "x.toml")
+    c = cluster_from_toml(_toml("wake_cost_us = [10, 50, 200, 400]"), "x.toml")
     assert c.devices[1].wake_cost == pytest.approx(COST)
-    assert cluster_from_toml(toml(""), "x.toml").devices[0].wake_cost == ()
+    assert cluster_from_toml(_toml(""), "x.toml").devices[0].wake_cost == ()
     for bad in ("[1, 2]", "[1, 2, 3, -4]", '[1, 2, 3, "4"]', "[1, 2, 3, inf]", "5"):
         with pytest.raises(ClusterError, match="x.toml.*wake_cost_us"):
-            cluster_from_toml(toml(f"wake_cost_us = {bad}"), "x.toml")
+            cluster_from_toml(_toml(f"wake_cost_us = {bad}"), "x.toml")
     with pytest.raises(ClusterError, match="wake_cost"):
         cluster((1e-6,))
