@@ -346,7 +346,10 @@ def run_inprocess(prog: Program, seed: int = 0, values: dict[int, Any] | None = 
             if cuda:
                 local[t.dst][t.node] = gpu.copy(t, value)
             else:  # a copy, so a later in-place write on the sender cannot reach it
-                local[t.dst][t.node] = unpack(prog.specs[t.node], [x.clone() for x in pack(value)])
+                sent = pack(value)
+                if len(_leaves(prog.specs[t.node])) < 2:  # the tensor itself, not a new buffer
+                    sent = [x.clone() for x in sent]
+                local[t.dst][t.node] = unpack(prog.specs[t.node], sent)
             release(t.src, t.node)
     if cuda:
         gpu.finish(events)
