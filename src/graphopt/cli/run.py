@@ -33,8 +33,9 @@ def run(
                                        help="Cluster the simulated step time is taken on: a file "
                                             "from 'graphopt calibrate' (then every op of the "
                                             "program is first timed on one worker, as a profile, "
-                                            "and the program on every worker at once, for how "
-                                            "much they slow each other) "
+                                            "then on every worker at once, for how much they "
+                                            "slow each other, and with pauses, for what a wait "
+                                            "costs the ops after it) "
                                             "or a preset; default: the 'cpu' preset with the same "
                                             "device count, or on GPUs the preset of this GPU "
                                             "(h100 for an H100 or H200). Example: cluster.toml"),
