@@ -115,13 +115,15 @@ def calibrate(
     """Measure this machine's devices and links into a cluster file the simulator loads.
 
     Link latency and bandwidth come from ping-pong between two workers over message
-    sizes, the per-op dispatch from a chain of tiny ops; per-op compute is measured
-    per program when 'graphopt run --cluster FILE' uses the file.
+    sizes, the per-op dispatch from a chain of tiny ops, what a wait costs the ops after
+    it from that chain with pauses; per-op compute (and the program's own dispatch and
+    wake costs) is measured per program when 'graphopt run --cluster FILE' uses the file.
 
     Example: graphopt calibrate --devices cpu:2 -o cluster.toml
     """
     from graphopt.exec.api import parse_devices
     from graphopt.exec.calibrate import calibrate as measure
+    from graphopt.hardware.cluster import WAKE_IDLE
 
     try:
         check_output(out, "--out")
@@ -134,11 +136,14 @@ def calibrate(
     except GraphoptError as err:
         fail(err)
     t = Table(title=f"{count} CPU worker(s), {cal.cores_per_device} core(s) each")
-    for col in ("link latency", "link bandwidth", "dispatch per op", "matmul", "copy"):
+    idle = "/".join(f"{t * 1e3:g}" for t in WAKE_IDLE)
+    for col in ("link latency", "link bandwidth", "dispatch per op", "matmul", "copy",
+                f"waking, after {idle} ms"):
         t.add_column(col, justify="right")
     t.add_row(f"{cal.latency * 1e6:.0f} us" if count > 1 else "-",
               f"{cal.bandwidth / 1e9:.2f} GB/s" if count > 1 else "-",
               f"{cal.dispatch * 1e6:.1f} us", f"{cal.matmul_flops / 1e9:.0f} GFLOP/s",
-              f"{cal.copy_bandwidth / 1e9:.1f} GB/s")
+              f"{cal.copy_bandwidth / 1e9:.1f} GB/s",
+              "/".join(f"{c * 1e6:.0f}" for c in cal.wake_cost) + " us" if cal.wake_cost else "-")
     console.print(t)
     console.print(f"cluster file: {out}")
