@@ -39,7 +39,6 @@ from graphopt.benchmarks import replace_section, save_json
 from graphopt.exec.api import PlacedProgram, measure_plans, trace_source
 from graphopt.exec.calibrate import calibrate, engine_problem
 from graphopt.exec.workers import CPUWorkers
-from graphopt.hardware.cluster import WAKE_IDLE
 from graphopt.hardware.presets import cluster_from_toml
 from graphopt.optim import Budget, optimize
 from graphopt.sim import ensure_compiled, simulate
@@ -109,7 +108,7 @@ def run(models=MODELS, methods=METHODS, steps: int = 30, budget: int = 500, seed
             tau = kendalltau([p["simulated"] for p in plans], [p["measured"] for p in plans]).statistic
             rows.append({"model": f"{name}-{size}", "ops": traced.graph.num_nodes, "plans": plans,
                          "shared_slowdown": slowdown,
-                         "wake_cost_us": [c * 1e6 for c in prob.cluster.devices[0].wake_cost],
+                         "wake_cost_us": [[i * 1e6, c * 1e6] for i, c in prob.cluster.devices[0].wake_cost],
                          "engine_us_per_op": prob.cluster.devices[0].dispatch_overhead * 1e6,
                          "kendall_tau": None if np.isnan(tau) else float(tau),
                          "seconds": time.perf_counter() - t0})
@@ -173,16 +172,16 @@ def to_markdown(res: dict) -> str:
             lines.append(f"| {r['model']} | {r['ops']} | {p['method']} | {p['measured'] * 1e3:.1f} | "
                          f"{p['simulated'] * 1e3:.1f} | {p['error'] * 100:+.0f}% | "
                          f"{p['speedup_measured']:.2f}x | {p['speedup_simulated']:.2f}x |")
-    idle = "/".join(f"{t * 1e6:g}" for t in WAKE_IDLE)
-    lines += ["", f"| model | Kendall tau | shared slowdown | engine us per op | wake cost, us after waits "
-              f"of {idle} us |", "|---|---|---|---|---|"]
+    lines += ["", "| model | Kendall tau | shared slowdown | engine us per op | wake cost: us after an idle "
+              "of us |", "|---|---|---|---|---|"]
     def fmt(x: float | None) -> str:
         return "n/a" if x is None else f"{x * 100:.0f}%"
 
     lines += [f"| {r['model']} | {'n/a' if r['kendall_tau'] is None else round(r['kendall_tau'], 2)} | "
               f"{r['shared_slowdown']:.3f} | "
               + (f"{r['engine_us_per_op']:.2f} |" if "engine_us_per_op" in r else "- |")
-              + (f" {'/'.join(f'{c:.0f}' for c in r['wake_cost_us'])} |" if r.get("wake_cost_us") else " - |")
+              + (f" {', '.join(f'{c:.0f} after {i:.0f}' for i, c in r['wake_cost_us'])} |"
+                 if r.get("wake_cost_us") else " - |")
               for r in res["rows"]]
     lines += ["",
               f"Median absolute error: one device {fmt(s['median_abs_error_one_device'])} "

@@ -54,7 +54,7 @@ def make_bad_files(d: Path) -> Path:
                            ("peak_str", "peak_tflops = {", 'peak_tflops = {x = "a", '),
                            ("latency_list", "latency_us =", "latency_us = [1] #"),
                            ("wake_short", "count = 8", "count = 8\nwake_cost_us = [1, 2]"),
-                           ("wake_neg", "count = 8", "count = 8\nwake_cost_us = [1, 2, 3, -4]")]:
+                           ("wake_neg", "count = 8", "count = 8\nwake_cost_us = [[1, 2], [3, -4]]")]:
         assert old in base
         (d / f"{name}.toml").write_text(base.replace(old, new, 1))
     (d / "latin1.toml").write_bytes(b"\xff\xfe" + base.encode())

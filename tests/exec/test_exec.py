@@ -324,8 +324,7 @@ def test_shared_slowdown_of_a_program(pool):
 
 
 def test_a_step_with_idle_sleeps_and_the_wake_cost_of_a_program(pool):
-    from graphopt.exec.calibrate import wake_cost
-    from graphopt.hardware.cluster import WAKE_IDLE
+    from graphopt.exec.calibrate import WAKE_SLEEPS, _Stages, wake_cost
 
     traced = trace_program(torch.nn.Linear(64, 64), (torch.randn(32, 64),), training=True)
     prog = compile_program(traced, None, 2)
@@ -337,9 +336,13 @@ def test_a_step_with_idle_sleeps_and_the_wake_cost_of_a_program(pool):
     assert all(g >= 0.01 for g in gaps[::2]) and len(ops) >= 4
     assert sum(g >= 0.01 for g in gaps) == len(ops) // 2
     pool.unload(prog)
-    cost = wake_cost(traced, pool, rounds=2, idle_per_step=0.02)
-    assert len(cost) == len(WAKE_IDLE) and all(0 <= c < 0.01 for c in cost)
-    assert list(cost) == sorted(cost)  # never less after a longer wait
+    stages = trace_program(_Stages(40).eval(), (torch.randn(8, 256),), training=False)
+    pairs = wake_cost(stages, pool, rounds=2, idle_per_step=0.02)
+    idle, extra = zip(*pairs)
+    assert len(pairs) == len(WAKE_SLEEPS)
+    # the gaps the sleeps made: at least what was asked, and increasing
+    assert all(i >= t for i, t in zip(idle, WAKE_SLEEPS)) and list(idle) == sorted(set(idle))
+    assert all(0 <= c < 0.01 for c in extra) and list(extra) == sorted(extra)
 
 
 def test_transfer_host_work_is_measured_with_any_number_of_workers(pool3):
@@ -454,7 +457,7 @@ def test_calibration_writes_a_cluster_file_the_simulator_loads(tmp_path):
     expected = 1 / cal.transfer_cpu if cal.transfer_cpu > 0 else float("inf")
     assert cluster.devices[0].transfer_cpu_bw == pytest.approx(expected, rel=1e-4)
     assert len(cal.wake_cost) == 4
-    assert cluster.devices[1].wake_cost == pytest.approx(cal.wake_cost, rel=1e-4, abs=1e-12)
+    assert np.allclose(cluster.devices[1].wake_cost, cal.wake_cost, rtol=1e-4, atol=1e-12)
     traced = trace_program(torch.nn.Linear(4, 2), (torch.randn(3, 4),), training=True)
     profile = profile_program(traced, devices=1, steps=2)
     prob = Problem(traced.graph, cluster, profile=profile)

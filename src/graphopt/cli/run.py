@@ -123,7 +123,6 @@ def calibrate(
     """
     from graphopt.exec.api import parse_devices
     from graphopt.exec.calibrate import calibrate as measure
-    from graphopt.hardware.cluster import WAKE_IDLE
 
     try:
         check_output(out, "--out")
@@ -136,14 +135,13 @@ def calibrate(
     except GraphoptError as err:
         fail(err)
     t = Table(title=f"{count} CPU worker(s), {cal.cores_per_device} core(s) each")
-    idle = "/".join(f"{t * 1e3:g}" for t in WAKE_IDLE)
     for col in ("link latency", "link bandwidth", "dispatch per op", "matmul", "copy",
-                f"waking, after {idle} ms"):
+                "waking: us after an idle of ms"):
         t.add_column(col, justify="right")
     t.add_row(f"{cal.latency * 1e6:.0f} us" if count > 1 else "-",
               f"{cal.bandwidth / 1e9:.2f} GB/s" if count > 1 else "-",
               f"{cal.dispatch * 1e6:.1f} us", f"{cal.matmul_flops / 1e9:.0f} GFLOP/s",
               f"{cal.copy_bandwidth / 1e9:.1f} GB/s",
-              "/".join(f"{c * 1e6:.0f}" for c in cal.wake_cost) + " us" if cal.wake_cost else "-")
+              ", ".join(f"{c * 1e6:.0f} after {i * 1e3:.2g}" for i, c in cal.wake_cost) or "-")
     console.print(t)
     console.print(f"cluster file: {out}")

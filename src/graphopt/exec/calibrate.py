@@ -25,11 +25,12 @@ their cores), never fitted to the plans a benchmark reports:
   the engine sends values between ops; the extra time per byte is the devices'
   ``transfer_cpu_gbps``, per small message (less its bytes) ``transfer_cpu_us``;
 - waking: a worker that waits for a value finds its caches colder when it resumes (on
-  this shared machine, 15-40 us after waits of 30 us to 1 ms, 0.1-0.5 ms after 3-30 ms),
-  so the ops after a wait run slower than the profile says: a program on one worker,
-  then with sleeps of each idle time of :data:`~graphopt.hardware.cluster.WAKE_IDLE`
-  spread over the step; the extra op time per sleep is the devices' ``wake_cost_us``
-  (:func:`wake_cost`; :func:`calibrate` on a chain of small ops, :func:`engine_problem`
+  this shared machine 15-40 us more op time after sleeps of 30 us to 1 ms, 60-150 us
+  after 3 ms, 180-500 us after 10-30 ms), so the ops after a wait run slower than the
+  profile says: a program on one worker, then with sleeps of each length of
+  :data:`WAKE_SLEEPS` spread over the step; the gaps the sleeps made and the extra op
+  time per sleep are the devices' ``wake_cost_us`` pairs (:func:`wake_cost`;
+  :func:`calibrate` on its stages of matmuls and elementwise ops, :func:`engine_problem`
   on a program's own ops).
 """
 
@@ -50,13 +51,17 @@ from graphopt.errors import GraphoptError
 from graphopt.exec.program import compile_program
 from graphopt.exec.workers import CPUWorkers, device_cores
 from graphopt.frontends.torch import TracedProgram, trace_program
-from graphopt.hardware.cluster import WAKE_IDLE, Cluster
+from graphopt.hardware.cluster import Cluster
 from graphopt.ir.io import atomic_write
 from graphopt.sim.plan import Plan
 from graphopt.sim.problem import Problem
 
-__all__ = ["DEVICE_KIND", "Calibration", "calibrate", "engine_problem", "profile_program", "shared_slowdown",
-           "wake_cost"]
+__all__ = ["DEVICE_KIND", "WAKE_SLEEPS", "Calibration", "calibrate", "engine_problem", "profile_program",
+           "shared_slowdown", "wake_cost"]
+
+#: Sleeps :func:`wake_cost` times a program's ops after: a decade or so apart, from about
+#: the shortest wait between two ops to the longest that fits a step several times.
+WAKE_SLEEPS = (3e-5, 3e-4, 3e-3, 1e-2)
 
 #: The device kind of calibrated CPU workers; profiles of programs use it too.
 DEVICE_KIND = "cpu-worker"
@@ -78,7 +83,7 @@ class Calibration:
     shared_slowdown: float = 1.0
     transfer_cpu: float = 0.0  # seconds of a worker's core per byte it sends or receives
     transfer_overhead: float = 0.0  # ... and per message
-    wake_cost: tuple[float, ...] = ()  # extra op seconds after each idle time of WAKE_IDLE
+    wake_cost: tuple[tuple[float, float], ...] = ()  # (idle, extra op seconds) pairs
 
     def to_toml(self) -> str:
         """A cluster file :func:`graphopt.hardware.load_cluster` reads."""
@@ -98,8 +103,9 @@ class Calibration:
             'run and optimize measure each program\'s own); transfer_cpu_gbps '
             'and transfer_cpu_us from a chain of matmuls on one worker alone, then while it '
             'sends or receives large messages at once and small ones one at a time; '
-            'wake_cost_us from a chain of small ops on one worker, without pause and with '
-            'sleeps of each idle time (graphopt run and optimize measure each program\'s own)",',
+            'wake_cost_us from the shared_slowdown program on one worker, without pause and '
+            'with sleeps of 30 us to 10 ms (graphopt run and optimize measure each program\'s '
+            'own)",',
             "]",
             "",
             "[[devices]]",
@@ -116,8 +122,7 @@ class Calibration:
             *([f"transfer_cpu_gbps = {1e-9 / self.transfer_cpu:.6g}"] if self.transfer_cpu > 0
               else []),
             f"transfer_cpu_us = {self.transfer_overhead * 1e6:.6g}",
-            *([f"# after waits of {', '.join(f'{t * 1e6:g}' for t in WAKE_IDLE)} us",
-               f"wake_cost_us = [{', '.join(f'{c * 1e6:.6g}' for c in self.wake_cost)}]"]
+            *([f"wake_cost_us = [{', '.join(f'[{i * 1e6:.6g}, {c * 1e6:.6g}]' for i, c in self.wake_cost)}]"]
               if self.wake_cost else []),
             "",
             "[topology]",
@@ -205,18 +210,18 @@ def _alone_and_together(traced: TracedProgram, pool: CPUWorkers,
 
 
 def wake_cost(traced: TracedProgram, pool: CPUWorkers, rounds: int = 5,
-              idle_per_step: float = 0.05) -> tuple[float, ...]:
-    """The seconds ``traced``'s ops take beyond their time on a worker of ``pool`` that
-    ran without pause, per wait of each idle time of
-    :data:`~graphopt.hardware.cluster.WAKE_IDLE`: a ``Device.wake_cost``.
+              idle_per_step: float = 0.05) -> tuple[tuple[float, float], ...]:
+    """How much longer ``traced``'s ops take on a worker of ``pool`` after it waited than
+    when it ran without pause: ``(idle, extra)`` pairs in seconds, a ``Device.wake_cost``.
 
-    Per round, the program runs on worker 0 without pause, then once per idle time with
-    sleeps of that length spread evenly over its ops (every 20th op at most, and no more
-    than ``idle_per_step`` seconds of sleep in a step, so that the longest still fit
-    several times); a figure is the median over rounds of the step's extra op time per
-    sleep. A longer wait never costs less than a shorter one (what it evicts, a shorter
-    one evicts in part): the figures are made non-decreasing, and 0 where noise gives
-    less than nothing.
+    Per round, the program runs on worker 0 without pause, then once per sleep of
+    :data:`WAKE_SLEEPS` with sleeps of that length spread evenly over its ops (every 20th
+    op at most, and no more than ``idle_per_step`` seconds of sleep in a step, so that
+    the longest still fits several times). A pair is the median over rounds of the
+    gaps before the ops that followed a sleep (a sleep overshoots: 30 us asked took
+    about 96 us here) and of the step's extra op time per sleep. A longer wait never
+    costs less than a shorter one (what it evicts, a shorter one evicts in part): the
+    extras are made non-decreasing, and 0 where noise gives less than nothing.
 
     Examples
     --------
@@ -228,29 +233,41 @@ def wake_cost(traced: TracedProgram, pool: CPUWorkers, rounds: int = 5,
     try:
         pool.step(0, prog)  # warms the allocator and the op cache
         ops = sum(1 for e in pool.step(1, prog)[1][0] if e[0] == "op")
-        every = [max(20, ops // max(1, min(ops // 20, int(idle_per_step / t)))) for t in WAKE_IDLE]
-        extra: list[list[float]] = [[] for _ in WAKE_IDLE]
+        if not ops:
+            return ()
+        every = [max(1, ops // max(1, min(ops // 20, int(idle_per_step / t)))) for t in WAKE_SLEEPS]
+        idle: list[list[float]] = [[] for _ in WAKE_SLEEPS]
+        extra: list[list[float]] = [[] for _ in WAKE_SLEEPS]
         for _ in range(rounds):
             base = _op_seconds(pool.step(1, prog)[1][0])
-            for i, t in enumerate(WAKE_IDLE):
+            for i, t in enumerate(WAKE_SLEEPS):
                 events = pool.step(1, prog, idle=(every[i], t))[1][0]
-                sleeps = sum(1 for e in events if e[0] == "op") // every[i]
-                extra[i].append((_op_seconds(events) - base) / max(sleeps, 1))
+                step_start = next(e[2] for e in events if e[0] == "step")
+                spans = [(e[2], e[3]) for e in events if e[0] == "op"]
+                after = range(every[i] - 1, len(spans), every[i])  # the ops a sleep preceded
+                idle[i] += [spans[k][0] - (spans[k - 1][1] if k else step_start) for k in after]
+                extra[i].append((_op_seconds(events) - base) / len(after))
     finally:
         pool.unload(prog)
-    return tuple(np.maximum.accumulate(np.maximum([statistics.median(x) for x in extra], 0.0)).tolist())
+    extras = np.maximum.accumulate(np.maximum([statistics.median(x) for x in extra], 0.0))
+    pairs: list[tuple[float, float]] = []
+    for i, c in zip([statistics.median(x) for x in idle], extras.tolist()):
+        if not pairs or i > pairs[-1][0]:  # idle times must increase (they are decades apart)
+            pairs.append((i, c))
+    return tuple(pairs)
 
 
 def _op_seconds(events: list[tuple]) -> float:
+    """The sum of the op times in one worker's events."""
     return sum(e[3] - e[2] for e in events if e[0] == "op")
 
 
 def _engine_time_per_op(events: list[tuple]) -> float:
     """The engine's own time per op in one worker's step that ran every op alone: the
     step's span less its ops' times, per op (its ready queue and bookkeeping)."""
-    ops = [e for e in events if e[0] == "op"]
+    ops = sum(1 for e in events if e[0] == "op")
     step = next(e for e in events if e[0] == "step")
-    return (step[3] - step[2] - sum(e[3] - e[2] for e in ops)) / max(len(ops), 1)
+    return (step[3] - step[2] - _op_seconds(events)) / max(ops, 1)
 
 
 def _bandwidth(pingpong: dict[int, float]) -> float:

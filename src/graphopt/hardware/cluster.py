@@ -15,12 +15,7 @@ import numpy as np
 
 from graphopt.errors import ClusterError
 
-__all__ = ["Cluster", "Device", "WAKE_IDLE"]
-
-#: Idle seconds at which a device's ``wake_cost`` is given: a decade or so apart, from
-#: the shortest wait between two ops to the longest that calibration can time often
-#: enough in one step.
-WAKE_IDLE = (3e-5, 3e-4, 3e-3, 1e-2)
+__all__ = ["Cluster", "Device"]
 
 
 @dataclass(frozen=True)
@@ -64,13 +59,14 @@ class Device:
     transfer_cpu_overhead : float
         Seconds of the device's own core per transfer it sends or receives, whatever
         its size (posting, packing, waking the receiving thread); 0 in every preset.
-    wake_cost : tuple of float
-        Seconds a kernel takes beyond its own time when the device sat idle for
-        :data:`WAKE_IDLE` seconds before it, one per entry of ``WAKE_IDLE``; in between,
-        linear in the idle time (from 0 at no idle), and the last entry beyond it. A core
-        that waits for a value loses what it had in its caches to whatever runs in the
-        meantime (measured by :func:`graphopt.exec.calibrate.wake_cost`). ``()`` (every
-        preset): waiting costs nothing.
+    wake_cost : tuple of (float, float)
+        ``(idle, extra)`` pairs, idle increasing: a kernel takes ``extra`` seconds beyond
+        its own time when the device sat idle for ``idle`` seconds before it; linear in
+        the idle time between pairs (and from 0 at no idle), the last ``extra`` beyond
+        the last pair. A core that waits for a value loses what it had in its caches to
+        whatever runs in the meantime (measured by
+        :func:`graphopt.exec.calibrate.wake_cost`). ``()`` (every preset): waiting costs
+        nothing.
     """
 
     name: str
@@ -85,7 +81,7 @@ class Device:
     shared_slowdown: float = 1.0
     transfer_cpu_bw: float = float("inf")
     transfer_cpu_overhead: float = 0.0
-    wake_cost: tuple[float, ...] = ()
+    wake_cost: tuple[tuple[float, float], ...] = ()
 
     def matrix_flops(self, dtype: str) -> float:
         """Peak matrix FLOP/s for ``dtype``; falls back to float32, then to the vector peak."""
@@ -171,11 +167,10 @@ class Cluster:
             if not x.transfer_cpu_bw > 0:
                 raise ClusterError(f"device {x.name!r}: transfer_cpu_bw={x.transfer_cpu_bw!r}; "
                                    "expected a positive number of bytes/s (inf: free)")
-            if x.wake_cost and (len(x.wake_cost) != len(WAKE_IDLE)
-                                or not all(0 <= c < np.inf for c in x.wake_cost)):
+            if not wake_pairs_ok(x.wake_cost):
                 raise ClusterError(f"device {x.name!r}: wake_cost={x.wake_cost!r}; expected "
-                                   f"{len(WAKE_IDLE)} finite seconds >= 0, one per idle time "
-                                   f"of WAKE_IDLE {WAKE_IDLE}, or none")
+                                   "(idle, extra) pairs of finite seconds, idle > 0 and "
+                                   "increasing, extra >= 0")
             if not 1.0 <= x.shared_slowdown < np.inf:
                 raise ClusterError(f"cluster {self.name!r}: device {x.name!r} has "
                                    f"shared_slowdown={x.shared_slowdown!r}; expected a finite "
@@ -229,10 +224,10 @@ class Cluster:
         :func:`graphopt.exec.calibrate.engine_problem`)."""
         return self._with_devices(replace(d, dispatch_overhead=float(dispatch)) for d in self.devices)
 
-    def with_wake_cost(self, cost: tuple[float, ...]) -> Cluster:
+    def with_wake_cost(self, cost: tuple[tuple[float, float], ...]) -> Cluster:
         """The same cluster with every device's ``wake_cost`` set to ``cost`` (a program's
-        own figures, measured by :func:`graphopt.exec.calibrate.wake_cost`)."""
-        cost = tuple(float(c) for c in cost)
+        own ``(idle, extra)`` pairs, measured by :func:`graphopt.exec.calibrate.wake_cost`)."""
+        cost = tuple((float(i), float(c)) for i, c in cost)
         return self._with_devices(replace(d, wake_cost=cost) for d in self.devices)
 
     def _with_devices(self, devices) -> Cluster:
@@ -250,9 +245,22 @@ class Cluster:
                          "shared_slowdown": d.shared_slowdown,
                          "transfer_cpu_bw": None if np.isinf(d.transfer_cpu_bw) else d.transfer_cpu_bw,
                          "transfer_cpu_overhead": d.transfer_cpu_overhead,
-                         "wake_cost": list(d.wake_cost)}
+                         "wake_cost": [list(p) for p in d.wake_cost]}
                         for d in self.devices],
             "bandwidth": np.where(np.isinf(self.bandwidth), 0, self.bandwidth).tolist(),
             "latency": self.latency.tolist(),
             "overlap_latency": self.overlap_latency,
         }
+
+
+def wake_pairs_ok(pairs: object) -> bool:
+    """Whether ``pairs`` is a valid ``Device.wake_cost``: ``(idle, extra)`` pairs of
+    finite numbers, idle > 0 and strictly increasing, extra >= 0 (or none)."""
+    try:
+        idle = [float(i) for i, _ in pairs]
+        extra = [float(c) for _, c in pairs]
+    except (TypeError, ValueError):
+        return False
+    numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for p in pairs for v in p)
+    return (numbers and all(0 < i < np.inf for i in idle) and all(0 <= c < np.inf for c in extra)
+            and all(a < b for a, b in zip(idle, idle[1:])))

@@ -16,7 +16,7 @@ import numpy as np
 
 from graphopt.errors import ClusterError
 from graphopt.hardware import topology
-from graphopt.hardware.cluster import WAKE_IDLE, Cluster, Device
+from graphopt.hardware.cluster import Cluster, Device, wake_pairs_ok
 
 __all__ = ["MAX_DEVICES", "cluster_from_toml", "list_presets", "load_cluster"]
 
@@ -137,12 +137,11 @@ def cluster_from_toml(data: dict, source: str = "<toml>") -> Cluster:
             raise ClusterError(f"{source}: [[devices]] {g.get('kind')!r}: key 'transfer_cpu_us' "
                                f"= {xmsg / _US!r}; expected a number >= 0")
         wake = g.get("wake_cost_us", [])
-        if (not isinstance(wake, list) or len(wake) not in (0, len(WAKE_IDLE))
-                or not all(isinstance(c, int | float) and not isinstance(c, bool) and 0 <= c < np.inf
-                           for c in wake)):
+        if not (isinstance(wake, list) and all(isinstance(p, list) for p in wake)
+                and wake_pairs_ok(wake)):
             raise ClusterError(f"{source}: [[devices]] {g.get('kind')!r}: key 'wake_cost_us' = "
-                               f"{wake!r}; expected {len(WAKE_IDLE)} numbers >= 0, microseconds "
-                               f"after idle times of {[t * 1e6 for t in WAKE_IDLE]} us")
+                               f"{wake!r}; expected [[idle, extra], ...] in microseconds, idle > 0 "
+                               "and increasing, extra >= 0")
         prefix = _opt(g, "prefix", source, "gpu", str)
         peaks = g.get("peak_tflops", {})
         if not isinstance(peaks, dict) or not peaks:
@@ -160,7 +159,8 @@ def cluster_from_toml(data: dict, source: str = "<toml>") -> Cluster:
                 dispatch_overhead=_opt(g, "dispatch_overhead_us", source, 0.0) * _US,
                 # one table, one host: its shared_slowdown applies among its devices
                 host=f"devices[{table}]", shared_slowdown=slowdown, transfer_cpu_bw=xcpu,
-                transfer_cpu_overhead=xmsg, wake_cost=tuple(c * _US for c in wake)))
+                transfer_cpu_overhead=xmsg,
+                wake_cost=tuple((i * _US, c * _US) for i, c in wake)))
     n = len(devices)
     t = data.get("topology", {})
     kind = t.get("type")

@@ -568,8 +568,8 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
                                  the next kernel it starts (less any idle time since).
                                  Rows 2 to K + 1: seconds a kernel takes beyond its own
                                  after the device sat idle for the seconds in rows K + 2
-                                 to 2K + 1 (increasing; linear in between, from 0 at no
-                                 idle, and the last beyond); all 0: idling is free.
+                                 to 2K + 1 (non-decreasing; linear in between, from 0 at
+                                 no idle, and the last beyond); all 0: idling is free.
     olat : bool                  links busy for ``bytes / bandwidth`` only, the tensor
                                  arriving ``latency`` later (Cluster.overlap_latency);
                                  else busy for the whole ``latency + bytes / bandwidth``
@@ -711,16 +711,16 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
                     debt[d] = 0.0
                 if waking and t > idle_since[d]:
                     idle = t - idle_since[d]
-                    q = 0
-                    while q < nwake - 1 and hostw[2 + nwake + q, d] < idle:
-                        q += 1
-                    hi = hostw[2 + nwake + q, d]
+                    w = 0
+                    while w < nwake - 1 and hostw[2 + nwake + w, d] < idle:
+                        w += 1
+                    hi = hostw[2 + nwake + w, d]
                     if idle >= hi:
-                        extra[d] += hostw[2 + q, d]
+                        extra[d] += hostw[2 + w, d]
                     else:
-                        lo = hostw[1 + nwake + q, d] if q > 0 else 0.0
-                        clo = hostw[1 + q, d] if q > 0 else 0.0
-                        extra[d] += clo + (hostw[2 + q, d] - clo) * (idle - lo) / (hi - lo)
+                        lo = hostw[1 + nwake + w, d] if w > 0 else 0.0
+                        clo = hostw[1 + w, d] if w > 0 else 0.0
+                        extra[d] += clo + (hostw[2 + w, d] - clo) * (idle - lo) / (hi - lo)
                 dk = kdur[k] + extra[d]
                 end[k] = t + dk
                 dev_busy[d] = True

@@ -13,7 +13,6 @@ import numpy as np
 from graphopt.cost.roofline import op_costs
 from graphopt.errors import PlanError
 from graphopt.hardware import Cluster
-from graphopt.hardware.cluster import WAKE_IDLE
 from graphopt.ir import Graph
 from graphopt.ir.ops import FUSIBLE_CONSUMER, FUSIBLE_PRODUCER, OP_CLASSES
 from graphopt.sim import engine
@@ -101,13 +100,16 @@ class Problem:
         self.shared = bool((self.slope > 0).any())
         # host seconds a device spends beyond its kernels: on each transfer it sends or
         # receives, per byte (row 0) and per message (row 1); and on a kernel that starts
-        # after the device sat idle for WAKE_IDLE seconds (rows 2 to 5; rows 6 to 9 hold
-        # those idle times, which the engine's compiled code must not read from another
-        # module: numba's cache would not see them change)
-        idle = np.repeat(np.array(WAKE_IDLE)[:, None], len(cluster.devices), axis=1)
-        wake = np.array([d.wake_cost or (0.0,) * len(WAKE_IDLE) for d in cluster.devices]).T
+        # after the device sat idle (Device.wake_cost: K extra seconds in rows 2 to K + 1,
+        # their idle times in rows K + 2 to 2K + 1; a shorter list repeats its last pair,
+        # none is 0 after any idle)
+        k = max((len(d.wake_cost) for d in cluster.devices), default=0)
+        pairs = np.array([[*d.wake_cost, *[d.wake_cost[-1]] * (k - len(d.wake_cost))]
+                          if d.wake_cost else [(1.0, 0.0)] * k for d in cluster.devices]
+                         ).reshape(len(cluster.devices), k, 2)
         self.host_work = np.vstack([[1.0 / d.transfer_cpu_bw for d in cluster.devices],
-                                    [d.transfer_cpu_overhead for d in cluster.devices], wake, idle])
+                                    [d.transfer_cpu_overhead for d in cluster.devices],
+                                    pairs[:, :, 1].T, pairs[:, :, 0].T])
         self.overlap_latency = bool(cluster.overlap_latency)
         self.persistent = np.array(g.persistent_bytes)
         self.coloc = np.array(g.coloc)
