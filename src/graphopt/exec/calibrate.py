@@ -62,8 +62,6 @@ __all__ = ["DEVICE_KIND", "WAKE_SLEEPS", "Calibration", "calibrate", "engine_pro
 #: Sleeps :func:`wake_cost` times a program's ops after: a decade or so apart, from about
 #: the shortest wait between two ops to the longest that fits a step several times.
 WAKE_SLEEPS = (3e-5, 3e-4, 3e-3, 1e-2)
-#: Ops after a sleep whose extra time :func:`wake_cost` counts.
-WAKE_WINDOW = 10
 
 #: The device kind of calibrated CPU workers; profiles of programs use it too.
 DEVICE_KIND = "cpu-worker"
@@ -221,11 +219,7 @@ def wake_cost(traced: TracedProgram, pool: CPUWorkers, rounds: int = 5,
     op at most, and no more than ``idle_per_step`` seconds of sleep in a step, so that
     the longest still fits several times). A pair is the median over rounds of the
     gaps before the ops that followed a sleep (a sleep overshoots: 30 us asked took
-    about 96 us here) and of the extra time of the :data:`WAKE_WINDOW` ops from there
-    on, against the same ops in the round's step without pause, per sleep. (Most of
-    the cost is in those ops; the whole step's extra carries the noise of every op:
-    on WaveNet-2x18 at CPU size, three calibrations gave 282-580 us after 10 ms from
-    whole steps, 251-301 us from the window, a scratch script.) A longer wait never
+    about 96 us here) and of the step's extra op time per sleep. A longer wait never
     costs less than a shorter one (what it evicts, a shorter one evicts in part): the
     extras are made non-decreasing, and 0 where noise gives less than nothing.
 
@@ -245,16 +239,14 @@ def wake_cost(traced: TracedProgram, pool: CPUWorkers, rounds: int = 5,
         idle: list[list[float]] = [[] for _ in WAKE_SLEEPS]
         extra: list[list[float]] = [[] for _ in WAKE_SLEEPS]
         for _ in range(rounds):
-            base = {e[1]: e[3] - e[2] for e in pool.step(1, prog)[1][0] if e[0] == "op"}
+            base = _op_seconds(pool.step(1, prog)[1][0])
             for i, t in enumerate(WAKE_SLEEPS):
                 events = pool.step(1, prog, idle=(every[i], t))[1][0]
                 step_start = next(e[2] for e in events if e[0] == "step")
-                spans = [(e[1], e[2], e[3]) for e in events if e[0] == "op"]
+                spans = [(e[2], e[3]) for e in events if e[0] == "op"]
                 after = range(every[i] - 1, len(spans), every[i])  # the ops a sleep preceded
-                idle[i] += [spans[k][1] - (spans[k - 1][2] if k else step_start) for k in after]
-                extra[i].append(statistics.fmean(
-                    sum(end - start - base[name] for name, start, end in spans[k:k + WAKE_WINDOW])
-                    for k in after))
+                idle[i] += [spans[k][0] - (spans[k - 1][1] if k else step_start) for k in after]
+                extra[i].append((_op_seconds(events) - base) / len(after))
     finally:
         pool.unload(prog)
     extras = np.maximum.accumulate(np.maximum([statistics.median(x) for x in extra], 0.0))
