@@ -88,6 +88,15 @@ def test_zero_extras_change_nothing():
     assert np.array_equal(a.step_time, b.step_time) and np.array_equal(a.peak_memory, b.peak_memory)
 
 
+def test_a_problem_without_its_wake_cost_shares_its_costs():
+    g, plan = fan_out()
+    prob = Problem(g, cluster())
+    still = prob.with_wake_cost(())
+    assert still.costs is prob.costs and prob.cluster.devices[0].wake_cost == COST
+    assert simulate(still, plan).step_time == simulate(Problem(g, cluster(())), plan).step_time
+    assert simulate(still.with_wake_cost(COST), plan).step_time == simulate(prob, plan).step_time
+
+
 def test_batch_agrees_with_single_plans():
     g, _ = fan_out()
     prob = Problem(g, cluster())

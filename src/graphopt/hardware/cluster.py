@@ -256,11 +256,13 @@ class Cluster:
 def wake_pairs_ok(pairs: object) -> bool:
     """Whether ``pairs`` is a valid ``Device.wake_cost``: ``(idle, extra)`` pairs of
     finite numbers, idle > 0 and strictly increasing, extra >= 0 (or none)."""
+    def number(v: object) -> bool:
+        return isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v < np.inf
+
     try:
-        idle = [float(i) for i, _ in pairs]
-        extra = [float(c) for _, c in pairs]
-    except (TypeError, ValueError):
+        if not all(len(p) == 2 and number(p[0]) and number(p[1]) for p in pairs):
+            return False
+    except (TypeError, KeyError):  # not a sequence of pairs
         return False
-    numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for p in pairs for v in p)
-    return (numbers and all(0 < i < np.inf for i in idle) and all(0 <= c < np.inf for c in extra)
-            and all(a < b for a, b in zip(idle, idle[1:])))
+    idle = [p[0] for p in pairs]
+    return all(0 < a < b for a, b in zip(idle, idle[1:] + [np.inf]))

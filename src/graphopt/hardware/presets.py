@@ -137,8 +137,7 @@ def cluster_from_toml(data: dict, source: str = "<toml>") -> Cluster:
             raise ClusterError(f"{source}: [[devices]] {g.get('kind')!r}: key 'transfer_cpu_us' "
                                f"= {xmsg / _US!r}; expected a number >= 0")
         wake = g.get("wake_cost_us", [])
-        if not (isinstance(wake, list) and all(isinstance(p, list) for p in wake)
-                and wake_pairs_ok(wake)):
+        if not wake_pairs_ok(wake):
             raise ClusterError(f"{source}: [[devices]] {g.get('kind')!r}: key 'wake_cost_us' = "
                                f"{wake!r}; expected [[idle, extra], ...] in microseconds, idle > 0 "
                                "and increasing, extra >= 0")

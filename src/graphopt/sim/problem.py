@@ -98,18 +98,7 @@ class Problem:
         slowdown = np.array([d.shared_slowdown for d in cluster.devices])
         self.slope = np.where(size > 1, (slowdown - 1.0) / np.maximum(size - 1, 1), 0.0)
         self.shared = bool((self.slope > 0).any())
-        # host seconds a device spends beyond its kernels: on each transfer it sends or
-        # receives, per byte (row 0) and per message (row 1); and on a kernel that starts
-        # after the device sat idle (Device.wake_cost: K extra seconds in rows 2 to K + 1,
-        # their idle times in rows K + 2 to 2K + 1; a shorter list repeats its last pair,
-        # none is 0 after any idle)
-        k = max((len(d.wake_cost) for d in cluster.devices), default=0)
-        pairs = np.array([[*d.wake_cost, *[d.wake_cost[-1]] * (k - len(d.wake_cost))]
-                          if d.wake_cost else [(1.0, 0.0)] * k for d in cluster.devices]
-                         ).reshape(len(cluster.devices), k, 2)
-        self.host_work = np.vstack([[1.0 / d.transfer_cpu_bw for d in cluster.devices],
-                                    [d.transfer_cpu_overhead for d in cluster.devices],
-                                    pairs[:, :, 1].T, pairs[:, :, 0].T])
+        self.host_work = _host_work(cluster)
         self.overlap_latency = bool(cluster.overlap_latency)
         self.persistent = np.array(g.persistent_bytes)
         self.coloc = np.array(g.coloc)
@@ -192,6 +181,15 @@ class Problem:
         tight.capacity = tight.cluster.memory
         return tight
 
+    def with_wake_cost(self, cost: tuple[tuple[float, float], ...]) -> Problem:
+        """This problem with every device's ``wake_cost`` set to ``cost``
+        (:meth:`Cluster.with_wake_cost`; ``()``: waiting costs nothing). Costs are shared,
+        not recomputed: they do not depend on it."""
+        other = copy.copy(self)
+        other.cluster = self.cluster.with_wake_cost(cost)
+        other.host_work = _host_work(other.cluster)
+        return other
+
     def __repr__(self) -> str:
         return (f"Problem(graph={self.graph.name!r}, nodes={self.num_nodes}, "
                 f"cluster={self.cluster.name!r})")
@@ -251,6 +249,21 @@ class Problem:
                 self.fusion_flags, self.level, self.max_fusion_size, self.max_fusion_operands,
                 self.fusion_efficient_ops, self.fusion_slowdown_per_op, self.shared, self.host,
                 self.slope, self.host_work, self.overlap_latency, self.edge_capacity)
+
+
+def _host_work(cluster: Cluster) -> np.ndarray:
+    """The engine's ``hostw``: host seconds each device spends beyond its kernels, on each
+    transfer it sends or receives, per byte (row 0) and per message (row 1); and on a
+    kernel that starts after the device sat idle (``Device.wake_cost``: K extras in rows
+    2 to K + 1, their idle times in rows K + 2 to 2K + 1; a shorter list repeats its last
+    pair, none is 0 after any idle)."""
+    k = max((len(d.wake_cost) for d in cluster.devices), default=0)
+    pairs = np.array([[*d.wake_cost, *[d.wake_cost[-1]] * (k - len(d.wake_cost))]
+                      if d.wake_cost else [(1.0, 0.0)] * k for d in cluster.devices]
+                     ).reshape(len(cluster.devices), k, 2)
+    return np.vstack([[1.0 / d.transfer_cpu_bw for d in cluster.devices],
+                      [d.transfer_cpu_overhead for d in cluster.devices],
+                      pairs[:, :, 1].T, pairs[:, :, 0].T])
 
 
 @dataclass
