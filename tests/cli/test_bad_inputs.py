@@ -718,7 +718,8 @@ def test_a_bench_flag_is_not_taken_for_an_output_path(monkeypatch):
     assert parse_bench_args(ap).docs is True
 
 
-@pytest.mark.parametrize("script", ["zoo_sizes.py", "hdp_groups.py", "sim_vs_real.py"])
+@pytest.mark.parametrize("script", ["zoo_sizes.py", "hdp_groups.py", "sim_vs_real.py",
+                                    "regal_headroom.py"])
 def test_bench_scripts_check_their_output_before_work(script):
     """A script in bench/ given an --out it cannot write exits 2 with one line, at once."""
     import subprocess
