@@ -29,7 +29,7 @@ from torch import fx, nn
 
 from graphopt.rewrite.terms import FUSED, UNARY, RewriteError, Slot, Translation
 
-__all__ = ["ARGS", "ENode", "Unfused", "build_module", "call_of", "fused_kernels",
+__all__ = ["ARGS", "ENode", "Unfused", "build_module", "call_of", "fused_dtypes", "fused_kernels",
            "post_order", "unfuse", "weight_value"]
 
 _aten = torch.ops.aten
@@ -72,15 +72,23 @@ class Unfused:
     act: Any
 
 
-#: Element types oneDNN's fused kernels take on any x86 CPU (float16 needs AVX512-FP16).
-_FUSED_DTYPES = (torch.float32, torch.bfloat16)
-
-
 @functools.cache
 def fused_kernels() -> bool:
     """Whether this PyTorch has oneDNN's fused convolution and linear kernels."""
     return torch.backends.mkldnn.is_available() and all(
         hasattr(torch.ops.mkldnn, k) for k in ("_convolution_pointwise", "_linear_pointwise"))
+
+
+@functools.cache
+def fused_dtypes() -> tuple[torch.dtype, ...]:
+    """Element types oneDNN's fused kernels run in on this CPU: float32 always; bfloat16
+    and float16 only where oneDNN says the CPU has them (AVX-512 and its BF16 and FP16
+    extensions: an AVX2-only CPU refuses a bfloat16 fused linear when it is called, not
+    when it is built)."""
+    mk = torch.ops.mkldnn
+    return (torch.float32,
+            *((torch.bfloat16,) if mk._is_mkldnn_bf16_supported() else ()),
+            *((torch.float16,) if mk._is_mkldnn_fp16_supported() else ()))
 
 
 def _ints(s: str) -> list[int]:
@@ -132,9 +140,10 @@ def call_of(op: str, args: tuple, value: Callable[[str], Any], tr: Translation |
         if not fused_kernels():
             return Unfused(target, UNARY[fn]), call
         x = call[0]
-        if isinstance(x, torch.Tensor) and x.dtype not in _FUSED_DTYPES:
+        if isinstance(x, torch.Tensor) and x.dtype not in fused_dtypes():
             # raised while shapes are inferred: the e-node is dropped, never extracted
-            raise TypeError(f"oneDNN's fused kernels take float32 or bfloat16, not {x.dtype}")
+            raise TypeError(f"oneDNN's fused kernels take {', '.join(map(str, fused_dtypes()))} "
+                            f"on this CPU, not {x.dtype}")
         attr, algorithm = FUSED[fn]
         # [None]: no scalar arguments (an empty list of scalars cannot be serialized by
         # torch.export.save)
