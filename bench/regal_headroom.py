@@ -27,19 +27,22 @@ import numpy as np
 
 from graphopt.benchmarks import save_json
 from graphopt.cli._common import parse_bench_args
-from graphopt.optim.base import Budget, optimize
-from graphopt.optim.learned.regal import (TEST_GRAPHS, RegalSpace, layer_split_prior, load_corpus,
-                                          regal_value)
 
 TASK = frozenset({"placement", "scheduling"})
 BASE_EVALS = 5000
 
 
 def _brkga(problem, evals: int, seed: int) -> float:
+    from graphopt.optim.base import Budget, optimize
+
     return optimize(problem, "brkga", TASK, Budget(evals, objective="memory"), seed)[1]["value"]
 
 
 def run(long: int, long_seeds: int, seeds: int) -> dict:
+    # imported here so that a bad --out fails at once, before torch loads
+    from graphopt.optim.learned.regal import (TEST_GRAPHS, RegalSpace, layer_split_prior,
+                                              load_corpus, regal_value)
+
     rows = []
     for spec, problem in zip(TEST_GRAPHS, load_corpus(TEST_GRAPHS)):
         t0 = time.perf_counter()
