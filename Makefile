@@ -22,9 +22,12 @@ run: $(STAMP)
 	$(BIN)/graphopt optimize zoo:gnmt-2 --methods single,expert,metis,m-etf,heft,sa,brkga,portfolio,go \
 		--budget 1000 --out runs/gnmt-2
 
+# CI has two cores; a test file runs whole on one worker (its fixtures and worker pools
+# are per file). Serially the suite took 8 min on a slow 2-core machine, on two workers 5.
+TEST_WORKERS ?= 2
 test: $(STAMP)
 	# pytest exits 5 when it collects no test: not a failure of the code
-	$(BIN)/python -m pytest; rc=$$?; [ $$rc -eq 5 ] && exit 0; exit $$rc
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile; rc=$$?; [ $$rc -eq 5 ] && exit 0; exit $$rc
 
 bench: $(STAMP)
 	$(BIN)/python bench/sim_speed.py
