@@ -21,6 +21,8 @@ def one_line_warning(message, category, filename, lineno, file=None, line=None) 
 def main() -> None:
     """Load the command line and run it."""
     warnings.showwarning = one_line_warning
+    # torch.export's own use of a deprecated torch API: nothing a user can act on
+    warnings.filterwarnings("ignore", message=r".*LeafSpec.*", category=FutureWarning)
     try:
         from graphopt.cli import app
 

@@ -543,7 +543,8 @@ CASES = [
     ("bench go-table2 --budget 0", "Invalid value for '--budget'"),
     ("bench rewrite --cost bogus --out {d}/rw.json", "--cost='bogus': expected one of roofline"),
     ("rewrite {d}/masked.pt2 -o {d}/rw.pt2", "size (u0,) depends on the input data"),
-    ("info {d}/masked.pt2", "masked.pt2: node 'index' has a dynamic shape (u0,)"),
+    ("info {d}/masked.pt2",
+     "masked.pt2: node 'index' (aten.index.Tensor) has a shape known only at run time, (u0,)"),
     ("bench rewrite --models nope --out {d}/rw.json", "--models nope: expected some of bert"),
     # a folder where nothing can be made, whoever asks (access() says yes to root)
     ("rewrite nasrnn --size tiny -o /proc/graphopt/rw.pt2", "cannot write in /proc"),

@@ -62,3 +62,15 @@ def test_a_warning_is_one_line(monkeypatch, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(
         "warning: profile of kind 'cpu' matches no device (UserWarning, test_startup.py:")
+
+
+def test_a_torch_export_file_loads_without_torchs_own_deprecation_warnings(tmp_path):
+    """torch.export warns of its own use of a deprecated torch API (LeafSpec) on load."""
+    import torch
+
+    path = tmp_path / "lin.pt2"
+    torch.export.save(torch.export.export(torch.nn.Linear(4, 2), (torch.randn(3, 4),)), path)
+    out = subprocess.run([sys.executable, "-c", "from graphopt._main import main; main()", "info", str(path)],
+                         capture_output=True, text=True)
+    assert out.returncode == 0 and "graph lin" in out.stdout
+    assert "warning" not in out.stderr, out.stderr

@@ -266,6 +266,28 @@ def test_forward_program_runs_placed():
     torch.testing.assert_close(placed().outputs[0], model(x))
 
 
+def test_tied_weights_run_placed():
+    from tests.frontends.test_torch import TiedLM
+
+    model, tokens = TiedLM().eval(), torch.randint(0, 50, (4, 6))
+    traced = trace_program(model, (tokens,), training=False)
+    placed = PlacedProgram(traced, _random_plan(traced.graph, 2, 0), "cpu:2", workers=False)
+    torch.testing.assert_close(placed().outputs[0], model(tokens))
+
+
+def test_a_script_without_its_main_guard_is_told_why_its_workers_die(tmp_path):
+    """Spawned workers import the main script; unguarded, each starts workers of its own."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    docs = (Path(__file__).parents[2] / "docs" / "execution.md").read_text()
+    assert 'if __name__ == "__main__":  # the device workers are spawned' in docs
+    (tmp_path / "unguarded.py").write_text("from graphopt.exec.workers import CPUWorkers\nCPUWorkers(1)\n")
+    bad = subprocess.run([sys.executable, "unguarded.py"], cwd=tmp_path, capture_output=True, text=True)
+    assert bad.returncode != 0 and "must do so under `if __name__ == '__main__':`" in bad.stderr
+
+
 def test_a_killed_worker_fails_cleanly_within_the_timeout():
     traced = trace_program(torch.nn.Linear(4, 2), (torch.randn(3, 4),), training=True)
     pool = CPUWorkers(2, timeout=20)

@@ -178,6 +178,57 @@ def test_torch_export_legacy(tmp_path):
     assert set(g.module[g.op == "conv"]) == {"conv"}
 
 
+def _export(model, args, path):
+    torch = pytest.importorskip("torch")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            torch.onnx.export(model, args, str(path), dynamo=False, opset_version=17)
+        except Exception as err:  # the TorchScript exporter may be gone from a future torch
+            pytest.skip(f"torch.onnx.export(dynamo=False) unavailable: {err}")
+    return path
+
+
+def test_shapes_the_graph_computes_from_shapes_are_folded(tmp_path, monkeypatch):
+    """torch's exporter slices attention's projections with ends computed from ``Shape``
+    (written elsewhere: PyTorch's decoder layer); ONNX's inference leaves those unknown."""
+    torch = pytest.importorskip("torch")
+
+    class Decoder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.TransformerDecoderLayer(32, 4, 64, batch_first=True, norm_first=True)
+
+        def forward(self, tgt, memory):
+            mask = torch.nn.Transformer.generate_square_subsequent_mask(tgt.shape[1])
+            return self.layer(tgt, memory, tgt_mask=mask, tgt_is_causal=True)
+
+    p = _export(Decoder().eval(), (torch.randn(2, 6, 32), torch.randn(2, 5, 32)), tmp_path / "dec.onnx")
+    from graphopt.frontends import onnx as frontend
+
+    with monkeypatch.context() as m:  # what ONNX's inference alone gives
+        m.setattr(frontend, "_fold_shapes", lambda onnx, model: model)
+        with pytest.raises(GraphFormatError, match="no static shape"):
+            from_onnx(p)
+    g = from_onnx(p)
+    assert "unknown_shapes" not in g.meta
+    # the four projections of each attention, and the feed-forward's two: all shaped
+    mm = g.flops[np.isin(g.op, ["matmul", "addmm"])]
+    assert (mm > 0).all() and mm.sum() >= 2 * 2 * 6 * 32 * 32 * 8 + 2 * 2 * 6 * 32 * 64 * 2
+
+
+@pytest.mark.parametrize("cell, gates", [("LSTM", 4), ("GRU", 3), ("RNN", 1)])
+def test_recurrent_layers_are_costed_by_their_gates(tmp_path, cell, gates):
+    torch = pytest.importorskip("torch")
+    T, B, D, H = 7, 3, 16, 24  # steps, batch, input and hidden sizes
+    net = getattr(torch.nn, cell)(D, H, num_layers=1, bidirectional=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnknownOpWarning)
+        g = from_onnx(_export(net, (torch.randn(T, B, D),), tmp_path / "rnn.onnx"))
+    flops = g.flops[g.op == cell.lower()]
+    assert flops.tolist() == [T * 2 * B * (2 * gates * H * (D + H) + gates * H + 2 * H)]
+
+
 def test_empty_tensors_keep_zero_bytes():
     # Resize's empty roi/scales inputs (dims [0]) are common in exported models.
     m = _model(

@@ -109,6 +109,9 @@ class CPUWorkers:
     def _gather(self, what: str) -> list[Any]:
         out: list[Any] = [None] * self.devices
         waiting = set(range(self.devices))
+        # the commonest cause: spawn runs the main script again in each worker
+        hint = ("; a script that starts workers must do so under `if __name__ == '__main__':` "
+                "(they are spawned, and import the script)") if what == "start" else ""
         deadline = time.monotonic() + self.timeout
         while waiting:
             for r in list(waiting):
@@ -117,14 +120,14 @@ class CPUWorkers:
                     try:
                         status, payload = conn.recv()
                     except (EOFError, OSError):
-                        self._fail(f"device {r}'s worker died during {what}")
+                        self._fail(f"device {r}'s worker died during {what}{hint}")
                     if status == "error":
                         self._fail(f"device {r} failed during {what}: {payload}")
                     out[r] = payload
                     waiting.discard(r)
                 elif not self._procs[r].is_alive():
                     self._fail(f"device {r}'s worker died during {what} "
-                               f"(exit code {self._procs[r].exitcode})")
+                               f"(exit code {self._procs[r].exitcode}){hint}")
             if time.monotonic() > deadline:
                 self._fail(f"device(s) {sorted(waiting)} made no progress for {self.timeout:g} s "
                            f"during {what}")

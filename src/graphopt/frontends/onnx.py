@@ -39,6 +39,7 @@ ONNX_OPS: dict[str, str] = {
     "MatMul": "matmul", "Gemm": "addmm", "Conv": "conv", "ConvTranspose": "conv",
     "Einsum": "einsum", "Relu": "relu", "LeakyRelu": "relu", "PRelu": "relu",
     "Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Reciprocal": "div", "Neg": "neg",
+    "Mod": "remainder",
     "Exp": "exp", "Log": "log", "Tanh": "tanh", "Sigmoid": "sigmoid", "HardSigmoid": "sigmoid",
     "Gelu": "gelu", "Mish": "gelu", "HardSwish": "silu", "Elu": "exp", "Selu": "exp",
     "Softplus": "exp", "Erf": "erf", "Sqrt": "sqrt", "Pow": "pow", "Abs": "abs", "Sin": "sin",
@@ -76,6 +77,9 @@ _DTYPES: dict[int, tuple[str, float]] = {
 }
 
 _POOLS = {"MaxPool", "AveragePool"}
+#: Recurrent layers: gates per step. No IR op is one (the frontends for programs unroll
+#: them into matmuls); they keep their name and are costed by their gates (:func:`_cost`).
+_RECURRENT = {"LSTM": 4, "GRU": 3, "RNN": 1}
 
 
 def _snake(op_type: str) -> str:
@@ -152,6 +156,122 @@ def _fix_inputs(model, shapes: Mapping[str, Sequence[int]], source: str) -> None
             tt.shape.dim.add().dim_value = int(d)
 
 
+#: Elements of a value the shape folding computes (:func:`_fold_shapes`): shape vectors
+#: and small constants, never weights; it bounds what a file can make the folding allocate.
+FOLD_MAX_ELEMENTS = 1024
+#: Ops the folding evaluates (on values of at most FOLD_MAX_ELEMENTS elements each): the
+#: arithmetic of shapes, as exporters write it (``Shape -> Gather -> Unsqueeze -> Concat``).
+_FOLDABLE = frozenset({
+    "Constant", "Identity", "Cast", "CastLike", "Shape", "Size", "Gather", "GatherElements", "Unsqueeze",
+    "Squeeze", "Concat", "Slice", "Reshape", "Flatten", "Transpose", "Add", "Sub", "Mul", "Div", "Mod",
+    "Neg", "Abs", "Floor", "Ceil", "Sqrt", "Pow", "Min", "Max", "Equal", "Less", "LessOrEqual", "Greater",
+    "GreaterOrEqual", "Not", "And", "Or", "Where", "ReduceProd", "ReduceSum", "ReduceMax", "ReduceMin",
+    "ConstantOfShape", "Range", "Expand", "Tile"})
+
+
+def _infer(onnx, m):
+    return onnx.shape_inference.infer_shapes(m, check_type=False, strict_mode=False, data_prop=True)
+
+
+def _static(vi) -> tuple[int, ...] | None:
+    d = _dims(vi.type)
+    if not d or d[0] is None or not all(isinstance(x, int) and x >= 0 for x in d[0]):
+        return None
+    return tuple(d[0])
+
+
+def _fold_shapes(onnx, m) -> None:
+    """Give ``m`` the shapes ONNX's inference leaves unknown where the graph computes them
+    from other tensors' shapes (a ``Slice`` whose ends come from ``Shape``, as
+    ``torch.onnx.export`` writes attention): those computations are evaluated with
+    ``onnx.reference`` on known shapes and small constants, and inference runs again
+    with their values, until nothing more folds. Only shapes change; every node stays.
+    Best effort: what cannot be evaluated keeps its unknown shape, for the caller to report."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    g = m.graph
+    small = FOLD_MAX_ELEMENTS
+    values = {}
+    for t in g.initializer:
+        if math.prod(t.dims) <= small and not t.external_data:
+            try:
+                values[t.name] = numpy_helper.to_array(t)
+            except Exception:  # noqa: BLE001  values that do not match their dims: left unread
+                continue
+    produced = {o for node in g.node for o in node.output if o}
+    for _ in range(8):  # each round's shapes can make more shape computations constant
+        shapes = {vi.name: _static(vi) for vi in (*g.input, *g.value_info, *g.output)}
+        shapes.update((t.name, tuple(t.dims)) for t in g.initializer)
+        new = {}
+        for node in g.node:
+            outs = [o for o in node.output if o]
+            if (node.domain not in ("", "ai.onnx") or node.op_type not in _FOLDABLE or not outs
+                    or all(o in values for o in outs)):
+                continue
+            ins = [t for t in node.input if t]
+            if node.op_type in ("Shape", "Size"):
+                shape = shapes.get(node.input[0])
+                if shape is None:
+                    continue
+                dims = np.array(shape, np.int64)
+                out = [dims[_attr(node, "start", 0):_attr(node, "end", len(dims))] if node.op_type == "Shape"
+                       else np.array(dims.prod(), np.int64)]
+            elif all(t in values for t in ins) and _fold_fits(node, [values[t] for t in ins], small):
+                try:
+                    model = helper.make_model(helper.make_graph(
+                        [node], "fold", [], [helper.make_value_info(o, onnx.TypeProto()) for o in outs]),
+                        opset_imports=m.opset_import)
+                    out = ReferenceEvaluator(model).run(None, {t: values[t] for t in ins})
+                except Exception:  # noqa: BLE001  an op the reference cannot run: its shape stays unknown
+                    continue
+            else:
+                continue
+            for o, v in zip(outs, out):
+                if np.asarray(v).size <= small:
+                    values[o] = new[o] = np.asarray(v)
+        if not any(o in produced for o in new):
+            break
+        # inference on a copy where the folded tensors are initializers, their writers gone
+        keep = [node for node in g.node if not all(o in values for o in node.output if o)]
+        folded = [numpy_helper.from_array(v, k) for k, v in values.items() if k in produced]
+        try:
+            inferred = _infer(onnx, helper.make_model(
+                helper.make_graph(keep, g.name, list(g.input), list(g.output), [*g.initializer, *folded]),
+                opset_imports=m.opset_import, ir_version=m.ir_version))
+        except Exception:  # noqa: BLE001  the folded values contradict the graph: keep what is known
+            return
+        info = {vi.name: vi for vi in inferred.graph.value_info}
+        for t in folded:
+            info[t.name] = helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+        del g.value_info[:]
+        g.value_info.extend(info.values())
+        for vi, out in zip(g.output, inferred.graph.output):  # inference types the outputs in place
+            if _static(vi) is None:
+                vi.CopyFrom(out)
+
+
+def _fold_fits(node, ins: list, small: int) -> bool:
+    """Whether evaluating ``node`` on ``ins`` makes a value of at most ``small``
+    elements; checked before, for the ops whose output size a value sets."""
+    import numpy as np
+
+    try:
+        if node.op_type == "ConstantOfShape":
+            return math.prod(int(d) for d in ins[0].reshape(-1)) <= small
+        if node.op_type == "Range":
+            start, limit, delta = (float(v) for v in ins)
+            return delta != 0 and math.ceil((limit - start) / delta) <= small
+        if node.op_type == "Expand":
+            return math.prod(np.broadcast_shapes(ins[0].shape, tuple(int(d) for d in ins[1]))) <= small
+        if node.op_type == "Tile":
+            return ins[0].size * math.prod(int(d) for d in ins[1].reshape(-1)) <= small
+        return all(v.size <= small for v in ins)  # the rest make at most a product of these
+    except (ValueError, TypeError, OverflowError, IndexError):
+        return False
+
+
 def from_onnx(model: str | os.PathLike | bytes | Any, *,
               input_shapes: Mapping[str, Sequence[int]] | None = None, name: str | None = None,
               strict: bool = True) -> Graph:
@@ -211,10 +331,11 @@ def from_onnx(model: str | os.PathLike | bytes | Any, *,
     if input_shapes:
         _fix_inputs(m, input_shapes, source)
     try:
-        m = onnx.shape_inference.infer_shapes(m, check_type=False, strict_mode=False,
-                                              data_prop=True)
+        m = _infer(onnx, m)
     except Exception as err:  # InferenceError, ValidationError, a malformed proto
         raise GraphFormatError(f"{source}: ONNX shape inference failed: {err}") from err
+    if any(_static(vi) is None for vi in (*m.graph.value_info, *m.graph.output)):
+        _fold_shapes(onnx, m)
     g = m.graph
     gname = name or g.name or (Path(source).stem if source[:1] != "<" else "onnx")
 
@@ -319,7 +440,8 @@ def from_onnx(model: str | os.PathLike | bytes | Any, *,
         if op is None:
             op = _snake(node.op_type)
             kind = node.op_type if not node.domain else f"{node.domain}.{node.op_type}"
-            unmapped.setdefault(kind, []).append(node.name or k)
+            if not (node.op_type in _RECURRENT and not node.domain):
+                unmapped.setdefault(kind, []).append(node.name or k)
         if node.op_type == "Gemm" and (len(node.input) < 3 or not node.input[2]):
             op = "mm"
         shape, dt = (outs[0][0], outs[0][1]) if outs else ((), "float32")
@@ -371,6 +493,13 @@ def _cost(node, op: str, ins: list, outs: list, dtype: str) -> tuple[float, floa
     if node.op_type in _POOLS:
         kernel = _attr(node, "kernel_shape", None) or [1]
         return float(out_n * math.prod(kernel)), read, written
+    if node.op_type in _RECURRENT and not node.domain and len(ins) >= 3 and len(ins[0][0]) == 3:
+        # per step and direction: the gates' products with the input and the hidden
+        # state, then one FLOP per gate element and two per hidden unit
+        x, (dirs, gh, size) = ins[0][0], ins[1][0]
+        seq, batch = (x[1], x[0]) if _attr(node, "layout", 0) else (x[0], x[1])
+        hidden = gh // _RECURRENT[node.op_type]
+        return float(seq * dirs * batch * (2 * gh * (size + hidden) + gh + 2 * hidden)), read, written
     flops, rd, wr = op_cost(op, [i[0] for i in ins], [o[0] for o in outs], dtype,
                             in_dtypes=[i[1] for i in ins], warn=False)
     if op_class(op) == "embedding":

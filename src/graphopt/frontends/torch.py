@@ -350,18 +350,31 @@ def trace_exported(program: torch.export.ExportedProgram, example_inputs: tuple 
     roles: dict[fx.Node, _Role] = {}
     kinds = {"PARAMETER": "parameter", "BUFFER": "buffer", "CONSTANT_TENSOR": "constant",
              "USER_INPUT": "input"}
+    values = {**ep.state_dict, **ep.constants}
     by_name = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    first: dict[tuple, fx.Node] = {}
+    tied: dict[fx.Node, str] = {}  # placeholder -> the state it duplicates
     for spec in ep.graph_signature.input_specs:
         node = by_name.get(getattr(spec.arg, "name", ""))
         kind = kinds.get(spec.kind.name)
         if node is None or kind is None:
             continue
         fqn = spec.target if kind != "input" else node.name
+        if kind in ("parameter", "buffer"):
+            # torch.export lifts a tied tensor once per name; one tensor is one node,
+            # or its bytes count twice
+            key = _tensor_identity(values[fqn])
+            if key in first:
+                node.replace_all_uses_with(first[key])
+                tied[node] = roles[first[key]].name
+                continue
+            first[key] = node
         roles[node] = _Role(kind, fqn, _parent(fqn) if kind != "input" else "")
+    if tied:
+        ep.graph_module.recompile()
     meta = {"frontend": "torch", "torch": torch.__version__, **(meta or {})}
     ir_names: dict[fx.Node, str] = {}
     graph = _convert(ep.graph, roles, name, meta, _export_modules(ep.graph, roles), {}, ir_names)
-    values = {**ep.state_dict, **ep.constants}
     gen = torch.Generator().manual_seed(0)
     user = iter(example_inputs) if example_inputs is not None else None
     feeds, state = [], []
@@ -370,6 +383,10 @@ def trace_exported(program: torch.export.ExportedProgram, example_inputs: tuple 
         if role is not None and role.op != "input":
             feeds.append(values[role.name].detach().clone())
             state.append(role.name)
+            continue
+        if node in tied:  # read by no op: fed for the program's signature
+            feeds.append(values[tied[node]].detach().clone())
+            state.append(None)
             continue
         val = node.meta.get("val")
         if user is not None:
@@ -654,6 +671,11 @@ def _grad_fn_annotations(root: Tensor) -> Iterator[None]:
 
 
 # -- module paths and colocation -------------------------------------------------------------
+def _tensor_identity(t: Tensor) -> tuple:
+    """What makes two tensors one: the same memory seen the same way."""
+    return (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
+
+
 def _parent(fqn: str) -> str:
     """``encoder.layers.3.attn.q_proj.weight`` → ``encoder.layers.3.attn.q_proj``."""
     return fqn.rpartition(".")[0]
@@ -789,13 +811,17 @@ class _Info:
     single: bool  # its value is one tensor (not a tuple), so consumers read it whole
 
 
-def _info(n: fx.Node, role: _Role | None) -> _Info:
+def _info(n: fx.Node, role: _Role | None, module: str = "") -> _Info:
     outs = _outputs(n)
     try:
         shapes = [tuple(int(d) for d in t.shape) for t in outs]
     except (TypeError, RuntimeError) as err:
-        raise FrontendError(f"node {n.name!r} has a dynamic shape {tuple(outs[0].shape)}; "
-                            "graphopt needs static shapes (export without dynamic_shapes)") from err
+        where = f" in module {module!r}" if module else ""
+        raise FrontendError(
+            f"node {n.name!r} ({n.target}{where}) has a shape known only at run time, "
+            f"{tuple(outs[0].shape)}: its size depends on its inputs' values (boolean-mask "
+            "indexing, nonzero, unique) or on a dimension exported as dynamic; graphopt "
+            "needs static shapes") from err
     op = role.op if role is not None else "constant" if n.op == "get_attr" else _ir_op(n)
     nbytes = float(sum(t.numel() * t.element_size() for t in outs))
     edge = nbytes
@@ -826,8 +852,13 @@ def _convert(graph: fx.Graph, roles: dict[fx.Node, _Role], name: str, meta: dict
     gradients and updates near the layer's other ops. ``names_out``, when given,
     receives the IR name of every FX node that became an IR node.
     """
-    info = {n: _info(n, roles.get(n)) for n in graph.nodes
-            if (n in roles or n.op in ("call_function", "get_attr")) and _outputs(n)}
+    try:
+        info = {n: _info(n, roles.get(n), modules.get(n, "")) for n in graph.nodes
+                if (n in roles or n.op in ("call_function", "get_attr")) and _outputs(n)}
+    except FrontendError as err:  # name the model (a file's loader names the file)
+        if "model" not in meta:
+            raise
+        raise FrontendError(f"{meta['model']}: {err}") from err
     preds = {n: [p for p in n.all_input_nodes if p in info] for n in info}
     has_users = {p for ps in preds.values() for p in ps}
     position = {n: i for i, n in enumerate(info)}
