@@ -6,6 +6,7 @@ One table: the next case is one line. ``{d}`` is a folder of bad files made once
 
 import io
 import json
+import os
 import zipfile
 from pathlib import Path
 
@@ -54,10 +55,15 @@ def make_bad_files(d: Path) -> Path:
                            ("peak_str", "peak_tflops = {", 'peak_tflops = {x = "a", '),
                            ("latency_list", "latency_us =", "latency_us = [1] #"),
                            ("wake_short", "count = 8", "count = 8\nwake_cost_us = [1, 2]"),
-                           ("wake_neg", "count = 8", "count = 8\nwake_cost_us = [[1, 2], [3, -4]]")]:
+                           ("wake_neg", "count = 8", "count = 8\nwake_cost_us = [[1, 2], [3, -4]]"),
+                           ("typo_key", "launch_overhead_us", "launch_overhed_us")]:
         assert old in base
         (d / f"{name}.toml").write_text(base.replace(old, new, 1))
     (d / "latin1.toml").write_bytes(b"\xff\xfe" + base.encode())
+    (d / "one_way.toml").write_text(
+        '[[devices]]\nkind = "gpu"\ncount = 2\npeak_tflops = { float32 = 1 }\nvector_tflops = 1\n'
+        'mem_gbps = 1\nmemory_gib = 1\n[topology]\ntype = "links"\nlink_gbps = 1\nlatency_us = 1\n'
+        'links = [[0, 1], [0, 0]]\nfallback_gbps = 1\nfallback_latency_us = 1\n')
     with (d / "huge.toml").open("wb") as f:
         f.truncate(2**30)  # sparse: a GiB that is never written
     (d / "tuned_bad.json").write_text(json.dumps({"params": {"sa": {"chains": "many"}}}))
@@ -90,7 +96,14 @@ def _more_bad_files(d: Path, g: dict, base: str) -> None:
     (d / "emptydir").mkdir()
     (d / "outdir").mkdir()  # a file where optimize writes a method's folder
     (d / "outdir" / "sa").write_text("x")
+    (d / "outdir" / "t.sim.json").mkdir()  # where graphopt run --trace t.json puts the simulated one
     (d / "rundir" / "policy.json").mkdir(parents=True)  # a folder where a trainer writes a file
+    # special files: their size (0) says nothing of what reading them gives; an output
+    # renamed over one would delete it
+    for name in ("zero.json", "zero.npz", "zero.onnx", "zero.toml", "zero_plan.json"):
+        (d / name).symlink_to("/dev/zero")
+    os.mkfifo(d / "fifo.json")
+    (d / "null_out.json").symlink_to("/dev/null")
     save_graph(mlp_training_graph(layers=1, hidden=8, batch=2), d / "whole.npz")
     whole = (d / "whole.npz").read_bytes()
     (d / "truncated.npz").write_bytes(whole[:len(whole) // 2])
@@ -214,6 +227,18 @@ def _more_bad_files(d: Path, g: dict, base: str) -> None:
 CASES = [
     # files from outside: nesting, sizes, encodings, types
     ("info {d}/deep.json", "nested too deeply"),
+    ("info {d}/zero.json", "zero.json: not a regular file (a device, pipe or socket)"),
+    ("info {d}/zero.npz", "zero.npz: not a regular file"),
+    ("info {d}/zero.onnx", "zero.onnx: not a regular file"),
+    ("info {d}/fifo.json", "fifo.json: not a regular file"),
+    ("info {d}/emptydir/x.json", "x.json: no such file"),
+    ("simulate example:mlp -c {d}/zero.toml", "zero.toml: not a regular file"),
+    ("simulate example:mlp --plan {d}/zero_plan.json", "zero_plan.json: not a regular file"),
+    ("simulate example:mlp --json {d}/null_out.json", "null_out.json: not a regular file"),
+    ("run zoo:rnnlm-2-quick --devices cpu:2 --trace {d}/outdir/t.json",
+     "t.sim.json: is a folder, expected a file"),
+    ("costmodel train --data {d}/tiles --run-name ../x --out {d}/cm",
+     "--run-name ../x: expected a folder name"),
     ("simulate example:mlp --plan {d}/deep_plan.json", "nested too deeply"),
     ("simulate example:mlp --plan {d}/digits_plan.json", "digits_plan.json: not valid JSON (a number of"),
     ("simulate example:mlp -c cpu:1 --profile {d}/deep_profile.json", "nested too deeply"),
@@ -222,6 +247,9 @@ CASES = [
     ("simulate {d}/bytes_1e20.json", "MAX_BYTES"),
     ("simulate {d}/empty.json", "has no ops"),
     ("simulate example:mlp -c {d}/count_50000.toml", "MAX_DEVICES"),
+    ("simulate example:mlp -c {d}/typo_key.toml",
+     "[[devices]]: unknown key 'launch_overhed_us'; expected one of"),
+    ("simulate example:mlp -c {d}/one_way.toml", "links must be symmetric (a link joins two devices)"),
     ("simulate example:mlp -c {d}/count_0.toml", "count = 0"),
     ("simulate example:mlp -c {d}/count_str.toml", "'count'"),
     ("simulate example:mlp -c {d}/peak_str.toml", "peak_str.toml: key 'x' = 'a' is not a number"),
@@ -419,6 +447,8 @@ CASES = [
     ("export {d}/wide_plan.json --graph {d}/g.json --format device-map --out {d}/e.json",
      "wide_plan.json: plan places ops on 6 devices, more than the default cluster 'cpu' has"),
     # a plan of another graph with as many nodes: exported silently; run refused it unnamed
+    ("simulate {d}/g.json --plan {d}/foreign_plan.json",
+     "foreign_plan.json: the plan was made for graph 'other' (12 nodes, fingerprint abc)"),
     ("export {d}/foreign_plan.json --graph {d}/g.json --format device-map --out {d}/e.json",
      "foreign_plan.json: the plan was made for graph 'other' (12 nodes, fingerprint abc)"),
     # profile JSON
@@ -451,7 +481,7 @@ CASES = [
     ("simulate example:mlp --profile {d}/deep_profile.json@",
      "deep_profile.json: not valid JSON (nested too"),
     # cluster TOML and cluster names
-    ("simulate example:mlp -c {d}/missing.toml", "missing.toml' does not exist"),
+    ("simulate example:mlp -c {d}/missing.toml", "missing.toml: no such file"),
     ("simulate example:mlp -c {d}/empty0.toml", "empty0.toml: needs at least one [[devices]]"),
     ("simulate example:mlp -c {d}/deep.toml", "deep.toml: invalid TOML (nested too deeply)"),
     ("simulate example:mlp -c {d}/syntax.toml", "syntax.toml: invalid TOML (Invalid value (at"),

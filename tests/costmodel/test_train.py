@@ -92,6 +92,29 @@ def test_bad_options_and_runs(tile_dir, tmp_path):
         evaluate(run, lay)
 
 
+@pytest.mark.parametrize("file, edit, message", [
+    ("config.json", {"hidden": 1_000_000}, r"config.json: hidden=1000000, expected an integer in 0..8192"),
+    ("config.json", {"config_dim": 10**9}, r"config.json: config_dim=1000000000, expected"),
+    ("config.json", {"hidden": "wide"}, r"config.json: hidden='wide', expected an integer"),
+    ("config.json", {"model": "bogus"}, r"config.json: model 'bogus' unknown"),
+    ("config.json", {"model": None}, r"config.json: model None unknown"),
+    ("config.json", {"hidden": 32}, r"weights do not match config.json \(\d+ differ in name or shape"),
+    ("config.json", [], r"config.json: expected a JSON object"),
+    ("checkpoint.json", {"state": [1]}, r"checkpoint.json: its state is not the trainer's"),
+    ("checkpoint.json", {"state": {"epoch": "x", "history": [], "gst_keys": []}}, r"its state is not"),
+])
+def test_a_tampered_run_is_refused_naming_the_file_before_the_model_is_built(tile_dir, tmp_path, file,
+                                                                             edit, message):
+    """A run folder is outside data: its sizes must not make building the model allocate."""
+    run = train(_cfg(tile_dir, tmp_path, epochs=1, run_name="t"))
+    doc = json.loads((run / file).read_text())
+    (run / file).write_text(json.dumps(edit if isinstance(edit, list) else doc | edit))
+    with pytest.raises(CheckpointError, match=message):
+        load_run(run)
+    with pytest.raises(CheckpointError, match=message):
+        train(TrainConfig(resume=str(run), epochs=2, progress=False))
+
+
 def test_evaluation_runs_every_n_epochs_and_after_the_last(tile_dir, tmp_path):
     run = train(_cfg(tile_dir, tmp_path, epochs=5, eval_every=2, run_name="every2"))
     taus = [row["charts/kendall_tau"] for row in load_run(run)[3]["history"]]

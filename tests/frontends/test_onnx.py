@@ -112,6 +112,22 @@ def test_a_tensor_written_by_two_nodes_is_refused_naming_both():
         from_onnx(m)
 
 
+def test_cycles_and_writes_into_sources_are_refused_naming_the_nodes():
+    x, y = helper.make_tensor_value_info("x", F, [4]), helper.make_tensor_value_info("y", F, [4])
+    loop = _model([helper.make_node("Add", ["x", "y"], ["y"], name="self")], [x], [y])
+    with pytest.raises(GraphFormatError, match="node 'self' .Add. reads its own output 'y' .a cycle."):
+        from_onnx(loop)
+    pair = _model([helper.make_node("Add", ["x", "b"], ["a"], name="A"),
+                   helper.make_node("Neg", ["a"], ["b"], name="B"),
+                   helper.make_node("Relu", ["a"], ["y"], name="C")], [x], [y])
+    with pytest.raises(GraphFormatError, match=r"nodes \['(A|B)', '(A|B)'(, '(A|B)')?\] form a cycle"):
+        from_onnx(pair)
+    into = _model([helper.make_node("Relu", ["y"], ["x"], name="r"), helper.make_node("Neg", ["x"], ["y"])],
+                  [x], [y])
+    with pytest.raises(GraphFormatError, match="node 'r' .Relu. writes tensor 'x', a graph input"):
+        from_onnx(into)
+
+
 def test_bad_inputs(tmp_path):
     with pytest.raises(GraphFormatError, match="no such file"):
         from_onnx(tmp_path / "none.onnx")

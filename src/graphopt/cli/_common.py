@@ -98,6 +98,8 @@ def check_output(path: Path | None, option: str, *, folder: bool = False) -> Non
             raise GraphoptError(f"{where}: is a file, expected a folder")
         if not folder and path.is_dir():
             raise GraphoptError(f"{where}: is a folder, expected a file")
+        if not folder and path.exists() and not path.is_file():  # links followed
+            raise GraphoptError(f"{where}: not a regular file (a device, pipe or socket)")
         existing = path.absolute() if folder else path.absolute().parent
     if not existing.is_dir():
         raise GraphoptError(f"{where}: {existing} is a file, not a folder")
@@ -150,13 +152,13 @@ def compile_simulator() -> None:
 def check_plan(plan, problem, path: Path | None, *, same_graph: bool = False) -> None:
     """Check a plan loaded from ``path`` against ``problem`` (its length, its device
     indices; with ``same_graph``, that it was made for this graph:
-    :func:`graphopt.exec.program.check_made_for`), so that the error names the plan
+    :func:`graphopt.sim.plan.check_made_for`), so that the error names the plan
     file; no path (no --plan) passes."""
     if path is None:
         return
     try:
         if same_graph:
-            from graphopt.exec.program import check_made_for
+            from graphopt.sim.plan import check_made_for
 
             check_made_for(plan, problem.graph)
         plan.check(problem.num_nodes, problem.num_devices)

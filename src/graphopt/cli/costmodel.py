@@ -25,9 +25,19 @@ def costmodel_train(**options) -> None:
     Example: graphopt costmodel train --data npz/tile/xla --epochs 20
     """
     from graphopt.costmodel.trainer import evaluate, train
+    from graphopt.rl.run import RUN_FILES
 
     try:
         check_output(Path(options["out"]), "--out", folder=True)
+        name = options["run_name"]
+        if name:
+            if name in (".", "..") or Path(name).name != name:
+                raise GraphoptError(f"--run-name {name}: expected a folder name, not a path")
+            if (Path(options["out"]) / name / "config.json").exists():
+                raise GraphoptError(f"--run-name {name}: {Path(options['out']) / name} holds a run "
+                                    "already (continue it with --resume, or give another name)")
+            for f in ("config.json", *RUN_FILES):  # a folder there fails only after training
+                check_output(Path(options["out"]) / name / f, "--run-name")
         run = train(TrainConfig(**options))
         res = evaluate(run)
     except GraphoptError as err:

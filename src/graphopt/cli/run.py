@@ -56,6 +56,7 @@ def run(
 
     try:
         check_output(trace, "--trace")
+        check_output(trace and trace.with_suffix(".sim.json"), "--trace (the simulated trace beside it)")
         kind, count = parse_devices(devices)
         p = Plan.load(plan) if plan else Plan()
         try:

@@ -58,7 +58,7 @@ def simulate(
         prof = _load_profile_arg(profile) if profile else None
         p = Plan.load(plan) if plan else Plan()
         prob = Problem(g, c, profile=prof)
-        check_plan(p, prob, plan)
+        check_plan(p, prob, plan, same_graph=True)
         r = run(prob, p, timeline=bool(trace or gantt))
     except GraphoptError as err:
         fail(err)

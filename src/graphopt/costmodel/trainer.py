@@ -23,6 +23,7 @@ import dataclasses
 import json
 import os
 import time
+from typing import Any
 from pathlib import Path
 
 import numpy as np
@@ -80,10 +81,51 @@ def _resolve_model(cfg: TrainConfig, collection: str) -> str:
     return name
 
 
+#: The range of each size in a run's ``config.json``: a file must not make building the
+#: model allocate or hang (sizes as TrainConfig bounds them, features as data can have).
+_SIZES = {"num_node_feat": (1, 4096), "config_dim": (1, 4096), "hidden": (0, 8192),
+          "op_embed": (0, 8192), "layers": (0, 64)}
+
+
 def _model_from(meta: dict) -> CostModel:
     return build_model(meta["model"], meta["num_node_feat"], meta["config_dim"],
                        hidden=meta["hidden"] or None, op_embed=meta["op_embed"] or None,
                        num_layers=meta["layers"] or None, dropout=meta["dropout"])
+
+
+def _check_run(run: Path, meta: Any, ckpt: Any, tensors: dict) -> None:
+    """Refuse, naming the file, a run whose ``config.json`` or ``checkpoint.json`` is not
+    what the trainer writes, or whose weights do not fit the model its config builds
+    (compared on the meta device, before anything is allocated)."""
+    where = run / "config.json"
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"{where}: expected a JSON object")
+    missing = sorted({"model", "dropout", "train_config", *_SIZES} - meta.keys())
+    if missing:
+        raise CheckpointError(f"{where}: missing {missing}")
+    for key, (low, high) in _SIZES.items():
+        v = meta[key]
+        if not isinstance(v, int) or isinstance(v, bool) or not low <= v <= high:
+            raise CheckpointError(f"{where}: {key}={v!r}, expected an integer in {low}..{high}")
+    if meta["model"] not in MODELS:
+        raise CheckpointError(f"{where}: model {meta['model']!r} unknown; expected one of {sorted(MODELS)}")
+    if not isinstance(meta["dropout"], (int, float)) or not 0 <= meta["dropout"] < 1:
+        raise CheckpointError(f"{where}: dropout={meta['dropout']!r}, expected a number in [0, 1)")
+    state = ckpt.get("state") if isinstance(ckpt, dict) else None
+    if not (isinstance(state, dict) and isinstance(state.get("epoch"), int)
+            and isinstance(state.get("history"), list) and isinstance(state.get("gst_keys"), list)
+            and all(isinstance(r, dict) for r in state["history"])
+            and all(isinstance(k, str) for k in state["gst_keys"])):
+        raise CheckpointError(f"{run / 'checkpoint.json'}: its state is not the trainer's (an integer "
+                              "epoch, a list of history rows, a list of GST keys)")
+    with torch.device("meta"):
+        shapes = {k: tuple(v.shape) for k, v in _model_from(meta).state_dict().items()}
+    weights = {k: tuple(v.shape) for k, v in _prefixed(tensors, "model.model.").items()}
+    if shapes != weights:
+        wrong = sorted(k for k in shapes.keys() | weights.keys() if shapes.get(k) != weights.get(k))
+        raise CheckpointError(f"{run}: checkpoint weights do not match config.json ({len(wrong)} differ in "
+                              f"name or shape, first {wrong[0]!r}: config {shapes.get(wrong[0])}, "
+                              f"file {weights.get(wrong[0])})")
 
 
 # ----------------------------------------------------------------------------------------
@@ -121,6 +163,7 @@ def load_run(run_dir: str | os.PathLike) -> tuple[dict, CostModel, FeatureNormal
     if found is None:
         raise CostModelError(f"{run}: missing checkpoint.json; no epoch of this run finished")
     ckpt, tensors = found
+    _check_run(run, meta, ckpt, tensors)
     model = _model_from(meta)
     try:
         model.load_state_dict(_prefixed(tensors, "model.model."))

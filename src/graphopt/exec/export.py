@@ -19,7 +19,7 @@ import numpy as np
 
 from graphopt.cost import op_costs
 from graphopt.errors import ClusterError, PlanError
-from graphopt.exec.program import check_made_for
+from graphopt.sim.plan import check_made_for
 from graphopt.frontends.torch import TracedProgram
 from graphopt.hardware import Cluster, load_cluster
 from graphopt.ir import Graph

@@ -31,10 +31,10 @@ from torch import fx
 
 from graphopt.errors import PlanError
 from graphopt.frontends.torch import TracedProgram
-from graphopt.ir import Graph
 from graphopt.sim import Plan
+from graphopt.sim.plan import check_made_for
 
-__all__ = ["Instr", "Program", "Ref", "Transfer", "check_made_for", "compile_program", "refs",
+__all__ = ["Instr", "Program", "Ref", "Transfer", "compile_program", "refs",
            "resolve_target", "value_spec"]
 
 
@@ -221,24 +221,6 @@ def _split_readers_to_writers(nodes: list[fx.Node], pos: dict[fx.Node, int], dev
         if not change:
             return moved
     return moved
-
-
-def check_made_for(plan: Plan, graph: Graph) -> None:
-    """Refuse a plan made for another trace than ``graph``: its ``meta["graph"]
-    ["fingerprint"]``, which ``graphopt optimize --out`` writes, differs from the graph's
-    (a plan without one passes).
-
-    Raises
-    ------
-    PlanError
-        One line naming both graphs, their node counts and fingerprints.
-    """
-    made_for = plan.meta.get("graph") if isinstance(plan.meta.get("graph"), dict) else {}
-    if made_for.get("fingerprint") not in (None, graph.fingerprint()):
-        raise PlanError(f"the plan was made for graph {made_for.get('name')!r} "
-                        f"({made_for.get('nodes')} nodes, fingerprint {made_for['fingerprint']}); this "
-                        f"program traces to {graph.name!r} ({graph.num_nodes} nodes, fingerprint "
-                        f"{graph.fingerprint()}): not the same trace")
 
 
 def compile_program(traced: TracedProgram, plan: Plan | None, devices: int) -> Program:

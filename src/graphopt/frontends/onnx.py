@@ -19,6 +19,7 @@ loaded).
 
 from __future__ import annotations
 
+import graphlib
 import math
 import os
 import re
@@ -30,6 +31,7 @@ from typing import Any
 from graphopt.ir.formulas import UnknownOpWarning, op_cost
 from graphopt.errors import GraphError, GraphFormatError
 from graphopt.ir.graph import MAX_BYTES, Graph, GraphBuilder
+from graphopt.ir.io import regular_file
 from graphopt.ir.ops import op_class
 
 __all__ = ["ONNX_OPS", "from_onnx"]
@@ -119,8 +121,7 @@ def _load(model: Any) -> tuple[Any, str]:
             raise GraphFormatError(f"<bytes>: not an ONNX model ({err})") from err
     if isinstance(model, (str, os.PathLike)):
         p = Path(model)
-        if not p.is_file():
-            raise GraphFormatError(f"{p}: no such file")
+        regular_file(p)
         try:
             return onnx.load(str(p), load_external_data=False), str(p)
         except Exception as err:
@@ -400,8 +401,15 @@ def from_onnx(model: str | os.PathLike | bytes | Any, *,
 
     available = set(init) | {i.name for i in g.input} | {t for nd in g.node for t in nd.output}
     made: dict[str, str | int] = {}  # tensor -> the node that writes it: ONNX graphs are SSA
+    sources = set(init) | {i.name for i in g.input}
     for k, node in enumerate(g.node):
         for t in node.output:
+            if t in sources:
+                raise GraphFormatError(f"{source}: node {node.name or k!r} ({node.op_type}) writes "
+                                       f"tensor {t!r}, a graph input or initializer")
+            if t and t in node.input:
+                raise GraphFormatError(f"{source}: node {node.name or k!r} ({node.op_type}) reads "
+                                       f"its own output {t!r} (a cycle)")
             if t in made:
                 raise GraphFormatError(f"{source}: node {node.name or k!r} ({node.op_type}) writes "
                                        f"tensor {t!r}, which node {made[t]!r} writes too")
@@ -413,6 +421,13 @@ def from_onnx(model: str | os.PathLike | bytes | Any, *,
                 raise GraphFormatError(f"{source}: node {node.name or k!r} ({node.op_type}) reads "
                                        f"tensor {t!r}, which no node, graph input or initializer "
                                        "produces")
+    writer = {t: k for k, node in enumerate(g.node) for t in node.output if t}
+    try:  # before any shape is reported missing: a cycle's tensors have none
+        graphlib.TopologicalSorter({k: {writer[t] for t in node.input if t in writer}
+                                    for k, node in enumerate(g.node)}).prepare()
+    except graphlib.CycleError as err:
+        cycle = [g.node[k].name or k for k in dict.fromkeys(err.args[1])]
+        raise GraphFormatError(f"{source}: nodes {cycle} form a cycle") from None
     producer: dict[str, int] = {}
     used = {t for node in g.node for t in node.input if t}
     for t in init:

@@ -46,6 +46,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from graphopt.ir.formulas import UnknownOpWarning, op_cost
 from graphopt.errors import FrontendError, GraphFormatError, GraphoptError
+from graphopt.ir.io import regular_file
 from graphopt.ir.graph import Graph, GraphBuilder
 from graphopt.ir.ops import OP_VOCAB, op_class
 
@@ -947,8 +948,7 @@ def _check_archive(path: Path) -> None:
     ``torch.load(weights_only=True)`` refuses."""
     from torch.export.pt2_archive import constants as c
 
-    if not path.is_file():
-        raise GraphFormatError(f"{path}: no such file")
+    regular_file(path)
     raw_prefixes = (c.WEIGHT_FILENAME_PREFIX, c.TENSOR_CONSTANT_FILENAME_PREFIX)
     try:
         with zipfile.ZipFile(path) as z:

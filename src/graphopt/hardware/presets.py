@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from graphopt.errors import ClusterError
+from graphopt.ir.io import regular_file
 from graphopt.hardware import topology
 from graphopt.hardware.cluster import Cluster, Device, wake_pairs_ok
 
@@ -63,10 +64,9 @@ def load_cluster(spec: str) -> Cluster:
                                "(expected NAME[:COUNT], e.g. dgx1-v100:4)") from None
     path = Path(name)
     if name.endswith(".toml"):
-        if not path.is_file():
-            raise ClusterError(f"cluster file {name!r} does not exist")
-        if path.stat().st_size > MAX_FILE_BYTES:
-            raise ClusterError(f"cluster file {name!r}: {path.stat().st_size:,} bytes, more than "
+        size = regular_file(path, ClusterError)
+        if size > MAX_FILE_BYTES:
+            raise ClusterError(f"cluster file {name!r}: {size:,} bytes, more than "
                                f"{MAX_FILE_BYTES:,} (graphopt.hardware.presets.MAX_FILE_BYTES)")
         try:
             text, source = path.read_text(encoding="utf-8"), str(path)
@@ -113,13 +113,37 @@ def _opt(d: dict, key: str, source: str, default: Any, kind: type = float) -> An
     return _get(d, key, source, kind) if key in d else default
 
 
+#: The keys a cluster file may hold, per table: any other is a typo, which would
+#: otherwise leave its value at the default unseen.
+_KEYS = {
+    "": {"name", "description", "sources", "devices", "topology"},
+    "[[devices]]": {"kind", "count", "prefix", "peak_tflops", "vector_tflops", "mem_gbps", "memory_gib",
+                    "launch_overhead_us", "dispatch_overhead_us", "shared_slowdown", "transfer_cpu_gbps",
+                    "transfer_cpu_us", "wake_cost_us"},
+    "[topology]": {"type", "link_gbps", "latency_us", "per_switch", "root_gbps", "dims", "links",
+                   "fallback_gbps", "fallback_latency_us", "overlap_latency"},
+}
+
+
+def _known_keys(table: Any, where: str, source: str) -> None:
+    if not isinstance(table, dict):
+        raise ClusterError(f"{source}: {where or 'the file'} is not a table")
+    unknown = sorted(set(table) - _KEYS[where])
+    if unknown:
+        raise ClusterError(f"{source}: {where or 'top level'}: unknown key {unknown[0]!r}; expected "
+                           f"one of {', '.join(sorted(_KEYS[where]))}")
+
+
 def cluster_from_toml(data: dict, source: str = "<toml>") -> Cluster:
     """Build a :class:`Cluster` from a parsed preset (see the files in ``presets/``)."""
     devices: list[Device] = []
+    _known_keys(data, "", source)
+    _known_keys(data.get("topology", {}), "[topology]", source)
     groups = data.get("devices")
     if not isinstance(groups, list) or not groups:
         raise ClusterError(f"{source}: needs at least one [[devices]] table")
     for table, g in enumerate(groups):
+        _known_keys(g, "[[devices]]", source)
         count = _get(g, "count", source, int)
         if not 1 <= count <= MAX_DEVICES - len(devices):
             raise ClusterError(f"{source}: [[devices]] count = {count}; expected 1..{MAX_DEVICES} "
@@ -191,6 +215,9 @@ def cluster_from_toml(data: dict, source: str = "<toml>") -> Cluster:
         if not (np.isfinite(links).all() and (links >= 0).all() and (links == links.round()).all()):
             raise ClusterError(f"{source}: links must count links between devices (whole "
                                "numbers >= 0)")
+        if not ((links == links.T).all() and (np.diag(links) == 0).all()):
+            raise ClusterError(f"{source}: links must be symmetric (a link joins two devices) with "
+                               "zeros on the diagonal")
         mats = topology.link_matrix(links, bw, lat, _get(t, "fallback_gbps", source) * _GB,
                                     _get(t, "fallback_latency_us", source) * _US)
     elif kind == "host":

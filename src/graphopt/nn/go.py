@@ -47,6 +47,21 @@ class GOPolicyConfig:
     fusion_levels: int = 4
     """Fusion priorities to choose from; level 0 means "do not fuse"."""
 
+    def __post_init__(self) -> None:
+        # a config read from a file must not make building the network hang or allocate
+        for name, (low, high) in _CONFIG_RANGES.items():
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or not low <= v <= high:
+                raise ValueError(f"{name}={v!r}: expected an integer in {low}..{high}")
+
+
+#: The range of every integer field of :class:`GOPolicyConfig`: far beyond any policy
+#: trained here, and small enough that building the network stays cheap.
+_CONFIG_RANGES = {"in_dim": (1, 4096), "num_op_types": (1, 65536), "dim": (1, 4096),
+                  "sage_layers": (0, 64), "attn_layers": (0, 64), "heads": (1, 64),
+                  "segment": (1, 65536), "max_devices": (1, 1024), "priority_levels": (1, 1024),
+                  "fusion_levels": (1, 1024)}
+
 
 class GOPolicy(nn.Module):
     r"""GraphSAGE → segment-recurrent attention with FiLM → one attention layer and

@@ -69,6 +69,11 @@ class REGALHead(nn.Module):
 
     def __init__(self, in_dim: int, dim: int = 32, layers: int = 2, max_devices: int = 8):
         super().__init__()
+        # sizes read from a file must not make building the network hang or allocate
+        for name, v, low, high in (("in_dim", in_dim, 1, 4096), ("dim", dim, 1, 4096),
+                                   ("layers", layers, 0, 64), ("max_devices", max_devices, 1, 1024)):
+            if not isinstance(v, int) or isinstance(v, bool) or not low <= v <= high:
+                raise ValueError(f"{name}={v!r}: expected an integer in {low}..{high}")
         self.in_dim, self.dim, self.layers, self.max_devices = in_dim, dim, layers, max_devices
         self.embed = nn.Linear(in_dim, dim)
         self.encoder = BiSAGE(dim, layers)

@@ -27,7 +27,7 @@ from safetensors.torch import save as save_tensors
 from torch import nn
 
 from graphopt.errors import GraphoptError
-from graphopt.ir.io import atomic_write, read_json
+from graphopt.ir.io import atomic_write, read_json, regular_file
 
 __all__ = ["CheckpointError", "check_state", "load_checkpoint", "load_policy", "read_checkpoint",
            "save_checkpoint", "save_policy"]
@@ -96,6 +96,7 @@ def read_checkpoint(folder: str | os.PathLike) -> tuple[dict, dict[str, torch.Te
     if not (folder / META).is_file():
         return None
     meta = read_json(folder / META, error=CheckpointError)
+    regular_file(folder / WEIGHTS, CheckpointError)
     try:
         tensors = load_tensors((folder / WEIGHTS).read_bytes())
     except (OSError, SafetensorError) as err:
@@ -215,6 +216,7 @@ def load_policy(folder: str | os.PathLike, build) -> tuple[nn.Module, dict]:
     """
     folder = Path(folder)
     meta = read_json(folder / POLICY_META, error=CheckpointError)
+    regular_file(folder / POLICY_WEIGHTS, CheckpointError)
     try:
         tensors = load_tensors((folder / POLICY_WEIGHTS).read_bytes())
     except (OSError, SafetensorError) as err:

@@ -13,7 +13,7 @@ import numpy as np
 from graphopt.errors import PlanError
 from graphopt.ir.io import atomic_write, check_header, read_json
 
-__all__ = ["Plan"]
+__all__ = ["Plan", "check_made_for"]
 
 FORMAT = "graphopt.plan"
 VERSION = 1
@@ -135,3 +135,21 @@ class Plan:
     @classmethod
     def load(cls, path: str | os.PathLike) -> Plan:
         return cls.from_dict(read_json(path, PlanError), source=str(path))
+
+
+def check_made_for(plan: Plan, graph) -> None:
+    """Refuse a plan made for another trace than ``graph``: its ``meta["graph"]
+    ["fingerprint"]``, which ``graphopt optimize --out`` writes, differs from the graph's
+    (a plan without one passes).
+
+    Raises
+    ------
+    PlanError
+        One line naming both graphs, their node counts and fingerprints.
+    """
+    made_for = plan.meta.get("graph") if isinstance(plan.meta.get("graph"), dict) else {}
+    if made_for.get("fingerprint") not in (None, graph.fingerprint()):
+        raise PlanError(f"the plan was made for graph {made_for.get('name')!r} "
+                        f"({made_for.get('nodes')} nodes, fingerprint {made_for['fingerprint']}); this "
+                        f"program traces to {graph.name!r} ({graph.num_nodes} nodes, fingerprint "
+                        f"{graph.fingerprint()}): not the same trace")

@@ -20,7 +20,7 @@ from graphopt.errors import GraphError, GraphFormatError
 from graphopt.frontends.tpugraphs._xla import (ELEMENT_TYPES, OPAQUE, TOKEN, TUPLE, Arr,
                                                read_only, shape_cost)
 from graphopt.ir.graph import Graph, GraphBuilder
-from graphopt.ir.io import npz_arrays
+from graphopt.ir.io import npz_arrays, regular_file
 from graphopt.ir.ops import op_class
 
 __all__ = ["TPUGRAPHS_OPCODES", "TpuGraphsSample", "is_tpugraphs_npz", "load_npz_graph",
@@ -145,6 +145,7 @@ def load_npz_graph(path: str | os.PathLike) -> Graph:
     GraphFormatError, GraphError
         As :func:`load_tpugraphs_npz` or :func:`graphopt.ir.load_graph`.
     """
+    regular_file(path)  # zipfile would read a device's endless "end" looking for a directory
     if is_tpugraphs_npz(path):
         return load_tpugraphs_npz(path).graph
     from graphopt.ir.io import load_graph
@@ -253,8 +254,7 @@ def load_tpugraphs_npz(path: str | os.PathLike) -> TpuGraphsSample:
     """
     p = Path(path)
     source = str(p)
-    if not p.is_file():
-        raise GraphFormatError(f"{source}: no such file")
+    regular_file(p)
     npz_arrays(p)  # not an archive, pickled, or too large once decompressed: refused unopened
     try:
         with np.load(p, allow_pickle=False) as npz:

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from graphopt.errors import GraphFormatError
+from graphopt.ir.io import regular_file
 from graphopt.frontends.tpugraphs._wire import parse, require_protobuf, top_level_fields
 from graphopt.frontends.tpugraphs._xla import read_only
 from graphopt.frontends.tpugraphs.hlo import _HloConverter
@@ -163,8 +164,7 @@ class TuningRecord:
 
 def _read_bytes(path: str | os.PathLike) -> tuple[bytes, str]:
     p = Path(path)
-    if not p.is_file():
-        raise GraphFormatError(f"{p}: no such file")
+    regular_file(p)
     data = p.read_bytes()
     if not data:
         raise GraphFormatError(f"{p}: empty file, expected a TpuGraphs tuning protobuf")
