@@ -430,3 +430,15 @@ def test_saved_files_get_the_usual_permissions(tmp_path, graph, name):
 def test_saved_file_is_a_plain_zip(saved):
     with zipfile.ZipFile(saved) as z:
         assert "header.npy" in z.namelist()
+
+
+def test_atomic_write_writes_through_a_link_and_never_replaces_a_device(tmp_path):
+    target = tmp_path / "real.json"
+    target.write_text("old")
+    (tmp_path / "link.json").symlink_to(target)
+    atomic_write(tmp_path / "link.json", lambda f: f.write(b"new"))
+    assert (tmp_path / "link.json").is_symlink() and target.read_text() == "new"
+    (tmp_path / "null.json").symlink_to("/dev/null")
+    with pytest.raises(GraphoptError, match="/dev/null: not a regular file"):
+        atomic_write(tmp_path / "null.json", lambda f: f.write(b"x"))
+    assert Path("/dev/null").is_char_device()

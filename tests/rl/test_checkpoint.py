@@ -98,12 +98,16 @@ def test_policy_config_larger_than_its_weights_is_refused_unbuilt(tmp_path, monk
     policy = new_policy(0, dim=8)
     save_policy(tmp_path, policy, policy.config_dict(), {})
     meta = json.loads((tmp_path / "policy.json").read_text())
-    meta["config"]["dim"] = 40000  # 6.8 GB of weights if built
-    (tmp_path / "policy.json").write_text(json.dumps(meta))
     built = []
     monkeypatch.setattr(torch.nn.Module, "load_state_dict", lambda *a, **k: built.append(a))
-    with pytest.raises(CheckpointError, match="does not fit its config .* shape"):
-        load_policy(tmp_path, lambda c: GOPolicy(GOPolicyConfig(**c)))
+    for key, value, message in [("dim", 4000, "does not fit its config .* shape"),  # 1.7 GB if built
+                                # building a million layers, even on the meta device, hung
+                                ("attn_layers", 10**6, r"attn_layers=1000000: expected an integer in 0..64"),
+                                ("dim", 40000, r"dim=40000: expected an integer in 1..4096"),
+                                ("heads", "4", r"heads='4': expected an integer")]:
+        (tmp_path / "policy.json").write_text(json.dumps({**meta, "config": {**meta["config"], key: value}}))
+        with pytest.raises(CheckpointError, match=message):
+            load_policy(tmp_path, lambda c: GOPolicy(GOPolicyConfig(**c)))
     assert not built
     (tmp_path / "policy.json").write_text("[" * 100000)
     with pytest.raises(CheckpointError, match="policy.json: not valid JSON"):
