@@ -56,7 +56,8 @@ def make_bad_files(d: Path) -> Path:
                            ("latency_list", "latency_us =", "latency_us = [1] #"),
                            ("wake_short", "count = 8", "count = 8\nwake_cost_us = [1, 2]"),
                            ("wake_neg", "count = 8", "count = 8\nwake_cost_us = [[1, 2], [3, -4]]"),
-                           ("typo_key", "launch_overhead_us", "launch_overhed_us")]:
+                           ("typo_key", "launch_overhead_us", "launch_overhed_us"),
+                           ("dispatch_nan", "count = 8", "count = 8\ndispatch_overhead_us = nan")]:
         assert old in base
         (d / f"{name}.toml").write_text(base.replace(old, new, 1))
     (d / "latin1.toml").write_bytes(b"\xff\xfe" + base.encode())
@@ -247,6 +248,11 @@ CASES = [
     ("simulate {d}/bytes_1e20.json", "MAX_BYTES"),
     ("simulate {d}/empty.json", "has no ops"),
     ("simulate example:mlp -c {d}/count_50000.toml", "MAX_DEVICES"),
+    ("simulate example:layered-\u0661\u0662", "expected example:layered-N with an integer N"),
+    ("zoo build rnnlm-2 -o {d}/z.txt", "z.txt: expected a .npz or .json file name"),
+    ("simulate example:mlp -c {d}/colon:name.toml", "colon:name.toml: no such file"),
+    ("simulate example:mlp -c {d}/dispatch_nan.toml",
+     "dispatch_nan.toml: device 'gpu:0': dispatch_overhead=nan"),
     ("simulate example:mlp -c {d}/typo_key.toml",
      "[[devices]]: unknown key 'launch_overhed_us'; expected one of"),
     ("simulate example:mlp -c {d}/one_way.toml", "links must be symmetric (a link joins two devices)"),

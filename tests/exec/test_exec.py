@@ -266,6 +266,18 @@ def test_forward_program_runs_placed():
     torch.testing.assert_close(placed().outputs[0], model(x))
 
 
+def test_an_op_that_fails_names_itself():
+    """An op torch refuses at run time (here: inputs of a shape the trace did not see)
+    fails as one line naming the op of the program, not torch's bare message."""
+    import dataclasses
+
+    traced = trace_program(torch.nn.Linear(4, 2).eval(), (torch.randn(3, 4),), training=False)
+    feeds = tuple(torch.randn(3, 5) if s is None else f for f, s in zip(traced.feeds, traced.state))
+    placed = PlacedProgram(dataclasses.replace(traced, feeds=feeds), None, "cpu:1", workers=False)
+    with pytest.raises(ExecutionError, match=r"^op '\w+' \(aten::\w+\.\w+\) on device 0: RuntimeError: \S"):
+        placed()
+
+
 def test_tied_weights_run_placed():
     from tests.frontends.test_torch import TiedLM
 

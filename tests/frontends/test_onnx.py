@@ -89,6 +89,31 @@ def test_dynamic_batch_needs_input_shapes():
     assert loose.meta["unknown_shapes"] and loose.num_nodes == 7
 
 
+def test_cli_import_takes_input_shapes(tmp_path):
+    from typer.testing import CliRunner
+
+    from graphopt.cli import app
+    from graphopt.ir import load_graph
+
+    onnx.save(_mlp(batch="N"), str(tmp_path / "mlp.onnx"))
+    runner = CliRunner()
+
+    def run(*args):
+        return runner.invoke(app, ["import", str(tmp_path / "mlp.onnx"), "-o", str(tmp_path / "g.npz"),
+                                   *args])
+
+    r = run()
+    assert r.exit_code == 2 and "--input-shape x=1x8 -o graph.npz" in r.output
+    r = run("--input-shape", "x=3x8")
+    assert r.exit_code == 0, r.output
+    g = load_graph(tmp_path / "g.npz")
+    assert g.shape_of(int(np.flatnonzero(g.op == "matmul")[0])) == (3, 4)
+    for bad, message in [("x=3xN", "expected NAME=D1xD2x..."), ("=3", "expected NAME="),
+                         ("z=3x8", "'z', which is not a graph input")]:
+        r = run("--input-shape", bad)
+        assert r.exit_code == 2 and message in r.output, r.output
+
+
 def test_unmapped_op_and_constant():
     m = _model(
         [helper.make_node("Constant", [], ["k"], value=_init("kv", 4)),

@@ -47,10 +47,14 @@ def import_model(
                                            "TpuGraphs .npz or tuning .pb. Example: model.pt2"),
     output: Path = typer.Option(..., "--output", "-o", help="Graph file to write (.npz or "
                                                              ".json). Example: graph.npz"),
+    input_shape: list[str] = typer.Option(
+        [], "--input-shape", help="ONNX only: the static shape of a graph input whose dimensions "
+                                  "are symbolic (a dynamic batch), as NAME=D1xD2x...; repeat it "
+                                  "for several inputs. Example: --input-shape input=8x3x224x224"),
 ) -> None:
     """Read a model file into a graphopt graph and save it.
 
-    Example: graphopt import model.onnx -o graph.npz
+    Example: graphopt import model.onnx --input-shape input=8x3x224x224 -o graph.npz
     """
     from graphopt.ir import save_graph
 
@@ -58,7 +62,14 @@ def import_model(
         check_output(output, "--output")
         if output.suffix not in (".npz", ".json"):
             raise GraphoptError(f"--output {output}: expected a .npz or .json file name")
-        g = load_source(str(model))  # as every command reads a graph: empty files refused
+        if input_shape:
+            if model.suffix.lower() != ".onnx":
+                raise GraphoptError(f"--input-shape: only for .onnx models, not {model.name}")
+            from graphopt.frontends.onnx import from_onnx
+
+            g = from_onnx(model, input_shapes=dict(_input_shape(s) for s in input_shape))
+        else:
+            g = load_source(str(model))  # as every command reads a graph: empty files refused
         path = save_graph(g, output)
     except GraphoptError as err:
         fail(err)
@@ -66,6 +77,19 @@ def import_model(
     console.print(f"{g.name}: {s['nodes']:,} ops, {s['edges']:,} edges, "
                   f"{s['flops'] / 1e9:.3f} GFLOP, {s['persistent_bytes'] / 2**20:.1f} MiB "
                   f"persistent -> {path}")
+
+
+def _input_shape(spec: str) -> tuple[str, tuple[int, ...]]:
+    """``NAME=2x3x224`` -> ``("NAME", (2, 3, 224))``."""
+    name, eq, dims = spec.rpartition("=")
+    try:
+        shape = tuple(int(d) for d in dims.lower().split("x"))
+    except ValueError:
+        shape = ()
+    if not eq or not name or not shape or min(shape) < 0:
+        raise GraphoptError(f"--input-shape {spec!r}: expected NAME=D1xD2x... with whole sizes >= 0, "
+                            "e.g. input=8x3x224x224")
+    return name, shape
 
 
 zoo_app = typer.Typer(no_args_is_help=True, help="The benchmark zoo: the models of the placement "
@@ -112,6 +136,8 @@ def zoo_build(
 
     try:
         check_output(out, "--out")
+        if out is not None and out.suffix not in (".npz", ".json"):
+            raise GraphoptError(f"--out {out}: expected a .npz or .json file name")
         entry = get_entry(name)
         start = time.perf_counter()
         with console.status(f"building {name} (up to a minute) ..."):

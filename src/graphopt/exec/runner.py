@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import fx
 
+from graphopt.errors import ExecutionError
 from graphopt.exec.program import Instr, Program, Ref, Transfer, refs, resolve_target
 
 __all__ = ["issue_order", "materialize", "pack", "run_op", "run_inprocess", "unpack"]
@@ -40,7 +41,17 @@ def run_op(ins: Instr, values: dict[int, Any], seed: int, device: torch.device |
                                              if isinstance(v, torch.device) else v)
     if ins.rng:
         torch.manual_seed((seed * 1_000_003 + ins.node) % (2**63))
-    return fn(*args, **kwargs)
+    try:
+        return fn(*args, **kwargs)
+    except Exception as err:  # torch's message alone does not say which op of the program failed
+        raise ExecutionError(f"op {ins.name!r} ({ins.target}) on device {ins.device}: "
+                             f"{one_line(err)}") from err
+
+
+def one_line(err: BaseException) -> str:
+    """``Kind: first line of the message`` of an exception."""
+    lines = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {lines[0] if lines else ''}".rstrip(": ")
 
 
 #: A packed value's tensors start at multiples of this many bytes, so that the receiver

@@ -34,7 +34,7 @@ import torch
 
 from graphopt.errors import ExecutionError
 from graphopt.exec.program import Program, Transfer, refs
-from graphopt.exec.runner import empty_like_spec, pack, run_op, unpack
+from graphopt.exec.runner import empty_like_spec, one_line, pack, run_op, unpack
 
 #: Seconds a worker's op loop may hold the GIL while its receiving thread waits for it.
 _SWITCH_INTERVAL = 1e-4
@@ -368,7 +368,7 @@ def _worker(rank: int, world: int, store: str, conn: Any, cores: list[int], time
                 device = loaded[arg]
                 conn.send(("ok", {n: device.values[n].clone() for n in device.share["state"]}))
         except Exception as err:  # reported to the parent as one line, naming the op
-            conn.send(("error", _one_line(err)))
+            conn.send(("error", one_line(err)))
     try:
         dist.destroy_process_group()
     except Exception:  # the group may already be broken by a dead peer
@@ -492,11 +492,7 @@ class _Device:
             if idle and done % idle[0] == idle[0] - 1:
                 time.sleep(idle[1])
             t0 = time.perf_counter()
-            try:
-                self.values[node] = run_op(ins, self.values, seed)
-            except Exception as err:
-                raise RuntimeError(f"op {ins.name!r} ({ins.target}) on device {self.rank}: "
-                                   f"{_one_line(err)}") from err
+            self.values[node] = run_op(ins, self.values, seed)
             events.append(("op", ins.name, t0, time.perf_counter(), None))
             done += 1
             exists.add(node)
@@ -638,6 +634,3 @@ def _clone(value: Any) -> Any:
     return torch.utils._pytree.tree_map(lambda v: v.clone() if isinstance(v, torch.Tensor) else v, value)
 
 
-def _one_line(err: BaseException) -> str:
-    lines = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {lines[0] if lines else ''}".rstrip(": ")

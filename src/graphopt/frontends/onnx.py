@@ -380,7 +380,8 @@ def from_onnx(model: str | os.PathLike | bytes | Any, *,
         raise GraphFormatError(
             f"{source}: {len(unknown)} tensor(s) have no static shape after ONNX shape inference: "
             f"{', '.join(unknown[:3])}{more}. Give static input shapes, e.g. "
-            f"from_onnx(..., input_shapes={example or {'input': (1, 3, 224, 224)}}); or export "
+            f"from_onnx(..., input_shapes={example or {'input': (1, 3, 224, 224)}}) or graphopt "
+            f"import FILE --input-shape {_cli_shape(example)} -o graph.npz; or export "
             "with fixed sizes (torch.onnx.export without dynamic_axes); or add the shapes with "
             "onnx.shape_inference.infer_shapes or onnxruntime's symbolic shape inference before "
             "loading (strict=False treats unknown shapes as scalars)")
@@ -490,6 +491,12 @@ def from_onnx(model: str | os.PathLike | bytes | Any, *,
         return b.build()
     except GraphError as err:
         raise GraphError(f"{source}: {err}") from err
+
+
+def _cli_shape(example: dict) -> str:
+    """``{'x': (2, 8)}`` as ``graphopt import``'s option takes it: ``x=2x8``."""
+    name, dims = next(iter(example.items()), ("input", (1, 3, 224, 224)))
+    return f"{name}={'x'.join(map(str, dims))}"
 
 
 def _cost(node, op: str, ins: list, outs: list, dtype: str) -> tuple[float, float, float]:

@@ -82,7 +82,8 @@ def load_source(spec: str) -> Graph:
         return mlp_training_graph()
     if spec.startswith("example:layered-"):
         try:
-            size = int(spec.split("-", 1)[1])
+            digits = spec.split("-", 1)[1]
+            size = int(digits if digits.isascii() else "x")  # int() reads any script's digits
         except ValueError:
             raise GraphoptError(f"graph {spec!r}: expected example:layered-N with an integer N") \
                 from None

@@ -55,7 +55,7 @@ def load_cluster(spec: str) -> Cluster:
     'h100:2'
     """
     name, count = spec, None
-    if ":" in spec:
+    if ":" in spec and not spec.endswith(".toml"):  # a file's name may hold a colon
         name, _, c = spec.rpartition(":")
         try:
             count = int(c)
@@ -89,6 +89,10 @@ def load_cluster(spec: str) -> Cluster:
         cluster = cluster_from_toml(data, source)
     except (TypeError, ValueError, AttributeError) as err:  # a field of the wrong type
         raise ClusterError(f"{source}: malformed value ({err})") from None
+    except ClusterError as err:  # the cluster's own checks name the device, not the file
+        if str(err).startswith(source):
+            raise
+        raise ClusterError(f"{source}: {err}") from None
     if count is not None:
         cluster = cluster.take(count)
     return cluster
