@@ -45,6 +45,7 @@ def make_bad_files(d: Path) -> Path:
         (d / name).write_text(json.dumps(h))
     graph("g.json")
     graph("shape_1e30.json", shape=[10**30])
+    graph("rank9_wraps.json", shape=[2**32 + 1, 2**32 + 1] + [1] * 7)  # folded to rank 8: 2^64 + ...
     graph("flops_1e308.json", flops=1e308)
     graph("bytes_1e20.json", out_bytes=1e20)
     (d / "empty.json").write_text(json.dumps({**g, "nodes": [], "edges": []}))
@@ -244,6 +245,7 @@ CASES = [
     ("simulate example:mlp --plan {d}/digits_plan.json", "digits_plan.json: not valid JSON (a number of"),
     ("simulate example:mlp -c cpu:1 --profile {d}/deep_profile.json", "nested too deeply"),
     ("info {d}/shape_1e30.json", "malformed graph record"),
+    ("info {d}/rank9_wraps.json", "rank9_wraps.json: malformed graph record (OverflowError"),
     ("simulate {d}/flops_1e308.json", "MAX_FLOPS"),
     ("simulate {d}/bytes_1e20.json", "MAX_BYTES"),
     ("simulate {d}/empty.json", "has no ops"),

@@ -9,6 +9,7 @@ duplicate edges.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -374,7 +375,7 @@ def pad_shape(shape: Iterable[int]) -> list[int]:
     """A shape as a MAX_RANK list padded with -1; ranks above MAX_RANK fold leading dims."""
     dims = [int(d) for d in shape]
     if len(dims) > MAX_RANK:
-        lead = int(np.prod(dims[: len(dims) - MAX_RANK + 1]))
+        lead = math.prod(int(d) for d in dims[: len(dims) - MAX_RANK + 1])  # exact: int64 would wrap
         dims = [lead] + dims[len(dims) - MAX_RANK + 1:]
     return dims + [-1] * (MAX_RANK - len(dims))
 
