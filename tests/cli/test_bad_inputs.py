@@ -69,6 +69,7 @@ def make_bad_files(d: Path) -> Path:
     with (d / "huge.toml").open("wb") as f:
         f.truncate(2**30)  # sparse: a GiB that is never written
     (d / "tuned_bad.json").write_text(json.dumps({"params": {"sa": {"chains": "many"}}}))
+    (d / "tuned_huge.json").write_text(json.dumps({"params": {"sa": {"chains": 10**9}}}))
     plan = {"format": "graphopt.plan", "version": 1}
     (d / "short_plan.json").write_text(json.dumps({**plan, "placement": [0, 1]}))
     (d / "far_plan.json").write_text(json.dumps({**plan, "placement": [7] * len(g["nodes"])}))
@@ -528,6 +529,8 @@ CASES = [
     ("simulate example:mlp -c {d}/wake_short.toml", "wake_short.toml: [[devices]] 'V100-SXM2-16GB': key"),
     ("simulate example:mlp -c {d}/wake_neg.toml", "wake_neg.toml: [[devices]] 'V100-SXM2-16GB': key 'w"),
     ("optimize example:mlp --methods sa -p {d}/tuned_bad.json", "tuned_bad.json: 'sa.chains=many': sa."),
+    ("optimize example:mlp --methods sa -p {d}/tuned_huge.json",
+     "tuned_huge.json: sa.chains=1000000000: expected <= 10000"),
     ("simulate example:mlp -c dgx1-v100:0", "cluster 'dgx1-v100' has 8 devices; cannot take"),
     ("simulate example:mlp -c dgx1-v100:x", "cluster 'dgx1-v100:x': device count 'x' is not"),
     ("simulate example:mlp -c dgx1-v100:99", "cluster 'dgx1-v100' has 8 devices; cannot take"),

@@ -253,6 +253,7 @@ def method_params(specs: list[str], methods: list[str]) -> dict[str, dict]:
     from graphopt.optim import get_optimizer
 
     out: dict[str, dict] = {}
+    origins: dict[str, str] = {}  # where each method's values came from: "" or "FILE: "
     for origin, spec in [one for given in specs for one in _param_file(given)]:
         where = f"--param {origin}{spec!r}"
         target, eq, text = spec.partition("=")
@@ -276,8 +277,12 @@ def method_params(specs: list[str], methods: list[str]) -> dict[str, dict]:
         if value is not None and fields[key].metadata.get("output") == "run":
             check_run_folder(Path(value), f"--param {origin}{method}.{key}")
         out.setdefault(method, {})[key] = value
+        origins[method] = origin
     for method, kwargs in out.items():  # a value out of range fails now, not after loading
-        get_optimizer(method, **kwargs)
+        try:
+            get_optimizer(method, **kwargs)
+        except GraphoptError as err:
+            raise GraphoptError(f"--param {origins[method]}{err}") from None
     return out
 
 
