@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from graphopt.errors import ClusterError
-from graphopt.ir.io import regular_file
+from graphopt._files import regular_file
 from graphopt.hardware import topology
 from graphopt.hardware.cluster import Cluster, Device, wake_pairs_ok
 

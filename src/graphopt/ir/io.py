@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import stat
 import sys
 import tempfile
 import zipfile
@@ -19,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from graphopt._files import regular_file
 from graphopt.errors import GraphError, GraphFormatError, GraphoptError
 from graphopt.ir.graph import MAX_RANK, Graph
 
@@ -65,28 +65,6 @@ def atomic_write(path: str | os.PathLike, write) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-
-
-def regular_file(path: str | os.PathLike, error: type[Exception] = GraphFormatError) -> int:
-    """The size of the regular file ``path`` (links followed), or ``error`` with one line
-    naming it: missing, a folder, or a device, pipe or socket, whose size says nothing of
-    what reading it gives (``/dev/zero`` never ends, a pipe may never answer).
-
-    >>> regular_file("/dev/zero")
-    Traceback (most recent call last):
-    graphopt.errors.GraphFormatError: /dev/zero: not a regular file (a device, pipe or socket)
-    """
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        raise error(f"{path}: no such file") from None
-    except OSError as err:  # a loop of links, a name too long, no permission
-        raise error(f"{path}: cannot read ({err.strerror or err})") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise error(f"{path}: is a folder, expected a file")
-    if not stat.S_ISREG(st.st_mode):
-        raise error(f"{path}: not a regular file (a device, pipe or socket)")
-    return st.st_size
 
 
 def read_json(path: str | os.PathLike, error: type[Exception] = GraphFormatError) -> Any:
