@@ -361,7 +361,7 @@ def trace_exported(program: torch.export.ExportedProgram, example_inputs: tuple 
         if node is None or kind is None:
             continue
         fqn = spec.target if kind != "input" else node.name
-        if kind in ("parameter", "buffer"):
+        if kind in ("parameter", "buffer") and values[fqn].numel():  # empty ones share address 0
             # torch.export lifts a tied tensor once per name; one tensor is one node,
             # or its bytes count twice
             key = _tensor_identity(values[fqn])
