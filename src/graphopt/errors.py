@@ -1,5 +1,6 @@
-"""One error hierarchy for everything graphopt rejects, and the one range check of the
-numbers in a dataclass of options (:func:`check_fields`).
+"""One error hierarchy for everything graphopt rejects, the one range check of the
+numbers in a dataclass of options (:func:`check_fields`), and of a network size read from
+a file (:func:`check_size`).
 
 The CLI catches :class:`GraphoptError`, prints its message on one line and exits 2,
 so every message must say what is wrong and where (file, node, option), the value
@@ -23,6 +24,7 @@ __all__ = [
     "CostModelError",
     "ExecutionError",
     "check_fields",
+    "check_size",
 ]
 
 
@@ -115,3 +117,17 @@ def check_fields(obj: object, label: Callable[[str], str],
         for bound in ("max", "limit"):
             if bound in f.metadata and v > f.metadata[bound]:
                 raise error(f"{where}: expected <= {f.metadata[bound]}")
+
+
+def check_size(name: str, value: object, low: int, high: int,
+               error: type[Exception] = ValueError) -> None:
+    """Reject a network size (a width, a layer count) read from a file that is not an
+    integer in ``low..high``: a config must not make building a network hang or
+    allocate more than its weights could fill.
+
+    >>> check_size("attn_layers", 10**6, 0, 64)
+    Traceback (most recent call last):
+    ValueError: attn_layers=1000000: expected an integer in 0..64
+    """
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise error(f"{name}={value!r}: expected an integer in {low}..{high}")

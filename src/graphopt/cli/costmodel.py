@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from graphopt.cli._common import check_output, console, fail, options_from_fields
+from graphopt.cli._common import check_output, check_run_folder, console, fail, options_from_fields
 from graphopt.costmodel.config import TrainConfig
 from graphopt.errors import GraphoptError
 
@@ -25,7 +25,6 @@ def costmodel_train(**options) -> None:
     Example: graphopt costmodel train --data npz/tile/xla --epochs 20
     """
     from graphopt.costmodel.trainer import evaluate, train
-    from graphopt.rl.run import RUN_FILES
 
     try:
         check_output(Path(options["out"]), "--out", folder=True)
@@ -33,11 +32,12 @@ def costmodel_train(**options) -> None:
         if name:
             if name in (".", "..") or Path(name).name != name:
                 raise GraphoptError(f"--run-name {name}: expected a folder name, not a path")
-            if (Path(options["out"]) / name / "config.json").exists():
-                raise GraphoptError(f"--run-name {name}: {Path(options['out']) / name} holds a run "
-                                    "already (continue it with --resume, or give another name)")
-            for f in ("config.json", *RUN_FILES):  # a folder there fails only after training
-                check_output(Path(options["out"]) / name / f, "--run-name")
+            run = Path(options["out"]) / name
+            if (run / "config.json").exists():
+                raise GraphoptError(f"--run-name {name}: {run} holds a run already (continue it "
+                                    "with --resume, or give another name)")
+            check_run_folder(run, "--run-name")  # a folder where a file goes fails only after training
+            check_output(run / "config.json", "--run-name")
         run = train(TrainConfig(**options))
         res = evaluate(run)
     except GraphoptError as err:

@@ -402,8 +402,7 @@ def from_onnx(model: str | os.PathLike | bytes | Any, *,
         names.add(n)
         return n
 
-    available = set(init) | {i.name for i in g.input} | {t for nd in g.node for t in nd.output}
-    made: dict[str, str | int] = {}  # tensor -> the node that writes it: ONNX graphs are SSA
+    made: dict[str, int] = {}  # tensor -> the index of the node that writes it: ONNX graphs are SSA
     sources = set(init) | {i.name for i in g.input}
     for k, node in enumerate(g.node):
         for t in node.output:
@@ -415,18 +414,18 @@ def from_onnx(model: str | os.PathLike | bytes | Any, *,
                                        f"its own output {t!r} (a cycle)")
             if t in made:
                 raise GraphFormatError(f"{source}: node {node.name or k!r} ({node.op_type}) writes "
-                                       f"tensor {t!r}, which node {made[t]!r} writes too")
+                                       f"tensor {t!r}, which node {g.node[made[t]].name or made[t]!r} "
+                                       "writes too")
             if t:
-                made[t] = node.name or k
+                made[t] = k
     for k, node in enumerate(g.node):
         for t in node.input:
-            if t and t not in available:
+            if t and t not in made and t not in sources:
                 raise GraphFormatError(f"{source}: node {node.name or k!r} ({node.op_type}) reads "
                                        f"tensor {t!r}, which no node, graph input or initializer "
                                        "produces")
-    writer = {t: k for k, node in enumerate(g.node) for t in node.output if t}
     try:  # before any shape is reported missing: a cycle's tensors have none
-        graphlib.TopologicalSorter({k: {writer[t] for t in node.input if t in writer}
+        graphlib.TopologicalSorter({k: {made[t] for t in node.input if t in made}
                                     for k, node in enumerate(g.node)}).prepare()
     except graphlib.CycleError as err:
         cycle = [g.node[k].name or k for k in dict.fromkeys(err.args[1])]

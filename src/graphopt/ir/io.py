@@ -26,9 +26,9 @@ __all__ = ["MAX_JSON_BYTES", "MAX_NPZ_BYTES", "atomic_write", "check_header", "f
            "load_graph", "npz_arrays", "read_json", "regular_file", "save_graph", "to_networkx"]
 
 #: The largest JSON file graphopt reads (graphs, plans, profiles, policies): a bound on
-#: what an outside file can make us allocate, about 13x its size once parsed (a plan of
-#: 100 MB took 1.3 GB). GNMT-8's graph, 53,694 ops, is 15 MB as JSON. Raise
-#: it with $GRAPHOPT_MAX_JSON_BYTES.
+#: what an outside file can make us allocate, about 5x its size once loaded (a 128 MB plan
+#: of 8M placements and priorities: 0.67 GB peak for ``Plan.load``, by /usr/bin/time).
+#: GNMT-8's graph, 53,694 ops, is 15 MB as JSON. Raise it with $GRAPHOPT_MAX_JSON_BYTES.
 MAX_JSON_BYTES = 2**28
 
 #: The most bytes the arrays of one ``.npz`` file may take once decompressed, read from
@@ -153,8 +153,7 @@ def load_graph(path: str | os.PathLike) -> Graph:
         The file reads but the graph breaks an invariant (see :meth:`Graph.validate`),
         arrays' lengths disagree with its node count among them.
     """
-    path = Path(path)
-    regular_file(path)
+    path = Path(path)  # both readers check it is a regular file
     if path.suffix.lower() == ".json":  # as import_graph picks its reader: G.JSON is JSON
         return graph_from_dict(read_json(path), source=str(path))
     members = npz_arrays(path)

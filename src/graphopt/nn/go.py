@@ -12,6 +12,7 @@ from torch import Tensor, nn
 from torch_geometric.nn.inits import reset
 from torch_geometric.utils import scatter
 
+from graphopt.errors import check_size
 from graphopt.nn.attention import SegmentRecurrentAttention
 from graphopt.nn.sage import BiSAGE
 
@@ -48,11 +49,8 @@ class GOPolicyConfig:
     """Fusion priorities to choose from; level 0 means "do not fuse"."""
 
     def __post_init__(self) -> None:
-        # a config read from a file must not make building the network hang or allocate
-        for name, (low, high) in _CONFIG_RANGES.items():
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or not low <= v <= high:
-                raise ValueError(f"{name}={v!r}: expected an integer in {low}..{high}")
+        for name, (low, high) in _CONFIG_RANGES.items():  # a config may come from a file
+            check_size(name, getattr(self, name), low, high)
 
 
 #: The range of every integer field of :class:`GOPolicyConfig`: far beyond any policy

@@ -6,6 +6,7 @@ import torch
 from torch import Tensor, nn
 from torch_geometric.nn.inits import reset
 
+from graphopt.errors import check_size
 from graphopt.nn.sage import BiSAGE
 
 __all__ = ["REGALHead", "REGAL_MAX_LOG"]
@@ -69,11 +70,9 @@ class REGALHead(nn.Module):
 
     def __init__(self, in_dim: int, dim: int = 32, layers: int = 2, max_devices: int = 8):
         super().__init__()
-        # sizes read from a file must not make building the network hang or allocate
-        for name, v, low, high in (("in_dim", in_dim, 1, 4096), ("dim", dim, 1, 4096),
+        for name, v, low, high in (("in_dim", in_dim, 1, 4096), ("dim", dim, 1, 4096),  # sizes
                                    ("layers", layers, 0, 64), ("max_devices", max_devices, 1, 1024)):
-            if not isinstance(v, int) or isinstance(v, bool) or not low <= v <= high:
-                raise ValueError(f"{name}={v!r}: expected an integer in {low}..{high}")
+            check_size(name, v, low, high)  # may come from a file
         self.in_dim, self.dim, self.layers, self.max_devices = in_dim, dim, layers, max_devices
         self.embed = nn.Linear(in_dim, dim)
         self.encoder = BiSAGE(dim, layers)
