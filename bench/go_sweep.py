@@ -27,7 +27,7 @@ OUT = Path(__file__).parent / "results" / "go-sweep.json"
 
 def run() -> dict:
     from graphopt.hardware import load_cluster
-    from graphopt.ir.io import atomic_write
+    from graphopt._files import atomic_write
     from graphopt.optim import Budget, optimize
     from graphopt.sim import Problem
     from graphopt.zoo import build, get_entry

@@ -16,7 +16,7 @@ from hypothesis import given
 from graphopt.errors import GraphError, GraphFormatError, GraphoptError
 from graphopt.ir import Graph, GraphBuilder, from_networkx, load_graph, save_graph, to_networkx
 from graphopt.ir.generate import layered_graph, mlp_training_graph
-from graphopt.ir.io import atomic_write
+from graphopt._files import atomic_write
 from tests.conftest import graphs
 
 ARRAYS = ("names", "op", "dtype", "shape", "flops", "bytes_read", "bytes_written", "out_bytes",

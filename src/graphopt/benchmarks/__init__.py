@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 from graphopt.errors import GraphoptError
-from graphopt.ir.io import atomic_write
+from graphopt._files import atomic_write
 
 __all__ = ["geomean", "replace_section", "save_json"]
 

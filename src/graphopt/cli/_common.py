@@ -290,7 +290,7 @@ def _param_file(spec: str) -> list[tuple[str, str]]:
     """``spec`` itself, or when it names a .json file (``graphopt tune``'s output: its
     ``params``, ``{METHOD: {KEY: VALUE}}``) one METHOD.KEY=VALUE per value there; each
     after where it came from, for errors (``""``, or ``"FILE: "``)."""
-    from graphopt.ir.io import read_json
+    from graphopt._files import read_json
 
     if "=" in spec or not spec.endswith(".json"):
         return [("", spec)]

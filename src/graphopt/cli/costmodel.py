@@ -81,7 +81,7 @@ def costmodel_eval(
     Example: graphopt costmodel eval runs/costmodel/tile__tile_sage__0__1700000000
     """
     from graphopt.costmodel.trainer import evaluate
-    from graphopt.ir.io import atomic_write
+    from graphopt._files import atomic_write
 
     try:
         check_output(json_out, "--json")

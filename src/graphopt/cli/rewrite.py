@@ -50,7 +50,7 @@ def rewrite_command(
         check_fields(cfg, lambda name: f"--{name.replace('_', '-')}")
         import torch
 
-        from graphopt.ir.io import atomic_write
+        from graphopt._files import atomic_write
         from graphopt.rewrite.api import load_model, rewrite, sequential_rewrite
 
         module, inputs = load_model(model, size)

@@ -74,7 +74,7 @@ def simulate(
         draw(prob, r, gantt)
         console.print(f"gantt: {gantt}")
     if out:
-        from graphopt.ir.io import atomic_write
+        from graphopt._files import atomic_write
 
         text = json.dumps({"graph": g.name, "cluster": c.name, **r.to_dict()}, indent=1)
         atomic_write(out, lambda f: f.write(text.encode()))

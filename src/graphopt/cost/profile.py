@@ -32,7 +32,7 @@ import numpy as np
 
 from graphopt.errors import GraphoptError, ProfileError
 from graphopt.ir import Graph
-from graphopt.ir.io import atomic_write, read_json
+from graphopt._files import atomic_write, read_json
 from graphopt.ir.ops import op_class
 
 if TYPE_CHECKING:

@@ -37,7 +37,7 @@ from graphopt.costmodel.gst import HistoryTable, gst_scores, partition
 from graphopt.costmodel.metrics import LOSSES, METRICS, ranking_loss, ranking_metrics
 from graphopt.costmodel.models import MODELS, CostModel, build_model, graph_tensors
 from graphopt.errors import check_fields
-from graphopt.ir.io import read_json
+from graphopt._files import read_json
 from graphopt.rl.checkpoint import CheckpointError, load_checkpoint, read_checkpoint, save_checkpoint
 from graphopt.rl.run import run_name, seed_everything, write_log
 from graphopt.viz.curves import metric_curves

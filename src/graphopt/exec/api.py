@@ -18,7 +18,7 @@ from graphopt.exec.runner import materialize, run_inprocess
 from graphopt.exec.workers import CPUWorkers
 from graphopt.frontends.source import is_program
 from graphopt.frontends.torch import TracedProgram, trace_program
-from graphopt.ir.io import atomic_write
+from graphopt._files import atomic_write
 from graphopt.sim import Plan
 
 __all__ = ["PlacedProgram", "StepResult", "apply", "apply_traced", "default_cluster", "measure_plans",

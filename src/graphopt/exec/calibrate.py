@@ -52,7 +52,7 @@ from graphopt.exec.program import compile_program
 from graphopt.exec.workers import CPUWorkers, device_cores
 from graphopt.frontends.torch import TracedProgram, trace_program
 from graphopt.hardware.cluster import Cluster
-from graphopt.ir.io import atomic_write
+from graphopt._files import atomic_write
 from graphopt.sim.plan import Plan
 from graphopt.sim.problem import Problem
 

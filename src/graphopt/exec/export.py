@@ -23,7 +23,7 @@ from graphopt.sim.plan import check_made_for
 from graphopt.frontends.torch import TracedProgram
 from graphopt.hardware import Cluster, load_cluster
 from graphopt.ir import Graph
-from graphopt.ir.io import atomic_write
+from graphopt._files import atomic_write
 from graphopt.sim import Plan
 
 __all__ = ["DeviceMap", "Disagreement", "PipelineSplit", "device_map", "forward_ops",

@@ -31,7 +31,7 @@ from typing import Any
 from graphopt.ir.formulas import UnknownOpWarning, op_cost
 from graphopt.errors import GraphError, GraphFormatError
 from graphopt.ir.graph import MAX_BYTES, Graph, GraphBuilder
-from graphopt.ir.io import regular_file
+from graphopt._files import regular_file
 from graphopt.ir.ops import op_class
 
 __all__ = ["ONNX_OPS", "from_onnx"]

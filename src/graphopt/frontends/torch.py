@@ -46,7 +46,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from graphopt.ir.formulas import UnknownOpWarning, op_cost
 from graphopt.errors import FrontendError, GraphFormatError, GraphoptError
-from graphopt.ir.io import regular_file
+from graphopt._files import regular_file
 from graphopt.ir.graph import Graph, GraphBuilder
 from graphopt.ir.ops import OP_VOCAB, op_class
 

@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
-import tempfile
 import zipfile
 import zlib
 from pathlib import Path
@@ -18,23 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from graphopt._files import regular_file
-from graphopt.errors import GraphError, GraphFormatError, GraphoptError
+from graphopt._files import atomic_write, npz_arrays, read_json
+from graphopt.errors import GraphError, GraphFormatError
 from graphopt.ir.graph import MAX_RANK, Graph
 
-__all__ = ["MAX_JSON_BYTES", "MAX_NPZ_BYTES", "atomic_write", "check_header", "from_networkx",
-           "load_graph", "npz_arrays", "read_json", "regular_file", "save_graph", "to_networkx"]
-
-#: The largest JSON file graphopt reads (graphs, plans, profiles, policies): a bound on
-#: what an outside file can make us allocate, about 5x its size once loaded (a 128 MB plan
-#: of 8M placements and priorities: 0.67 GB peak for ``Plan.load``, by /usr/bin/time).
-#: GNMT-8's graph, 53,694 ops, is 15 MB as JSON. Raise it with $GRAPHOPT_MAX_JSON_BYTES.
-MAX_JSON_BYTES = 2**28
-
-#: The most bytes the arrays of one ``.npz`` file may take once decompressed, read from
-#: the file's headers before anything is decompressed (a zip bomb is refused unopened).
-#: Raise it with $GRAPHOPT_MAX_NPZ_BYTES.
-MAX_NPZ_BYTES = 2**31
+__all__ = ["check_header", "from_networkx", "graph_from_dict", "graph_to_dict", "load_graph",
+           "save_graph", "to_networkx"]
 
 #: The widest string (in characters) of a graph's names, op types, dtypes and module
 #: paths in an ``.npz``: so that the node count bounds what the file can make us allocate.
@@ -46,74 +33,11 @@ _ARRAYS = ("names", "op", "dtype", "shape", "flops", "bytes_read", "bytes_writte
            "persistent_bytes", "temp_bytes", "module", "coloc", "src", "dst", "edge_bytes")
 
 
-def atomic_write(path: str | os.PathLike, write) -> None:
-    """Call ``write(fileobj)`` on a temporary file beside ``path``, then rename it into place.
-
-    A link is followed, as ``open()`` would, and kept; a device, pipe or socket is never
-    replaced (the rename would delete it): :class:`GraphoptError`.
-    """
-    path = Path(os.path.realpath(path)) if os.path.islink(path) else Path(path)
-    if path.exists() and not path.is_file() and not path.is_dir():
-        raise GraphoptError(f"{path}: not a regular file (a device, pipe or socket)")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give what open() would
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def read_json(path: str | os.PathLike, error: type[Exception] = GraphFormatError) -> Any:
-    """The JSON document in ``path``, or ``error`` with one line naming the file: missing,
-    larger than :data:`MAX_JSON_BYTES` (or $GRAPHOPT_MAX_JSON_BYTES), not UTF-8, not
-    JSON, nested too deeply for the parser, or holding a number too long for ``int()``.
-
-    Does not check what the document holds; its loader does.
-
-    >>> import tempfile, os
-    >>> p = os.path.join(tempfile.mkdtemp(), "deep.json")
-    >>> _ = open(p, "w").write("[" * 100000)
-    >>> read_json(p)  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    graphopt.errors.GraphFormatError: ...deep.json: not valid JSON (nested too deeply)
-    """
-    path = Path(path)
-    limit = int(os.environ.get("GRAPHOPT_MAX_JSON_BYTES", MAX_JSON_BYTES))
-    size = regular_file(path, error)
-    try:
-        if size > limit:
-            raise error(f"{path}: {size:,} bytes, more than the {limit:,} graphopt reads "
-                        "(raise the limit with $GRAPHOPT_MAX_JSON_BYTES)")
-        return json.loads(path.read_bytes())
-    except OSError as err:
-        raise error(f"{path}: cannot read ({err.strerror or err})") from None
-    except UnicodeDecodeError as err:
-        raise error(f"{path}: not valid JSON (not UTF-8 text: {err.reason} at byte "
-                    f"{err.start})") from None
-    except json.JSONDecodeError as err:
-        raise error(f"{path}: not valid JSON ({err})") from None
-    except ValueError:  # the one other: an integer longer than int() converts
-        raise error(f"{path}: not valid JSON (a number of more than "
-                    f"{sys.get_int_max_str_digits():,} digits)") from None
-    except RecursionError:
-        raise error(f"{path}: not valid JSON (nested too deeply)") from None
-
-
 def _json_scalar(x: Any) -> Any:
     """json.dumps fallback: numpy scalars and arrays in metadata become plain numbers."""
     if isinstance(x, (np.generic, np.ndarray)):
         return x.tolist()
     raise TypeError(f"metadata value {x!r} of type {type(x).__name__} is not JSON serializable")
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def save_graph(graph: Graph, path: str | os.PathLike) -> Path:
@@ -178,67 +102,6 @@ def load_graph(path: str | os.PathLike) -> Graph:
     except GraphError as err:
         raise GraphError(f"{path}: {err}") from err
     return _validated(g, path)
-
-
-def npz_arrays(path: str | os.PathLike, error: type[Exception] = GraphFormatError,
-               limit: int | None = None) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-    """The ``(shape, dtype)`` of each array in the ``.npz`` at ``path``, read from the zip
-    directory and each array's header, without decompressing the arrays.
-
-    Refuses, with ``error`` and one line naming the file, what is not an npz archive (a
-    Git LFS pointer says so), an array of Python objects (pickled), and a file whose
-    arrays would take more than ``limit`` bytes (default :data:`MAX_NPZ_BYTES`, or
-    $GRAPHOPT_MAX_NPZ_BYTES) once decompressed, counting for each the larger of its
-    declared size in the zip directory and its array header's size: a zip bomb is
-    refused before it is opened.
-
-    Examples
-    --------
-    >>> import tempfile, os
-    >>> p = os.path.join(tempfile.mkdtemp(), "a.npz")
-    >>> np.savez_compressed(p, x=np.zeros((1000, 3)))
-    >>> npz_arrays(p)
-    {'x': ((1000, 3), dtype('float64'))}
-    >>> npz_arrays(p, limit=1000)  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    graphopt.errors.GraphFormatError: ...a.npz: its arrays take 24,128 bytes once decompressed, ...
-    """
-    path = Path(path)
-    regular_file(path, error)  # zipfile would read a device's endless "end" looking for a directory
-    if limit is None:
-        limit = int(os.environ.get("GRAPHOPT_MAX_NPZ_BYTES", MAX_NPZ_BYTES))
-    readers = {(1, 0): np.lib.format.read_array_header_1_0,
-               (2, 0): np.lib.format.read_array_header_2_0}
-    out: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
-    total = 0
-    try:
-        if not zipfile.is_zipfile(path):
-            with open(path, "rb") as f:
-                lfs = f.read(40).startswith(b"version https://git-lfs")
-            raise error(f"{path}: a Git LFS pointer, not the file itself (run git lfs pull)" if lfs
-                        else f"{path}: not an npz archive")
-        with zipfile.ZipFile(path) as z:
-            for info in z.infolist():
-                key = info.filename.removesuffix(".npy")
-                with z.open(info) as f:
-                    version = np.lib.format.read_magic(f)
-                    if version not in readers:
-                        raise error(f"{path}: array {key!r} has npy format version {version}, "
-                                    "which graphopt does not read")
-                    shape, _, dtype = readers[version](f)
-                if dtype.hasobject:
-                    raise error(f"{path}: contains pickled objects (array {key!r}), which "
-                                "graphopt never loads")
-                total += max(info.file_size, math.prod(shape) * dtype.itemsize)
-                out[key] = (shape, dtype)
-    except (OSError, zipfile.BadZipFile, EOFError, zlib.error, NotImplementedError,
-            ValueError) as err:
-        raise error(f"{path}: truncated, corrupted or not an npz file "
-                    f"({type(err).__name__}: {err})") from None
-    if total > limit:
-        raise error(f"{path}: its arrays take {total:,} bytes once decompressed, more than the "
-                    f"{limit:,} graphopt reads (raise the limit with $GRAPHOPT_MAX_NPZ_BYTES)")
-    return out
 
 
 #: The dtype kinds (numpy's ``dtype.kind``) each array of a graph file may have: text,

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from graphopt.dist.local import BudgetExhausted, stop_on_interrupt, stop_requested
-from graphopt.ir.io import atomic_write
+from graphopt._files import atomic_write
 from graphopt.optim.base import Budget, check_objectives, optimize, parse_task
 from graphopt.sim import Plan, Problem, SimResult, simulate
 

@@ -27,7 +27,7 @@ from safetensors.torch import save as save_tensors
 from torch import nn
 
 from graphopt.errors import GraphoptError
-from graphopt.ir.io import atomic_write, read_json, regular_file
+from graphopt._files import atomic_write, read_json, regular_file
 
 __all__ = ["CheckpointError", "check_state", "load_checkpoint", "load_policy", "read_checkpoint",
            "save_checkpoint", "save_policy"]

@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 
 from graphopt.errors import PlanError
-from graphopt.ir.io import atomic_write, check_header, read_json
+from graphopt._files import atomic_write, read_json
+from graphopt.ir.io import check_header
 
 __all__ = ["Plan", "check_made_for"]
 

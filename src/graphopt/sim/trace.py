@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from graphopt.errors import GraphoptError
-from graphopt.ir.io import atomic_write
+from graphopt._files import atomic_write
 from graphopt.ir.ops import op_class
 from graphopt.sim.problem import Problem, SimResult, Timeline
 

@@ -11,7 +11,7 @@ from matplotlib.colors import to_rgba_array
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from graphopt.ir.io import atomic_write
+from graphopt._files import atomic_write
 from graphopt.ir.ops import OP_CLASSES
 from graphopt.sim.problem import Problem, SimResult
 from graphopt.sim.trace import require_timeline, used_links

@@ -20,7 +20,7 @@ from graphopt.errors import GraphError, GraphFormatError
 from graphopt.frontends.tpugraphs._xla import (ELEMENT_TYPES, OPAQUE, TOKEN, TUPLE, Arr,
                                                read_only, shape_cost)
 from graphopt.ir.graph import Graph, GraphBuilder
-from graphopt.ir.io import npz_arrays, regular_file
+from graphopt._files import npz_arrays, regular_file
 from graphopt.ir.ops import op_class
 
 __all__ = ["TPUGRAPHS_OPCODES", "TpuGraphsSample", "is_tpugraphs_npz", "load_npz_graph",

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from graphopt.errors import GraphFormatError
-from graphopt.ir.io import regular_file
+from graphopt._files import regular_file
 from graphopt.frontends.tpugraphs._wire import parse, require_protobuf, top_level_fields
 from graphopt.frontends.tpugraphs._xla import read_only
 from graphopt.frontends.tpugraphs.hlo import _HloConverter
