@@ -6,6 +6,7 @@ dependency.
 """
 
 import ast
+import re
 from pathlib import Path
 
 import graphopt
@@ -77,3 +78,31 @@ def test_imports_point_one_way():
         for dep in _imports(path) - {owner} - ALLOWED[owner]:
             wrong.append(f"{path.relative_to(ROOT)} imports graphopt.{dep}")
     assert not wrong, "\n".join(wrong)
+
+
+ARCHITECTURE = ROOT.parents[1] / "docs" / "architecture.md"
+
+
+def _documented_layers() -> dict[str, set[str]]:
+    text = ARCHITECTURE.read_text()
+    table = text.split("<!-- layers -->")[1].split("<!-- /layers -->")[0]
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
+    layers = {}
+    for row in rows:
+        package, deps = [cell.strip() for cell in row.strip("|").split("|")]
+        layers[package.strip("`")] = {d.strip().strip("`") for d in deps.split(",") if d.strip()}
+    return layers
+
+
+def test_architecture_doc_states_these_layers():
+    # docs/architecture.md's table is the one this file enforces, row for row.
+    assert _documented_layers() == ALLOWED
+
+
+def test_architecture_doc_names_files_that_exist():
+    repo = ROOT.parents[1]
+    named = re.findall(r"`((?:src|tests)/[\w/.-]+)`", ARCHITECTURE.read_text())
+    assert named, "docs/architecture.md names no files"
+    # a placeholder such as optim/search/NAME.py names the folder the new file goes in
+    missing = [p for p in named if not (repo / p.split("NAME")[0]).exists()]
+    assert not missing, missing
