@@ -54,7 +54,7 @@ def train_mcm(
 
     from graphopt.benchmarks.mcm import forward_graph
     from graphopt.hardware import load_cluster
-    from graphopt.optim.learned.mcm import PRETRAIN_CORPUS, PRETRAIN_PPO, pretrain
+    from graphopt.optim.learned.mcm.method import PRETRAIN_CORPUS, PRETRAIN_PPO, pretrain
     from graphopt.sim import Problem
 
     torch.set_num_threads(threads)

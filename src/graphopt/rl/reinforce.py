@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from graphopt.rl.checkpoint import load_checkpoint, save_checkpoint
-from graphopt.rl.run import CURVE_FILE, LOG_FILE, write_log
+from graphopt.runs.checkpoint import load_checkpoint, save_checkpoint
+from graphopt.runs.run import CURVE_FILE, LOG_FILE, write_log
 from graphopt.sim import Plan
 from graphopt.viz.curves import learning_curve
 

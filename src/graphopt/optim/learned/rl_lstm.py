@@ -71,17 +71,9 @@ from graphopt.errors import MAX_THREADS, GraphoptError
 from graphopt.ir.coarsen import bounded_groups, colocation_groups
 from graphopt.nn import AttentionLSTMPlacer
 from graphopt.optim.base import Budget, compose, register
-from graphopt.rl import (
-    EMABaseline,
-    GroupFeatures,
-    record_update,
-    restore_run,
-    run_name,
-    run_stats,
-    save_run,
-    seed_everything,
-    sqrt_cost,
-)
+from graphopt.rl import (EMABaseline, GroupFeatures, record_update, restore_run, run_stats, save_run,
+                         sqrt_cost)
+from graphopt.runs import run_name, seed_everything
 from graphopt.sim import Plan, Problem
 
 __all__ = ["RLLSTM"]

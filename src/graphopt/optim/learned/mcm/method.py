@@ -13,8 +13,8 @@ mcm-finetune   the contiguous starts, then the pre-trained policy trained furthe
 mcm-one        the same with a fresh policy trained on this graph alone (from scratch)
 =============  ==========================================================================
 
-The policy is GO's network (:class:`graphopt.nn.GOPolicy`: GraphSAGE, segment-recurrent
-attention with FiLM) with a chiplet head (:class:`graphopt.nn.chiplet.ChipletPolicy`: a
+The policy is GO's network (:class:`graphopt.optim.learned.go.policy.GOPolicy`: GraphSAGE, segment-recurrent
+attention with FiLM) with a chiplet head (:class:`graphopt.optim.learned.mcm.chiplet.ChipletPolicy`: a
 logit per chip up to 16, plus a positional prior of learned width), on the units of
 :func:`~graphopt.optim.partition.constraints.pipeline_units`. Every method starts from
 the best heuristic, the best contiguous partition
@@ -44,9 +44,8 @@ import torch
 
 from graphopt.errors import MAX_THREADS, GraphoptError
 from graphopt.ir.ops import OP_VOCAB
-from graphopt.nn.chiplet import ChipletPolicy, ChipletPolicyConfig
+from graphopt.optim.learned.mcm.chiplet import ChipletPolicy, ChipletPolicyConfig
 from graphopt.optim.base import Budget, register
-from graphopt.optim.learned.go import _ppo_field
 from graphopt.optim.partition.constraints import pipeline_units, valid_partitions
 from graphopt.dist.local import BudgetExhausted
 from graphopt.optim.partition.methods import (
@@ -57,10 +56,11 @@ from graphopt.optim.partition.methods import (
     fraction,
 )
 from graphopt.optim.partition.repair import RepairModel
-from graphopt.rl.checkpoint import load_policy, save_policy
-from graphopt.rl.go_env import UNIT_FEATURES, GOEnv
-from graphopt.rl.ppo import PPOConfig, sample, train
-from graphopt.rl.run import seed_everything
+from graphopt.runs.checkpoint import load_policy, save_policy
+from graphopt.optim.learned.go.env import UNIT_FEATURES, GOEnv
+from graphopt.rl.config import PPOConfig, ppo_field
+from graphopt.rl.ppo import sample, train
+from graphopt.runs.run import seed_everything
 from graphopt.sim import Plan, Problem
 from graphopt.sim.pipeline import pipeline_cost
 
@@ -271,11 +271,11 @@ class MCMOne:
     (8, 2)
     """
 
-    lr: float = _ppo_field("lr", PRETRAIN_PPO)
-    num_samples: int = _ppo_field("num_samples")
-    update_epochs: int = _ppo_field("update_epochs")
-    clip_coef: float = _ppo_field("clip_coef")
-    ent_coef: float = _ppo_field("ent_coef", PRETRAIN_PPO)
+    lr: float = ppo_field("lr", PRETRAIN_PPO)
+    num_samples: int = ppo_field("num_samples")
+    update_epochs: int = ppo_field("update_epochs")
+    clip_coef: float = ppo_field("clip_coef")
+    ent_coef: float = ppo_field("ent_coef", PRETRAIN_PPO)
     dim: int = field(default=ChipletPolicyConfig.dim, metadata={"min": 1, "max": 8192,
         "help": "Width of the fresh policy (mcm-one only; a loaded policy keeps its own)."})
     repair_seconds: float = field(default=0.5, metadata={"gt": 0,

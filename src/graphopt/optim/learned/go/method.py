@@ -11,9 +11,9 @@ go-finetune    every placement heuristic, then the pre-trained policy trained fu
 go-one         a fresh policy trained by PPO on this graph alone (GO-one in the paper)
 =============  ==========================================================================
 
-The policy (:class:`graphopt.nn.GOPolicy`) decides for every node at once — device,
+The policy (:class:`graphopt.optim.learned.go.policy.GOPolicy`) decides for every node at once — device,
 scheduling priority, fusion priority, whichever the task asks for — on the graph's
-colocation groups (:class:`graphopt.rl.go_env.GOEnv`); the trainer is PPO
+colocation groups (:class:`graphopt.optim.learned.go.env.GOEnv`); the trainer is PPO
 (:mod:`graphopt.rl.ppo`). :func:`pretrain` trains a policy on a corpus of graphs; the
 package ships one (``checkpoints/go``), trained by the command in its ``policy.json``.
 """
@@ -31,14 +31,15 @@ import torch
 from graphopt.dist.local import BudgetExhausted, LocalEvaluator
 from graphopt.errors import MAX_THREADS, GraphoptError
 from graphopt.ir.ops import OP_VOCAB
-from graphopt.nn import GOPolicy, GOPolicyConfig
+from graphopt.optim.learned.go.policy import GOPolicy, GOPolicyConfig
 from graphopt.optim.base import Budget, compose, register
 from graphopt.optim.search.portfolio import HEURISTICS, budget_left, run_heuristics
-from graphopt.rl.checkpoint import load_policy, save_policy
-from graphopt.rl.go_env import UNIT_FEATURES, GOEnv
-from graphopt.rl.ppo import PPOConfig, sample, train
+from graphopt.runs.checkpoint import load_policy, save_policy
+from graphopt.optim.learned.go.env import UNIT_FEATURES, GOEnv
+from graphopt.rl.config import PPOConfig, ppo_field
+from graphopt.rl.ppo import sample, train
 from graphopt.rl.reinforce import time_to_within
-from graphopt.rl.run import seed_everything
+from graphopt.runs.run import seed_everything
 from graphopt.sim import Plan, Problem
 
 __all__ = ["FINETUNE_PPO", "GO", "GOFinetune", "GOOne", "PRETRAIN_CORPUS", "PRETRAIN_PPO",
@@ -70,14 +71,6 @@ PRETRAIN_PPO = PPOConfig(lr=1e-3, ent_coef=0.01)
 #: (docs/go.md, bench/go_finetune_cost.py).
 FINETUNE_PPO = PPOConfig(lr=PRETRAIN_PPO.lr, ent_coef=PRETRAIN_PPO.ent_coef, num_samples=64,
                          tune="heads")
-
-
-def _ppo_field(name: str, base: PPOConfig | None = None):
-    """A method's field for PPO hyperparameter ``name``: its help is PPOConfig's, its
-    default ``base``'s value (PPOConfig's default without one)."""
-    spec = {f.name: f for f in fields(PPOConfig)}[name]
-    return field(default=spec.default if base is None else getattr(base, name),
-                 metadata=spec.metadata)
 
 
 def new_policy(seed: int, **config) -> GOPolicy:
@@ -222,11 +215,11 @@ class GOOne:
 
     objectives: ClassVar[tuple[str, ...]] = ("runtime",)  # the policy is trained on step time
 
-    lr: float = _ppo_field("lr")
-    num_samples: int = _ppo_field("num_samples")
-    update_epochs: int = _ppo_field("update_epochs")
-    clip_coef: float = _ppo_field("clip_coef")
-    ent_coef: float = _ppo_field("ent_coef")
+    lr: float = ppo_field("lr")
+    num_samples: int = ppo_field("num_samples")
+    update_epochs: int = ppo_field("update_epochs")
+    clip_coef: float = ppo_field("clip_coef")
+    ent_coef: float = ppo_field("ent_coef")
     dim: int = field(default=GOPolicyConfig.dim, metadata={"min": 1, "max": 8192,
         "help": "Width of the fresh policy (go-one only; a loaded policy keeps its own)."})
     units: str = field(default="groups", metadata={"choices": ("groups", "ops"),
@@ -340,10 +333,10 @@ class GOFinetune(GOOne):
     32
     """
 
-    lr: float = _ppo_field("lr", FINETUNE_PPO)
-    num_samples: int = _ppo_field("num_samples", FINETUNE_PPO)
-    ent_coef: float = _ppo_field("ent_coef", FINETUNE_PPO)
-    tune: str = _ppo_field("tune", FINETUNE_PPO)
+    lr: float = ppo_field("lr", FINETUNE_PPO)
+    num_samples: int = ppo_field("num_samples", FINETUNE_PPO)
+    ent_coef: float = ppo_field("ent_coef", FINETUNE_PPO)
+    tune: str = ppo_field("tune", FINETUNE_PPO)
     start: str = field(default="best", metadata={"choices": ("init", "best"),
         "help": "The start plan: ``best`` (default): every placement heuristic first, within "
                 "the budget, and training centred on the fastest (as ``portfolio`` starts its "

@@ -90,22 +90,13 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from graphopt.dist.local import BudgetExhausted, LocalEvaluator, stop_on_interrupt, stop_requested
 from graphopt.errors import MAX_THREADS, GraphoptError
 from graphopt.ir.features import layer_order
-from graphopt.nn import AttentionLSTMPlacer, Grouper
+from graphopt.nn import AttentionLSTMPlacer
+from graphopt.optim.learned.hdp.grouper import Grouper
 from graphopt.optim.base import Budget, compose, register
 from graphopt.optim.heuristics._common import unify_groups
-from graphopt.rl import (
-    EMABaseline,
-    GroupFeatures,
-    op_inputs,
-    record_update,
-    restore_run,
-    run_name,
-    run_stats,
-    save_run,
-    seed_everything,
-    sqrt_cost,
-    staircase_lr,
-)
+from graphopt.rl import (EMABaseline, GroupFeatures, op_inputs, record_update, restore_run, run_stats,
+                         save_run, sqrt_cost, staircase_lr)
+from graphopt.runs import run_name, seed_everything
 from graphopt.sim import Plan, Problem
 
 __all__ = ["HDP"]
