@@ -177,7 +177,8 @@ def test_chiplet_prior_starts_at_the_contiguous_partition(prob):
 
 
 def test_pretrained_policy_zero_shot_and_finetuned(prob, tmp_path_factory):
-    from graphopt.optim.learned.mcm.method import load_mcm_policy, pretrain
+    from graphopt.optim.learned.mcm.method import load_mcm_policy
+    from graphopt.optim.learned.mcm.train import pretrain
 
     folder = tmp_path_factory.mktemp("mcm")
     pretrain([prob], folder, updates=2, progress=False, dim=16, command="test")

@@ -70,7 +70,8 @@ def train(
 
     from graphopt.hardware import load_cluster
     from graphopt.optim.base import parse_task
-    from graphopt.optim.learned.go.method import PRETRAIN_CORPUS, PRETRAIN_PPO, load_go_policy, pretrain
+    from graphopt.optim.learned.go.method import PRETRAIN_CORPUS, PRETRAIN_PPO, load_go_policy
+    from graphopt.optim.learned.go.train import pretrain
     from graphopt.sim import Problem
 
     torch.set_num_threads(threads)

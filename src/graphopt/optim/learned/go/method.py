@@ -34,7 +34,7 @@ from graphopt.ir.ops import OP_VOCAB
 from graphopt.optim.learned.go.policy import GOPolicy, GOPolicyConfig
 from graphopt.optim.base import Budget, compose, register
 from graphopt.optim.search.portfolio import HEURISTICS, budget_left, run_heuristics
-from graphopt.runs.checkpoint import load_policy, save_policy
+from graphopt.runs.checkpoint import load_policy
 from graphopt.optim.learned.go.env import UNIT_FEATURES, GOEnv
 from graphopt.rl.config import PPOConfig, ppo_field
 from graphopt.rl.ppo import sample, train
@@ -43,7 +43,7 @@ from graphopt.runs.run import seed_everything
 from graphopt.sim import Plan, Problem
 
 __all__ = ["FINETUNE_PPO", "GO", "GOFinetune", "GOOne", "PRETRAIN_CORPUS", "PRETRAIN_PPO",
-           "SHIPPED", "load_go_policy", "new_policy", "pretrain"]
+           "SHIPPED", "load_go_policy", "new_policy"]
 
 #: The pre-trained policy in the package.
 SHIPPED = Path(__file__).parent / "checkpoints" / "go"
@@ -360,33 +360,3 @@ class GOFinetune(GOOne):
         except BudgetExhausted:
             return None
         return ev.best_plan, ev.best_time, ev.evals
-
-
-def pretrain(problems: list[Problem], out: str | Path, *,
-             task: frozenset[str] = frozenset({"placement"}),
-             updates: int = 3000, seconds: float | None = None, seed: int = 0,
-             ppo: PPOConfig | None = None, units: str = "groups", command: str = "",
-             progress: bool = True, init: str | Path | None = None, **policy_config) -> dict:
-    """Pre-train a policy on ``problems`` (one PPO update per problem in turn), checkpoint
-    into ``out`` (resumable), and save the policy there as ``policy.safetensors`` +
-    ``policy.json`` — the form :class:`GO` loads. With ``init`` (a saved policy's folder)
-    training starts from its weights and shape instead of fresh ones (``policy_config``
-    must then be empty).
-    """
-    ppo = ppo or PRETRAIN_PPO
-    if init is not None and policy_config:
-        raise GraphoptError(f"pretrain: a policy from {init} has its own shape; got {sorted(policy_config)}")
-    policy = new_policy(seed, **policy_config) if init is None else load_go_policy(init)[0]
-    for p in problems:
-        _check(p, task, policy, "pretrain")
-    envs = [GOEnv(p, task, units) for p in problems]
-    result = train(policy, envs, ppo, seed=seed, updates=updates, seconds=seconds,
-                   checkpoint_dir=str(out), progress=progress, label="pretrain",
-                   run_config={"method": "go-pretrain", "units": units, "updates": updates})
-    save_policy(out, policy, policy.config_dict(), {
-        "command": command, "graphs": [f"{e.problem.graph.name}@{e.problem.cluster.name}"
-                                       for e in envs],
-        "task": sorted(task), "updates": result["updates"], "evals": result["total_evals"],
-        "seed": seed, "ppo": asdict(ppo), "units": units,
-        **({"init": str(init)} if init is not None else {})})
-    return result

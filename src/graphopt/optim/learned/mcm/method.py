@@ -56,7 +56,7 @@ from graphopt.optim.partition.methods import (
     fraction,
 )
 from graphopt.optim.partition.repair import RepairModel
-from graphopt.runs.checkpoint import load_policy, save_policy
+from graphopt.runs.checkpoint import load_policy
 from graphopt.optim.learned.go.env import UNIT_FEATURES, GOEnv
 from graphopt.rl.config import PPOConfig, ppo_field
 from graphopt.rl.ppo import sample, train
@@ -65,7 +65,7 @@ from graphopt.sim import Plan, Problem
 from graphopt.sim.pipeline import pipeline_cost
 
 __all__ = ["MCM", "MCMEnv", "MCMFinetune", "MCMOne", "MAX_CHIPS", "PRETRAIN_CORPUS",
-           "SHIPPED", "chain_span", "load_mcm_policy", "pretrain"]
+           "SHIPPED", "chain_span", "load_mcm_policy"]
 
 #: The pre-trained policy in the package.
 SHIPPED = Path(__file__).parent / "checkpoints" / "mcm"
@@ -359,29 +359,3 @@ class MCMFinetune(MCMOne):
 
     def _policy(self, seed: int) -> ChipletPolicy:
         return load_mcm_policy(self.checkpoint)[0]
-
-
-def pretrain(problems: list[Problem], out: str | Path, *, updates: int = 300,
-             seconds: float | None = None, seed: int = 0, ppo: PPOConfig | None = None,
-             repair_seconds: float = 0.5, command: str = "", progress: bool = True,
-             **policy_config) -> dict:
-    """Pre-train an MCM policy on ``problems`` (one PPO update per problem in turn),
-    checkpoint into ``out`` (resumable), and save the policy there as
-    ``policy.safetensors`` + ``policy.json``, the form :class:`MCM` loads."""
-    ppo = ppo or PRETRAIN_PPO
-    policy = new_policy(seed, max_devices=MAX_CHIPS, **policy_config)
-    for p in problems:
-        _check(p, frozenset({"placement"}), policy, "pretrain")
-    envs = [MCMEnv(p, frozenset({"placement"}), repair_seconds=repair_seconds) for p in problems]
-    result = train(policy, envs, ppo, seed=seed, updates=updates, seconds=seconds,
-                   checkpoint_dir=str(out), progress=progress, label="mcm pretrain",
-                   run_config={"method": "mcm-pretrain", "updates": updates,
-                               "repair_seconds": repair_seconds})
-    save_policy(out, policy, policy.config_dict(), {
-        "command": command, "graphs": [f"{e.problem.graph.name}@{e.problem.cluster.name}"
-                                       for e in envs],
-        "updates": result["updates"], "evals": result["total_evals"], "seed": seed,
-        "ppo": asdict(ppo), "repair_seconds": repair_seconds,
-        "valid_before_repair": sum(e.valid_before for e in envs) /
-        max(sum(e.proposals for e in envs), 1)})
-    return result
