@@ -46,7 +46,7 @@ __all__ = ["FINETUNE_PPO", "GO", "GOFinetune", "GOOne", "PRETRAIN_CORPUS", "PRET
            "SHIPPED", "load_go_policy", "new_policy"]
 
 #: The pre-trained policy in the package.
-SHIPPED = Path(__file__).parent / "checkpoints" / "go"
+SHIPPED = Path(__file__).parent.parent / "checkpoints" / "go"
 
 #: Pre-training corpus of the shipped policy, GRAPH@CLUSTER: zoo models of the train
 #: split (the held-out families, WaveNet and AmoebaNet, never appear) on device counts

@@ -68,7 +68,7 @@ __all__ = ["MCM", "MCMEnv", "MCMFinetune", "MCMOne", "MAX_CHIPS", "PRETRAIN_CORP
            "SHIPPED", "chain_span", "load_mcm_policy"]
 
 #: The pre-trained policy in the package.
-SHIPPED = Path(__file__).parent / "checkpoints" / "mcm"
+SHIPPED = Path(__file__).parent.parent / "checkpoints" / "mcm"
 #: Chips the chiplet head serves.
 MAX_CHIPS = 16
 #: Pre-training corpus, GRAPH@PRESET (graphs of :func:`graphopt.benchmarks.mcm.forward_graph`):

@@ -49,7 +49,7 @@ __all__ = ["REGAL", "RegalSpace", "SHIPPED", "TEST_GRAPHS", "TRAIN_CORPUS", "lay
            "trained_prior"]
 
 #: The trained policy in the package.
-SHIPPED = Path(__file__).parent / "checkpoints" / "regal"
+SHIPPED = Path(__file__).parent.parent / "checkpoints" / "regal"
 
 #: Cluster of REGAL's Table 1 here: two devices.
 CLUSTER = "p100:2"
