@@ -3,9 +3,13 @@ list them (and make options of them) without importing torch."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 
-__all__ = ["PPOConfig", "ppo_field"]
+__all__ = ["PPOConfig", "RUN_FIELDS", "ppo_field", "run_hparams"]
+
+#: A learned method's fields that say how it runs, not what it learns: a checkpoint's
+#: config leaves them out, so a run resumes with other threads or without a progress bar.
+RUN_FIELDS = ("threads", "checkpoint_every", "progress", "checkpoint_dir")
 
 
 @dataclass
@@ -40,3 +44,9 @@ def ppo_field(name: str, base: PPOConfig | None = None):
     spec = {f.name: f for f in fields(PPOConfig)}[name]
     return field(default=spec.default if base is None else getattr(base, name),
                  metadata=spec.metadata)
+
+
+def run_hparams(method: object) -> dict:
+    """The hyperparameters of learned method ``method`` (a dataclass) that its checkpoint's
+    config records: every field but :data:`RUN_FIELDS`, in field order."""
+    return {k: v for k, v in asdict(method).items() if k not in RUN_FIELDS}

@@ -59,7 +59,7 @@ uninterrupted run would have drawn.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
@@ -71,6 +71,7 @@ from graphopt.ir.coarsen import bounded_groups, colocation_groups
 from graphopt.nn import AttentionLSTMPlacer
 from graphopt.optim.base import Budget, compose, register
 from graphopt.rl import EMABaseline, GroupFeatures
+from graphopt.rl.config import run_hparams
 from graphopt.rl.reinforce import Batch, train
 from graphopt.runs import run_name, seed_everything
 from graphopt.sim import Plan, Problem
@@ -142,8 +143,7 @@ class RLLSTM:
         if "placement" not in task:
             raise GraphoptError(f"rl-lstm decides placement; task {sorted(task)} leaves it out")
         graph, base = problem.graph, init or Plan()
-        hparams = {k: v for k, v in asdict(self).items()
-                   if k not in ("threads", "checkpoint_every", "progress", "checkpoint_dir")}
+        hparams = run_hparams(self)
         config = {"method": "rl-lstm", "graph": graph.name, "nodes": graph.num_nodes,
                   "edges": graph.num_edges, "cluster": problem.cluster.name, "seed": seed,
                   "task": sorted(task), **hparams}

@@ -21,7 +21,7 @@ package ships one (``checkpoints/go``), trained by the command in its ``policy.j
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import ClassVar
 
@@ -36,7 +36,7 @@ from graphopt.optim.base import Budget, compose, register
 from graphopt.optim.search.portfolio import HEURISTICS, budget_left, run_heuristics
 from graphopt.runs.checkpoint import load_policy
 from graphopt.optim.learned.go.env import UNIT_FEATURES, GOEnv
-from graphopt.rl.config import PPOConfig, ppo_field
+from graphopt.rl.config import PPOConfig, ppo_field, run_hparams
 from graphopt.rl.ppo import sample, train
 from graphopt.rl.reinforce import time_to_within
 from graphopt.runs.run import seed_everything
@@ -288,9 +288,7 @@ class GOOne:
         t_train = time.perf_counter()
         out = train(policy, [env], cfg, seed=seed, evals=evals, seconds=seconds,
                     checkpoint_dir=self.checkpoint_dir, progress=self.progress,
-                    run_config={"method": self.name, **{k: v for k, v in asdict(self).items()
-                                                       if k not in ("progress", "threads",
-                                                                    "checkpoint_dir")}},
+                    run_config={"method": self.name, **run_hparams(self)},
                     label=f"{self.name} {problem.graph.name}")
         plan, best = out["best"][0] or (None, float("inf"))
         if start is not None and start[1] <= best:  # training found nothing faster

@@ -80,7 +80,7 @@ learning-curve PNG; a later run with the same config resumes where it stopped.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
@@ -94,6 +94,7 @@ from graphopt.optim.learned.hdp.grouper import Grouper
 from graphopt.optim.base import Budget, compose, register
 from graphopt.optim.heuristics._common import unify_groups
 from graphopt.rl import EMABaseline, GroupFeatures, op_inputs, staircase_lr
+from graphopt.rl.config import run_hparams
 from graphopt.rl.reinforce import Batch, plan_rows, train
 from graphopt.runs import run_name, seed_everything
 from graphopt.sim import Plan, Problem
@@ -212,8 +213,7 @@ class HDP:
             raise GraphoptError(f"hdp decides placement; task {sorted(task)} leaves it out")
         graph, base, devices = problem.graph, init or Plan(), problem.num_devices
         num_groups = self.num_groups or min(256, 20 * devices)
-        hparams = {k: v for k, v in asdict(self).items()
-                   if k not in ("threads", "checkpoint_every", "progress", "checkpoint_dir")}
+        hparams = run_hparams(self)
         config = {"method": "hdp", "graph": graph.name, "nodes": graph.num_nodes,
                   "edges": graph.num_edges, "cluster": problem.cluster.name, "seed": seed,
                   "task": sorted(task), **hparams, "num_groups": num_groups}

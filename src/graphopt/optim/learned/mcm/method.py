@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -58,7 +58,7 @@ from graphopt.optim.partition.methods import (
 from graphopt.optim.partition.repair import RepairModel
 from graphopt.runs.checkpoint import load_policy
 from graphopt.optim.learned.go.env import UNIT_FEATURES, GOEnv
-from graphopt.rl.config import PPOConfig, ppo_field
+from graphopt.rl.config import PPOConfig, ppo_field, run_hparams
 from graphopt.rl.ppo import sample, train
 from graphopt.runs.run import seed_everything
 from graphopt.sim import Plan, Problem
@@ -315,9 +315,7 @@ class MCMOne:
                     evals=None if budget.evals is None else budget.evals - spent[0],
                     seconds=None if budget.seconds is None else max(budget.seconds - spent[1], 0),
                     checkpoint_dir=self.checkpoint_dir, progress=self.progress,
-                    run_config={"method": self.name, **{k: v for k, v in asdict(self).items()
-                                                       if k not in ("progress", "threads",
-                                                                    "checkpoint_dir")}},
+                    run_config={"method": self.name, **run_hparams(self)},
                     label=f"{self.name} {problem.graph.name}")
         n = problem.num_nodes
         plan, interval = out["best"][0] or (Plan(placement=np.zeros(n, np.int64)), float("inf"))
