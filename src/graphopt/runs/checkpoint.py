@@ -32,7 +32,8 @@ from graphopt._files import atomic_write, read_json, regular_file
 __all__ = ["CheckpointError", "check_state", "load_checkpoint", "load_policy", "read_checkpoint",
            "save_checkpoint", "save_policy"]
 
-FORMAT = "graphopt.runs.checkpoint"
+# the name it had when checkpoints lived in graphopt.rl: run folders written then still resume
+FORMAT = "graphopt.rl.checkpoint"
 VERSION = 1
 WEIGHTS, META = "weights.safetensors", "checkpoint.json"
 
