@@ -8,7 +8,7 @@ in the same pool, so the machine's load drifts over both alike; the figure is th
 median over rounds of the per-round ratio.
 
 Usage:  .venv/bin/python bench/exec_speedup.py [--layers 4] [--hidden 512] [--rounds 7]
-Writes bench/results/exec_speedup.json and the exec-speedup section of docs/benchmarks.md.
+Writes runs/bench/exec_speedup.json (--out) and, with --docs FILE, FILE's exec-speedup section.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from graphopt.hardware import load_cluster
 from graphopt.optim import optimize
 from graphopt.sim import Problem
 from graphopt.zoo import get_entry
-from graphopt.cli._common import parse_bench_args
+from graphopt.benchmarks import parse_bench_args
 
 
 def run(layers: int, hidden: int, seq_len: int, rounds: int, steps: int) -> dict:
@@ -62,8 +62,9 @@ def main() -> None:
     ap.add_argument("--seq-len", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--out", default="bench/results/exec_speedup.json")
-    ap.add_argument("--docs", default="docs/benchmarks.md", help="'' to leave the docs alone")
+    ap.add_argument("--out", default="runs/bench/exec_speedup.json")
+    ap.add_argument("--docs", default=None,
+                    help="Markdown file whose section is rewritten (default: none)")
     a = parse_bench_args(ap)
     res = run(a.layers, a.hidden, a.seq_len, a.rounds, a.steps)
     save_json(res, a.out)

@@ -17,7 +17,7 @@ the best of ``--reps`` calls, then the median over ``--rounds`` rounds.
    once) against a kernel each.
 
 Usage:  .venv/bin/python bench/fusion_cpu.py [--rounds 3] [--reps 7]
-Writes bench/results/fusion_cpu.json.
+Writes runs/bench/fusion_cpu.json.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 from graphopt.benchmarks import save_json
-from graphopt.cli._common import parse_bench_args
+from graphopt.benchmarks import parse_bench_args
 
 SIZES = (4, 8, 16, 32, 64)
 #: Elements of the tensors of checks 2 and 3: beyond this machine's caches (32 MB).
@@ -103,7 +103,7 @@ def main() -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3, help="rounds of every measurement")
     ap.add_argument("--reps", type=int, default=7, help="calls per measurement (best kept)")
-    ap.add_argument("--out", default="bench/results/fusion_cpu.json")
+    ap.add_argument("--out", default="runs/bench/fusion_cpu.json")
     args = parse_bench_args(ap)
     torch.manual_seed(0)
     torch.set_num_threads(1)

@@ -8,7 +8,7 @@ step time reached (seeded: the same in every round); the figure is the median ov
 rounds of the per-round ratio of go-finetune's seconds to sa's (target: <= 10).
 
 Usage:  .venv/bin/python bench/go_finetune_cost.py [--rows rnnlm-2] [--budget 2000] [--rounds 3]
-Writes bench/results/go_finetune_cost.json and the go-finetune-cost section of docs/benchmarks.md.
+Writes runs/bench/go_finetune_cost.json (--out) and, with --docs FILE, FILE's go-finetune-cost section.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import platform
 import statistics
 import time
 from pathlib import Path
-from graphopt.cli._common import parse_bench_args
+from graphopt.benchmarks import parse_bench_args
 
 #: The variants timed: (label, method, hyperparameters).
 VARIANTS = (("sa", "sa", {}), ("go-finetune", "go-finetune", {"progress": False}),
@@ -34,8 +34,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="timed rounds (alternating methods)")
     ap.add_argument("--variants", default=",".join(v[0] for v in VARIANTS),
                     help="which of the variants to time, comma-separated")
-    ap.add_argument("--out", type=Path, default=Path("bench/results/go_finetune_cost.json"))
-    ap.add_argument("--docs", type=Path, default=Path("docs/benchmarks.md"))
+    ap.add_argument("--out", type=Path, default=Path("runs/bench/go_finetune_cost.json"))
+    ap.add_argument("--docs", type=Path, default=None,
+                    help="Markdown file whose section is rewritten (default: none)")
     a = parse_bench_args(ap)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch
@@ -89,7 +90,8 @@ def main() -> None:
                      + " | " + " | ".join(f"{r['step_time'][x] * 1e3:.1f}" for x in labels)
                      + " | " + " | ".join(f"{r['ratio_to_sa'][x]:.1f}x" for x in labels[1:])
                      + " |")
-    replace_section(a.docs, "go-finetune-cost", "\n".join(lines))
+    if a.docs:
+        replace_section(a.docs, "go-finetune-cost", "\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ Step times are simulated, so the figures do not depend on the machine's load.
 
 Usage:  .venv/bin/python bench/go_fusion_ablation.py [--rows rnnlm-4,transformer-xl-2,gnmt-2]
         [--budget 500] [--seeds 0,1,2]
-Writes bench/results/go_fusion_ablation.json and prints a markdown table.
+Writes runs/bench/go_fusion_ablation.json and prints a markdown table.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from graphopt.cli._common import parse_bench_args
+from graphopt.benchmarks import parse_bench_args
 
 #: The searches compared, each from XLA's default.
 SEARCHES = ("sa", "local-search", "brkga")
@@ -46,12 +46,12 @@ def main() -> None:
                     help="GO Table 3 rows, comma-separated")
     ap.add_argument("--budget", type=int, default=500, help="evaluations per method")
     ap.add_argument("--seeds", default="0,1,2", help="seeds, comma-separated")
-    ap.add_argument("--out", type=Path, default=Path("bench/results/go_fusion_ablation.json"))
+    ap.add_argument("--out", type=Path, default=Path("runs/bench/go_fusion_ablation.json"))
     a = parse_bench_args(ap)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
     from graphopt.benchmarks import geomean, save_json
-    from graphopt.benchmarks.fusion import _problem
+    from graphopt.benchmarks.fusion import bench_problem
     from graphopt.optim.base import Budget, optimize
     from graphopt.optim.learned.go.method import GOOne, new_policy
     from graphopt.sim import Plan, simulate
@@ -70,7 +70,7 @@ def main() -> None:
     result = {"settings": {"rows": a.rows.split(","), "budget": a.budget, "seeds": seeds},
               "rows": []}
     for name in a.rows.split(","):
-        prob = _problem(name, "p100", True)
+        prob = bench_problem(name, "p100", True)
         expert, _ = optimize(prob, "expert", "placement", Budget(a.budget), 0)
         base = Plan(placement=expert.placement)
         default = simulate(prob, base).step_time

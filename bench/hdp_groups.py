@@ -19,7 +19,7 @@ are made whole as in ``hdp`` (:func:`graphopt.optim.heuristics._common.unify_gro
 ``single`` and ``expert`` are the references.
 
 Usage:  .venv/bin/python bench/hdp_groups.py [--rows rnnlm-2]
-Writes bench/results/hdp_groups.json and the hdp-groups section of docs/benchmarks.md.
+Writes runs/bench/hdp_groups.json (--out) and, with --docs FILE, FILE's hdp-groups section.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import platform
 from pathlib import Path
 
 import numpy as np
-from graphopt.cli._common import parse_bench_args
+from graphopt.benchmarks import parse_bench_args
 
 
 def layer_blocks(graph, parts: int) -> np.ndarray:
@@ -40,41 +40,20 @@ def layer_blocks(graph, parts: int) -> np.ndarray:
     return np.minimum(layer_order(graph) * parts // max(graph.num_nodes, 1), parts - 1)
 
 
-def metis_groups(problem, parts: int, seed: int = 0) -> np.ndarray:
-    """Group of every op: a METIS partition of the colocation units into ``parts``."""
-    import pymetis
-    from scipy import sparse
-
-    from graphopt.optim.heuristics._common import units
-    from graphopt.optim.heuristics.metis import _ints
-
-    g = problem.graph
-    unit, k = units(g.coloc)
-    vw = _ints(np.bincount(unit, weights=problem.costs.time[:, 0], minlength=k))
-    adj = sparse.coo_matrix((g.edge_bytes, (unit[g.src], unit[g.dst])), shape=(k, k))
-    adj = (adj + adj.T).tolil()
-    adj.setdiag(0)
-    adj = adj.tocsr()
-    adj.eliminate_zeros()
-    adj.sort_indices()
-    _, part = pymetis.part_graph(parts, pymetis.CSRAdjacency(adj.indptr, adj.indices),
-                                 vweights=vw, eweights=_ints(adj.data),
-                                 options=pymetis.Options(seed=seed))
-    return np.asarray(part, np.int64)[unit]
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", default="rnnlm-2", help="GO Table 2 rows, comma-separated")
-    ap.add_argument("--out", type=Path, default=Path("bench/results/hdp_groups.json"))
-    ap.add_argument("--docs", type=Path, default=Path("docs/benchmarks.md"))
+    ap.add_argument("--out", type=Path, default=Path("runs/bench/hdp_groups.json"))
+    ap.add_argument("--docs", type=Path, default=None,
+                    help="Markdown file whose section is rewritten (default: none)")
     a = parse_bench_args(ap)
     from graphopt.benchmarks import replace_section, save_json
     from graphopt.benchmarks.go_table2 import row_entry
     from graphopt.hardware import load_cluster
     from graphopt.optim import Budget, optimize
     from graphopt.optim.heuristics._common import unify_groups
+    from graphopt.optim.heuristics.metis import metis_parts
     from graphopt.sim import Plan, Problem, simulate
     from graphopt.zoo import build
 
@@ -96,7 +75,7 @@ def main() -> None:
         for count in sorted({min(256, 20 * d), 256}):
             for kind, grp in (("random", rng.integers(count, size=g.num_nodes)),
                               ("blocks", layer_blocks(g, count)),
-                              ("metis", metis_groups(prob, count))):
+                              ("metis", metis_parts(prob, count))):
                 major = np.array([np.bincount(expert[grp == j], minlength=d).argmax()
                                   if (grp == j).any() else 0 for j in range(count)])
                 rand = [step(rng.integers(d, size=count)[grp]) for _ in range(16)]
@@ -123,7 +102,8 @@ def main() -> None:
                          f"{x['groups']} | {x['kind']} | "
                          f"{x['random_placements_median'] * 1e3:.1f} | "
                          f"{x['expert_mapped'] * 1e3:.1f} | {x['layout'] * 1e3:.1f} |")
-    replace_section(a.docs, "hdp-groups", "\n".join(lines))
+    if a.docs:
+        replace_section(a.docs, "hdp-groups", "\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ keeps what it finished; ``--markdown`` prints the table docs/learned.md shows.
 
 Usage:
     OMP_NUM_THREADS=1 NUMBA_NUM_THREADS=1 .venv/bin/python bench/learned_sweep.py \\
-        [--out bench/results/learned-sweep.jsonl] [--seeds 0 1]
+        [--out runs/bench/learned-sweep.jsonl] [--seeds 0 1]
     .venv/bin/python bench/learned_sweep.py --markdown
 """
 
@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 import torch
-from graphopt.cli._common import parse_bench_args
+from graphopt.benchmarks import parse_bench_args
 
 #: (method, config) pairs swept; every other hyperparameter at its default.
 GRID = [
@@ -92,7 +92,7 @@ def markdown(path: Path) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=Path("bench/results/learned-sweep.jsonl"))
+    ap.add_argument("--out", type=Path, default=Path("runs/bench/learned-sweep.jsonl"))
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     ap.add_argument("--markdown", action="store_true", help="Print the table of --out.")
     args = parse_bench_args(ap)

@@ -13,16 +13,16 @@ from __future__ import annotations
 import argparse
 import json
 
-from graphopt.benchmarks.mcm import _time_to
+from graphopt.benchmarks.mcm import time_to
 
 
 def _evals(history: list, target: float) -> str:
-    evals, _ = _time_to(history, target)
+    evals, _ = time_to(history, target)
     return "-" if evals is None else str(evals)
 
 
 def _speedup(scratch: list, tuned: list, target: float) -> str:
-    (e0, s0), (e1, s1) = _time_to(scratch, target), _time_to(tuned, target)
+    (e0, s0), (e1, s1) = time_to(scratch, target), time_to(tuned, target)
     if e1 is None:
         return "not reached"
     return f"{s0 / max(s1, 1e-9):.1f}x; {e0 / e1:.1f}x"

@@ -12,7 +12,7 @@ Peak memory, ``p100:2``, placement and scheduling; BRKGA-5K is the median of
 ``--seeds`` seeds, as in ``graphopt bench regal``.
 
 Usage:  nice -n 19 .venv/bin/python bench/regal_headroom.py [--long 50000] [--long-seeds 2]
-            [--seeds 3] [--out bench/results/regal_headroom.json]
+            [--seeds 3] [--out runs/bench/regal_headroom.json]
 Prints a markdown table (% below BRKGA-5K, positive: lower peak) and writes it as JSON.
 """
 
@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from graphopt.benchmarks import save_json
-from graphopt.cli._common import parse_bench_args
+from graphopt.benchmarks import parse_bench_args
 
 TASK = frozenset({"placement", "scheduling"})
 BASE_EVALS = 5000
@@ -80,7 +80,7 @@ def main() -> None:
     ap.add_argument("--long", type=int, default=50_000, help="evaluations of each long search")
     ap.add_argument("--long-seeds", type=int, default=2, help="seeds of each long search (the best counts)")
     ap.add_argument("--seeds", type=int, default=3, help="seeds of BRKGA-5K (the median counts)")
-    ap.add_argument("--out", type=Path, default=Path("bench/results/regal_headroom.json"))
+    ap.add_argument("--out", type=Path, default=Path("runs/bench/regal_headroom.json"))
     a = parse_bench_args(ap)
     if a.long < BASE_EVALS or a.long_seeds < 1 or a.seeds < 1:
         ap.error(f"--long must be at least {BASE_EVALS}, --long-seeds and --seeds at least 1")

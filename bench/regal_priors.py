@@ -10,7 +10,7 @@ devices, placement and scheduling, ``--evals`` evaluations, the median over
 default (1.5) is the best mean of this table.
 
 Usage:  nice -n 19 .venv/bin/python bench/regal_priors.py [--strengths 1.25,1.5,2,3]
-            [--evals 5000] [--seeds 3] [--out bench/results/regal_priors.json]
+            [--evals 5000] [--seeds 3] [--out runs/bench/regal_priors.json]
 Prints a markdown table and writes the figures as JSON.
 """
 
@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from graphopt.benchmarks import save_json
-from graphopt.cli._common import parse_bench_args
+from graphopt.benchmarks import parse_bench_args
 from graphopt.optim.learned.regal.method import (TRAIN_CORPUS, RegalSpace, layer_split_prior, load_corpus,
                                           regal_value)
 
@@ -63,7 +63,7 @@ def main() -> None:
     ap.add_argument("--strengths", default="1.25,1.5,2,3", help="prior strengths, comma-separated")
     ap.add_argument("--evals", type=int, default=5000, help="BRKGA's evaluations per run (REGAL's budget)")
     ap.add_argument("--seeds", type=int, default=3, help="search seeds per graph and strength (median)")
-    ap.add_argument("--out", type=Path, default=Path("bench/results/regal_priors.json"))
+    ap.add_argument("--out", type=Path, default=Path("runs/bench/regal_priors.json"))
     a = parse_bench_args(ap)
     try:
         strengths = tuple(float(s) for s in a.strengths.split(","))

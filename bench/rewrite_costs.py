@@ -8,7 +8,7 @@ time over the program's in the same round), so the two cost models' programs are
 under the same load.
 
 Usage:  .venv/bin/python bench/rewrite_costs.py [--models bert,squeezenet] [--repeats 40]
-Writes bench/results/rewrite_costs.json.
+Writes runs/bench/rewrite_costs.json.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from graphopt.benchmarks import save_json
-from graphopt.benchmarks.rewrite import _paired, _time
+from graphopt.benchmarks.rewrite import paired_speedup, time_programs
 from graphopt.rewrite import RewriteConfig, rewrite
 from graphopt.rewrite.models import MODELS, make_model
 
@@ -43,8 +43,8 @@ def main() -> None:
             programs["original"], programs[cost] = res.original, res.module
             search[cost] = res.stats["search_s"]
             ops[cost] = res.stats["ops_after"]
-        times = _time(programs, inputs, args.repeats, 3)
-        row = {"model": name, "speedup": _paired(times), "search_s": search, "ops": ops,
+        times = time_programs(programs, inputs, args.repeats, 3)
+        row = {"model": name, "speedup": paired_speedup(times), "search_s": search, "ops": ops,
                "median_ms": {k: statistics.median(v) * 1e3 for k, v in times.items()}}
         rows.append(row)
         print(f"{name:>12}  " + "  ".join(f"{c} {row['speedup'][c]:.3f}x ({ops[c]} ops, "
@@ -53,7 +53,7 @@ def main() -> None:
     save_json({"machine": {"cpu": platform.processor() or platform.machine(),
                            "torch": torch.__version__, "threads": 1},
                "repeats": args.repeats, "rows": rows},
-              Path("bench/results/rewrite_costs.json"))
+              Path("runs/bench/rewrite_costs.json"))
 
 
 if __name__ == "__main__":

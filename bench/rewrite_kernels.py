@@ -12,7 +12,7 @@ the figure is the median over rounds of the time of the unfused (or unmerged) fo
 the fused (or merged) one in the same round: above 1, the rewrite pays.
 
 Usage:  .venv/bin/python bench/rewrite_kernels.py [--reps 40]
-Writes bench/results/rewrite_kernels.json.
+Writes runs/bench/rewrite_kernels.json.
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def main() -> None:
     for r in rows:
         key = "pair_over_fused" if "pair_over_fused" in r else "separate_over_merged"
         print(f"{r['model']:>12}  {r['what']:<58} {key} {r[key]:.3f}")
-    save_json(result, Path("bench/results/rewrite_kernels.json"))
+    save_json(result, Path("runs/bench/rewrite_kernels.json"))
 
 
 if __name__ == "__main__":

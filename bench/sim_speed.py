@@ -38,7 +38,7 @@ import graphopt as go
 from graphopt.benchmarks import replace_section
 from graphopt.sim import ensure_compiled
 from graphopt.ir.generate import layered_graph
-from graphopt.cli._common import parse_bench_args
+from graphopt.benchmarks import parse_bench_args
 
 
 def python_simulate(prob: go.Problem, place: np.ndarray) -> tuple[float, np.ndarray]:

@@ -7,7 +7,7 @@ which other work on the machine disturbs less), ops, edges, parameters, FLOPs pe
 training step, persistent bytes (weights), the number of IR ops that are views or
 aliases, and the device count and split from the registry.
 
-Usage:  .venv/bin/python bench/zoo_sizes.py [NAME ...] [--out bench/results/zoo_sizes.json]
+Usage:  .venv/bin/python bench/zoo_sizes.py [NAME ...] [--out runs/bench/zoo_sizes.json]
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from graphopt.benchmarks import replace_section
-from graphopt.cli._common import parse_bench_args
+from graphopt.benchmarks import parse_bench_args
 
 
 def measure(name: str) -> dict:
@@ -60,8 +60,9 @@ def docs_table(result: dict) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("names", nargs="*", help="entries to build (default: all)")
-    ap.add_argument("--out", default="bench/results/zoo_sizes.json")
-    ap.add_argument("--docs", default="docs/benchmarks.md", help="markdown file to update")
+    ap.add_argument("--out", default="runs/bench/zoo_sizes.json")
+    ap.add_argument("--docs", default=None,
+                    help="Markdown file whose section is rewritten (default: none)")
     ap.add_argument("--render", action="store_true",
                     help="only rewrite the docs table from an existing --out file")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # child mode: print one JSON row
@@ -70,6 +71,8 @@ def main() -> None:
         print(json.dumps(measure(args.one)))
         return
     if args.render:
+        if not args.docs:
+            ap.error("--render rewrites --docs FILE's section: give --docs")
         replace_section(args.docs, "zoo-sizes", docs_table(json.loads(Path(args.out).read_text())))
         return
 
@@ -100,7 +103,8 @@ def main() -> None:
     path = Path(args.out)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1))
-    replace_section(args.docs, "zoo-sizes", docs_table(result))
+    if args.docs:
+        replace_section(args.docs, "zoo-sizes", docs_table(result))
     print(f"largest: {max(rows, key=lambda r: r['ops'])['name']} "
           f"({max(r['ops'] for r in rows)} ops); slowest build "
           f"{max(r['build_s'] for r in rows):.1f} s; wrote {path}")

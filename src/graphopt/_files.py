@@ -22,7 +22,7 @@ import numpy as np
 
 from graphopt.errors import GraphFormatError, GraphoptError
 
-__all__ = ["MAX_JSON_BYTES", "MAX_NPZ_BYTES", "atomic_write", "env_limit", "npz_arrays",
+__all__ = ["MAX_JSON_BYTES", "MAX_NPZ_BYTES", "atomic_write", "check_output", "env_limit", "npz_arrays",
            "read_json", "regular_file"]
 
 #: The largest JSON file graphopt reads (graphs, plans, profiles, policies): a bound on
@@ -201,3 +201,57 @@ def npz_arrays(path: str | os.PathLike, error: type[Exception] = GraphFormatErro
         raise error(f"{path}: its arrays take {total:,} bytes once decompressed, more than the "
                     f"{limit:,} graphopt reads (raise the limit with $GRAPHOPT_MAX_NPZ_BYTES)")
     return out
+
+
+def check_output(path: Path | None, option: str, *, folder: bool = False) -> None:
+    """Check, before any work starts, that ``path`` (given to ``option``) can be written,
+    so that a long run never fails at its end for want of a place to put its result.
+
+    A file must not be a folder and a folder not a file; every part of the name must
+    fit the file system's limits; the nearest existing folder above must be a folder
+    (not a file) that this user may write in. Missing folders are fine: writing makes
+    them. None (the option not given) passes. Does not check free space.
+
+    Raises
+    ------
+    GraphoptError
+        One line naming the option, the path and what is wrong.
+
+    Examples
+    --------
+    >>> check_output(Path("/"), "--out")
+    Traceback (most recent call last):
+    graphopt.errors.GraphoptError: --out /: is a folder, expected a file
+    """
+    if path is None:
+        return
+    path = Path(path)
+    where = f"{option} {path}"
+    existing = path.absolute()
+    while not os.path.lexists(existing) and existing != existing.parent:
+        existing = existing.parent
+    name_max = os.pathconf(existing if existing.is_dir() else existing.parent, "PC_NAME_MAX")
+    long = [p for p in path.parts if len(os.fsencode(p)) > name_max]
+    if long:
+        raise GraphoptError(f"{where}: a name of {len(os.fsencode(long[0]))} bytes exceeds the "
+                            f"file system's limit of {name_max}")
+    if len(os.fsencode(str(path.absolute()))) >= os.pathconf("/", "PC_PATH_MAX"):
+        raise GraphoptError(f"{where}: the path exceeds the file system's limit of "
+                            f"{os.pathconf('/', 'PC_PATH_MAX')} bytes")
+    if existing == path.absolute():
+        if folder and not path.is_dir():
+            raise GraphoptError(f"{where}: is a file, expected a folder")
+        if not folder and path.is_dir():
+            raise GraphoptError(f"{where}: is a folder, expected a file")
+        if not folder and path.exists() and not path.is_file():  # links followed
+            raise GraphoptError(f"{where}: not a regular file (a device, pipe or socket)")
+        existing = path.absolute() if folder else path.absolute().parent
+    if not existing.is_dir():
+        raise GraphoptError(f"{where}: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise GraphoptError(f"{where}: cannot write in {existing} (permission denied)")
+    try:  # access() says yes to root everywhere, and to folders like /proc where nothing can be made
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as err:
+        raise GraphoptError(f"{where}: cannot write in {existing} ({err.strerror})") from None

@@ -17,7 +17,7 @@ runner = CliRunner()
 
 def test_bench_fusion_runs_every_part(tmp_path, monkeypatch):
     # a small random graph stands for every row: the zoo's are built elsewhere
-    monkeypatch.setattr(fusion, "_problem", lambda name, cluster, quick: Problem(
+    monkeypatch.setattr(fusion, "bench_problem", lambda name, cluster, quick: Problem(
         layered_graph(8, 6, seed=1), load_cluster(f"{cluster}:2")))
     out, docs = tmp_path / "f.json", tmp_path / "b.md"
     res = fusion.run(budget=20, table3_rows=("a",), memory_rows=("b",), fractions=(0.9,),
@@ -38,7 +38,7 @@ def test_bench_fusion_runs_every_part(tmp_path, monkeypatch):
 
 def test_multitask_with_go_finetune_never_loses_to_the_defaults(monkeypatch):
     # the joint policy of docs/benchmarks.md: go-finetune from the best heuristic
-    monkeypatch.setattr(fusion, "_problem", lambda name, cluster, quick: Problem(
+    monkeypatch.setattr(fusion, "bench_problem", lambda name, cluster, quick: Problem(
         layered_graph(8, 6, seed=1), load_cluster(f"{cluster}:2")))
     res = fusion.run(budget=60, table3_rows=(), memory_rows=(), multitask_rows=("c",),
                      method="go-finetune", progress=False)

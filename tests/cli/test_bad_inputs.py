@@ -752,7 +752,7 @@ def test_a_bench_flag_is_not_taken_for_an_output_path(monkeypatch):
     import argparse
     import sys
 
-    from graphopt.cli._common import parse_bench_args
+    from graphopt.benchmarks import parse_bench_args
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--docs", action="store_true")

@@ -30,16 +30,18 @@ docs/benchmarks.md.
 from __future__ import annotations
 
 import platform
+import time
 from pathlib import Path
 
 import numpy as np
 
-from graphopt.benchmarks import geomean, replace_section, save_json
+from graphopt.benchmarks import geomean, replace_section, row_line, save_json, say
 from graphopt.benchmarks.go_table2 import row_entry
 from graphopt.optim.base import Budget, optimize
 from graphopt.sim import Plan, Problem, simulate
 
-__all__ = ["GO_FUSION", "MEMORY_ROWS", "MULTITASK_ROWS", "TABLE3_ROWS", "run", "to_markdown", "update_docs"]
+__all__ = ["GO_FUSION", "MEMORY_ROWS", "MULTITASK_ROWS", "TABLE3_ROWS", "bench_problem", "run", "to_markdown",
+           "update_docs"]
 
 #: GO's Table 3: NMT (GNMT), RNNLM and Transformer-XL on 2 to 8 devices.
 TABLE3_ROWS = ("gnmt-2", "gnmt-4", "gnmt-8", "rnnlm-4", "rnnlm-8", "transformer-xl-2",
@@ -63,7 +65,7 @@ MULTITASK_ROWS = ("rnnlm-2", "gnmt-2", "transformer-xl-2", "transformer-xl-4",
 TASKS = ("placement", "scheduling", "fusion", "placement,scheduling,fusion")
 
 
-def _problem(name: str, cluster: str, quick: bool) -> Problem:
+def bench_problem(name: str, cluster: str, quick: bool) -> Problem:
     from graphopt.hardware import load_cluster
     from graphopt.zoo import build
 
@@ -115,9 +117,10 @@ def run(cluster: str = "p100", budget: int = 500, seed: int = 0, quick: bool = T
             + [("multitask", r) for r in multitask_rows])
     with Progress(disable=not progress, transient=True) as bar:
         task = bar.add_task("bench fusion", total=len(jobs))
-        for part, name in jobs:
+        for done, (part, name) in enumerate(jobs, 1):
             bar.update(task, description=f"{part} {name}")
-            prob = _problem(name, cluster, quick)
+            t0 = time.perf_counter()
+            prob = bench_problem(name, cluster, quick)
             expert, _ = optimize(prob, "expert", "placement", Budget(budget), seed)
             base = Plan(placement=expert.placement)
             row = {"model": name, "ops": prob.num_nodes, "devices": prob.num_devices}
@@ -156,6 +159,8 @@ def run(cluster: str = "p100", budget: int = 500, seed: int = 0, quick: bool = T
             if out:
                 save_json(result, out)
             bar.advance(task)
+            if progress:
+                say(row_line(done, len(jobs), f"{part} {name}", time.perf_counter() - t0))
     return result
 
 

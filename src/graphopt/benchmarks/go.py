@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import json
 import platform
+import time
 from pathlib import Path
 
-from graphopt.benchmarks import geomean, replace_section, save_json
+from graphopt.benchmarks import geomean, replace_section, row_line, save_json, say
 from graphopt.benchmarks.go_table2 import ROWS, row_entry
 from graphopt.benchmarks.go_table2 import METHODS as BASELINES
 from graphopt.errors import GraphoptError
@@ -119,10 +120,11 @@ def run(cluster: str = "p100", budget: int = 2000, seed: int = 0, quick: bool = 
             + [("multitask", r) for r in multitask_rows])
     with Progress(disable=not progress, transient=True) as bar:
         task = bar.add_task("bench go", total=len(jobs))
-        for part, name in jobs:
+        for done, (part, name) in enumerate(jobs, 1):
             if any(row["model"] == name for row in result[part]):
                 bar.advance(task)
                 continue
+            t0 = time.perf_counter()
             prob = _problem(name, cluster, quick)
             row = {"model": name, "ops": prob.num_nodes, "devices": prob.num_devices,
                    "held_out": not get_entry(name).train_split, "lower_bound": prob.lower_bound}
@@ -157,6 +159,8 @@ def run(cluster: str = "p100", budget: int = 2000, seed: int = 0, quick: bool = 
             result[part].append(row)
             save()
             bar.advance(task)
+            if progress:
+                say(row_line(done, len(jobs), f"{part} {name}", time.perf_counter() - t0))
     result["geomean_speedup_vs_expert"] = {
         m: geomean([r["methods"]["expert"]["step_time"] / r["methods"][m]["step_time"]
                      for r in result["placement"] if m in r["methods"]

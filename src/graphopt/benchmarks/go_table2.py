@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from graphopt.benchmarks import geomean, replace_section, save_json
+from graphopt.benchmarks import geomean, replace_section, row_line, save_json, say
 from graphopt.optim.base import Budget
 from graphopt.optim.compare import compare
 from graphopt.sim import Problem
@@ -119,7 +119,8 @@ def run(cluster: str = "p100", methods: tuple[str, ...] = METHODS, budget: int =
 
         rows_done = (tasks(_run_row, jobs) if tasks else
                      (_run_row(*job, on_method=on_method) for job in jobs))
-        for (name, run_now, *_), (head, records) in zip(jobs, rows_done):
+        t0 = time.perf_counter()
+        for done, ((name, run_now, *_), (head, records)) in enumerate(zip(jobs, rows_done), 1):
             row = by_name.get(name)
             if row is None:
                 row = by_name[name] = {**head, "methods": {}}
@@ -129,6 +130,10 @@ def run(cluster: str = "p100", methods: tuple[str, ...] = METHODS, budget: int =
                 bar.advance(task, len(run_now))
             if out:
                 save_json(result, out)
+            if progress:
+                say(row_line(done, len(jobs), f"{name} ({', '.join(run_now)})",
+                             time.perf_counter() - t0))
+            t0 = time.perf_counter()
     order = {n: i for i, n in enumerate(ROWS)}
     result["rows"].sort(key=lambda r: order.get(r["model"], len(order)))
     result["geomean_speedup_vs_expert"] = {m: geomean(_speedups(result, m))

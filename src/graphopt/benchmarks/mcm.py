@@ -18,7 +18,7 @@ from pathlib import Path
 
 from graphopt.benchmarks import geomean, replace_section, save_json
 
-__all__ = ["GRAPHS", "METHODS", "PRESETS", "forward_graph", "run", "to_markdown", "update_docs"]
+__all__ = ["GRAPHS", "METHODS", "PRESETS", "forward_graph", "run", "time_to", "to_markdown", "update_docs"]
 
 #: Graph names of :func:`forward_graph`: zoo entries, and BERT-large (BERT-base's
 #: family at 24 layers of 1,024).
@@ -65,7 +65,7 @@ def forward_graph(name: str, cache: bool = True):
 _SEARCHES = ("mcm-random", "mcm-sa", "mcm", "mcm-finetune", "mcm-one")
 
 
-def _time_to(history: list, target: float) -> tuple[int | None, float | None]:
+def time_to(history: list, target: float) -> tuple[int | None, float | None]:
     """Evaluations and seconds at which ``history``'s best interval first came within
     ``target`` (None when it never did)."""
     for evals, seconds, best in history:
@@ -93,7 +93,7 @@ def _run_method(problem, method: str, budget: int, seed: int, params: dict) -> d
                                      "updates")}
     history = stats.get("history") or []
     if row["interval"] is not None and history:
-        row["evals_to_within_1pct"], row["seconds_to_within_1pct"] = _time_to(
+        row["evals_to_within_1pct"], row["seconds_to_within_1pct"] = time_to(
             history, 1.01 * row["interval"])
     row["history"] = history
     return row
@@ -136,7 +136,7 @@ def run(graphs: tuple[str, ...], presets: tuple[str, ...], methods: tuple[str, .
                                                         seed, params)
                 target = row["scratch"].get("interval")
                 if target and ft.get("history"):
-                    e, s = _time_to(ft["history"], 1.01 * target)
+                    e, s = time_to(ft["history"], 1.01 * target)
                     first = row["scratch"]["history"][0]
                     row["finetune_to_scratch"] = {
                         "scratch_interval": target, "finetune_interval": ft.get("interval"),
@@ -228,26 +228,3 @@ def to_markdown(res: dict) -> str:
 def update_docs(res: dict, docs: str | Path) -> None:
     """Write :func:`to_markdown` into the ``mcm`` section of ``docs``."""
     replace_section(docs, "mcm", to_markdown(res))
-
-
-def long_markdown(finetune: dict, searches: dict) -> str:
-    """BERT-base at the scratch budget: ``searches`` (``run`` with mcm-random and mcm-sa at
-    that budget) beside the fine-tuned and from-scratch policies of ``finetune`` (``run``
-    with ``scratch_budget``), and the fine-tuning speed-up."""
-    lines = ["| chips | mcm-random | mcm-sa | mcm-finetune | mcm-one (scratch) | best learned / "
-             "random | best learned / sa |", "|---:|---:|---:|---:|---:|---:|---:|"]
-    by_chips = {r["chips"]: r for r in searches["rows"]}
-    for r in finetune["rows"]:
-        s = by_chips.get(r["chips"], {"methods": {}})["methods"]
-        tp = {"mcm-random": s.get("mcm-random", {}).get("throughput"),
-              "mcm-sa": s.get("mcm-sa", {}).get("throughput"),
-              "mcm-finetune": r.get("finetune_long", {}).get("throughput"),
-              "mcm-one": r.get("scratch", {}).get("throughput")}
-        learned = max((x for x in (tp["mcm-finetune"], tp["mcm-one"]) if x), default=None)
-        lines.append(f"| {r['chips']} | " + " | ".join(f"{x:,.0f}" if x else "-" for x in
-                                                       tp.values()) + " | " +
-                     " | ".join(f"{learned / tp[b]:.3f}" if learned and tp[b] else "-"
-                                for b in ("mcm-random", "mcm-sa")) + " |")
-    ft = to_markdown(finetune).split("Fine-tuning against training from scratch")
-    return "\n".join(lines) + ("\n\nFine-tuning against training from scratch" + ft[1]
-                               if len(ft) > 1 else "")

@@ -27,7 +27,8 @@ from graphopt.rewrite.codegen import unfuse
 from graphopt.rewrite.config import RewriteConfig
 from graphopt.rewrite.models import MODELS, make_model
 
-__all__ = ["TARGET_MODELS", "TARGET_SEARCH_S", "run", "targets", "to_markdown", "update_docs"]
+__all__ = ["TARGET_MODELS", "TARGET_SEARCH_S", "paired_speedup", "run", "targets", "time_programs",
+           "to_markdown", "update_docs"]
 
 #: The issue's targets: a measured speed-up on at least this many models, and saturation
 #: search under this many seconds per model.
@@ -38,7 +39,7 @@ NOISE = 0.02
 VARIANTS = ("original", "sequential", "saturation")
 
 
-def _time(programs: dict, inputs: tuple, repeats: int, warmup: int) -> dict[str, list[float]]:
+def time_programs(programs: dict, inputs: tuple, repeats: int, warmup: int) -> dict[str, list[float]]:
     """Seconds of one inference of each program, measured in turn (rotating the order)."""
     times: dict[str, list[float]] = {k: [] for k in programs}
     names = list(programs)
@@ -52,7 +53,7 @@ def _time(programs: dict, inputs: tuple, repeats: int, warmup: int) -> dict[str,
     return times
 
 
-def _paired(times: dict[str, list[float]]) -> dict[str, float]:
+def paired_speedup(times: dict[str, list[float]]) -> dict[str, float]:
     """Median over rounds of the original's time over each program's in the same round:
     the three ran back to back, so load from other processes mostly cancels."""
     return {k: statistics.median(o / t for o, t in zip(times["original"], v))
@@ -77,9 +78,9 @@ def run_model(name: str, size: str, repeats: int, warmup: int, compile_: bool,
     with torch.no_grad():
         ref = sat.original(*inputs)
         errors = {k: _max_error(ref, p(*inputs)) for k, p in programs.items()}
-    times = _time(programs, inputs, repeats, warmup)
+    times = time_programs(programs, inputs, repeats, warmup)
     row = {
-        "paired_speedup": _paired(times),
+        "paired_speedup": paired_speedup(times),
         "model": name,
         "ops": {k: sum(n.op == "call_function" for n in p.graph.nodes) for k, p in programs.items()},
         "predicted_ms": {"original": sat.stats["cost_before"] * 1e3,
@@ -102,9 +103,9 @@ def run_model(name: str, size: str, repeats: int, warmup: int, compile_: bool,
             for p in compiled.values():
                 p(*inputs)
         row["compile_s"] = time.perf_counter() - start
-        ctimes = _time(compiled, inputs, repeats, warmup)
+        ctimes = time_programs(compiled, inputs, repeats, warmup)
         row["compiled_median_ms"] = {k: statistics.median(v) * 1e3 for k, v in ctimes.items()}
-        row["compiled_paired_speedup"] = _paired(ctimes)
+        row["compiled_paired_speedup"] = paired_speedup(ctimes)
     return row
 
 

@@ -8,11 +8,8 @@ that uses them.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import inspect
-import os
-import tempfile
 import types
 import typing
 from collections.abc import Callable
@@ -23,11 +20,12 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from graphopt._files import check_output
 from graphopt.errors import GraphoptError, check_fields
 
-__all__ = ["ADDRESS_HELP", "BACKEND_HELP", "GRAPH_HELP", "PARAM_HELP", "check_output", "check_run_folder",
+__all__ = ["ADDRESS_HELP", "BACKEND_HELP", "GRAPH_HELP", "PARAM_HELP", "check_run_folder",
            "compile_simulator", "console", "evaluation_backend", "fail", "field_help",
-           "method_params", "mib", "options_from_fields", "parse_bench_args", "parse_field"]
+           "method_params", "mib", "options_from_fields", "parse_field"]
 
 # Tables are wide; when output goes to a file or a pipe, do not squeeze them to 80 columns.
 console = Console(width=None if Console().is_terminal else 140)
@@ -58,60 +56,6 @@ def fail(err: Exception) -> NoReturn:
     raise typer.Exit(2)
 
 
-def check_output(path: Path | None, option: str, *, folder: bool = False) -> None:
-    """Check, before any work starts, that ``path`` (given to ``option``) can be written,
-    so that a long run never fails at its end for want of a place to put its result.
-
-    A file must not be a folder and a folder not a file; every part of the name must
-    fit the file system's limits; the nearest existing folder above must be a folder
-    (not a file) that this user may write in. Missing folders are fine: writing makes
-    them. None (the option not given) passes. Does not check free space.
-
-    Raises
-    ------
-    GraphoptError
-        One line naming the option, the path and what is wrong.
-
-    Examples
-    --------
-    >>> check_output(Path("/"), "--out")
-    Traceback (most recent call last):
-    graphopt.errors.GraphoptError: --out /: is a folder, expected a file
-    """
-    if path is None:
-        return
-    path = Path(path)
-    where = f"{option} {path}"
-    existing = path.absolute()
-    while not os.path.lexists(existing) and existing != existing.parent:
-        existing = existing.parent
-    name_max = os.pathconf(existing if existing.is_dir() else existing.parent, "PC_NAME_MAX")
-    long = [p for p in path.parts if len(os.fsencode(p)) > name_max]
-    if long:
-        raise GraphoptError(f"{where}: a name of {len(os.fsencode(long[0]))} bytes exceeds the "
-                            f"file system's limit of {name_max}")
-    if len(os.fsencode(str(path.absolute()))) >= os.pathconf("/", "PC_PATH_MAX"):
-        raise GraphoptError(f"{where}: the path exceeds the file system's limit of "
-                            f"{os.pathconf('/', 'PC_PATH_MAX')} bytes")
-    if existing == path.absolute():
-        if folder and not path.is_dir():
-            raise GraphoptError(f"{where}: is a file, expected a folder")
-        if not folder and path.is_dir():
-            raise GraphoptError(f"{where}: is a folder, expected a file")
-        if not folder and path.exists() and not path.is_file():  # links followed
-            raise GraphoptError(f"{where}: not a regular file (a device, pipe or socket)")
-        existing = path.absolute() if folder else path.absolute().parent
-    if not existing.is_dir():
-        raise GraphoptError(f"{where}: {existing} is a file, not a folder")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise GraphoptError(f"{where}: cannot write in {existing} (permission denied)")
-    try:  # access() says yes to root everywhere, and to folders like /proc where nothing can be made
-        with tempfile.TemporaryFile(dir=existing):
-            pass
-    except OSError as err:
-        raise GraphoptError(f"{where}: cannot write in {existing} ({err.strerror})") from None
-
-
 def check_run_folder(out: Path, option: str = "--out") -> None:
     """:func:`check_output` of a trainer's folder (given to ``option``) and of every file
     the trainer writes there (:data:`graphopt.runs.run.RUN_FILES`): a folder named
@@ -121,22 +65,6 @@ def check_run_folder(out: Path, option: str = "--out") -> None:
     check_output(out, option, folder=True)
     for name in RUN_FILES:
         check_output(out / name, option)
-
-
-def parse_bench_args(parser: argparse.ArgumentParser,
-                     outputs: tuple[str, ...] = ("out", "docs")) -> argparse.Namespace:
-    """``parser.parse_args()`` for a script in ``bench/``, then every output option of
-    ``outputs`` that was given (its dest) checked by :func:`check_output` before any work
-    starts: a path that cannot be written exits 2 with one line naming the option."""
-    args = parser.parse_args()
-    for dest in outputs:
-        value = getattr(args, dest, None)
-        if value and not isinstance(value, bool):  # a flag (go_outside's --docs) names no path
-            try:
-                check_output(Path(value), "--" + dest.replace("_", "-"))
-            except GraphoptError as err:
-                parser.exit(2, f"{parser.prog}: error: {err}\n")
-    return args
 
 
 def compile_simulator() -> None:

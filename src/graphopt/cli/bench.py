@@ -1,4 +1,5 @@
-"""``graphopt bench``: benchmarks whose results go to bench/results/ and docs/benchmarks.md."""
+"""``graphopt bench``: benchmarks whose results go to --out (default under runs/bench/); a
+Markdown file's tables change only with --docs FILE."""
 
 from __future__ import annotations
 
@@ -6,16 +7,19 @@ from pathlib import Path
 
 import typer
 
-from graphopt.cli._common import (ADDRESS_HELP, PARAM_HELP, check_output, compile_simulator, console,
-                                  evaluation_backend, fail, method_params)
+from graphopt._files import check_output
+from graphopt.cli._common import (ADDRESS_HELP, PARAM_HELP, compile_simulator, console, evaluation_backend,
+                                  fail, method_params)
 from graphopt.cli.fusion import bench_fusion
 from graphopt.cli.mcm import bench_mcm
 from graphopt.cli.regal import bench_regal
 from graphopt.cli.rewrite import bench_rewrite
+from graphopt.benchmarks import RESULTS, earlier_seconds, plan_line, say
 from graphopt.errors import MAX_SEED, GraphoptError
 
-app = typer.Typer(no_args_is_help=True, help="Benchmarks; results go to bench/results/ "
-                                             "and docs/benchmarks.md.")
+app = typer.Typer(no_args_is_help=True, help="Benchmarks; results go to --out (default under "
+                                             "runs/bench/); a Markdown file's tables change only "
+                                             "with --docs FILE (e.g. docs/benchmarks.md).")
 app.command("regal")(bench_regal)
 app.command("mcm")(bench_mcm)
 app.command("fusion")(bench_fusion)
@@ -35,9 +39,10 @@ def bench_go_table2(
                                       "all 14). Example: gnmt-2,rnnlm-4"),
     seed: int = typer.Option(0, min=0, max=MAX_SEED, help="Seed of every method."),
     out: Path | None = typer.Option(None, help="Results JSON; default "
-                                                "bench/results/go-table2[-quick].json"),
-    docs: Path = typer.Option(Path("docs/benchmarks.md"), help="Markdown file whose "
-                                                               "go-table2 section is rewritten."),
+                                                "runs/bench/go-table2[-quick].json"),
+    docs: Path | None = typer.Option(None, help="Markdown file whose go-table2 section is "
+                                                "rewritten (default: none). Example: "
+                                                "docs/benchmarks.md"),
     resume: bool = typer.Option(False, help="Extend --out instead of replacing it (same cluster, "
                                             "budget, seed): keep its rows and run only the "
                                             "methods a chosen row lacks. Example: --resume "
@@ -59,7 +64,7 @@ def bench_go_table2(
     """
     from graphopt.benchmarks import go_table2
 
-    out = out or Path(f"bench/results/go-table2{'-quick' if quick else ''}.json")
+    out = out or RESULTS / f"go-table2{'-quick' if quick else ''}.json"
     names = tuple(m.strip() for m in methods.split(",") if m.strip())
     chosen = tuple(r.strip() for r in rows.split(",") if r.strip()) or go_table2.ROWS
     command = " ".join(["graphopt bench go-table2", *(["--quick"] if quick else []),
@@ -67,11 +72,17 @@ def bench_go_table2(
                         f"--budget {budget}", *([f"--methods {methods}"] if methods !=
                                                  ",".join(go_table2.METHODS) else []),
                         *([f"--rows {rows}"] if rows else []), *(["--resume"] if resume else []),
-                        *([f"--redo {redo}"] if redo else []), *(f"-p {p}" for p in param)])
+                        *([f"--redo {redo}"] if redo else []), *(f"-p {p}" for p in param),
+                        *([f"--out {out}"] if out != RESULTS / out.name else []),
+                        *([f"--docs {docs}"] if docs else [])])
     try:
         check_output(out, "--out")
         check_output(docs, "--docs")
         params = method_params(param, list(names))
+        say(plan_line(f"bench go-table2: {len(names)} methods on {len(chosen)} rows"
+                      f"{' (quick sizes)' if quick else ''}, budget {budget}",
+                      out, docs, earlier_seconds(out, cluster=cluster, budget=budget, seed=seed,
+                                                 quick=quick)))
         compile_simulator()
         with evaluation_backend(backend, address, pool=False):
             tasks = None
@@ -83,8 +94,9 @@ def bench_go_table2(
     except GraphoptError as err:
         fail(err)
     console.print(go_table2.to_markdown(res))
-    go_table2.update_docs(res, docs)
-    console.print(f"results: {out}; table written into {docs}")
+    if docs:
+        go_table2.update_docs(res, docs)
+    console.print(f"results: {out}" + (f"; table written into {docs}" if docs else ""))
 
 
 @app.command("go")
@@ -110,9 +122,9 @@ def bench_go(
                                            "go-table2's, portfolio included). Example: "
                                            "expert,portfolio"),
     seed: int = typer.Option(0, min=0, max=MAX_SEED, help="Seed of every method."),
-    out: Path | None = typer.Option(None, help="Results JSON; default bench/results/go[-quick].json"),
-    docs: Path = typer.Option(Path("docs/benchmarks.md"), help="Markdown file whose go "
-                                                               "section is rewritten."),
+    out: Path | None = typer.Option(None, help="Results JSON; default runs/bench/go[-quick].json"),
+    docs: Path | None = typer.Option(None, help="Markdown file whose go sections are rewritten "
+                                                "(default: none). Example: docs/benchmarks.md"),
     resume: bool = typer.Option(False, help="Keep the rows already in --out (same settings)."),
     param: list[str] = typer.Option([], "--param", "-p", help=PARAM_HELP),
 ) -> None:
@@ -128,7 +140,7 @@ def bench_go(
             return ()
         return tuple(r.strip() for r in text.split(",") if r.strip()) if text else default
 
-    out = out or Path(f"bench/results/go{'-quick' if quick else ''}.json")
+    out = out or RESULTS / f"go{'-quick' if quick else ''}.json"
     names = pick(learned, go_bench.LEARNED)
     command = " ".join(["graphopt bench go", *(["--quick"] if quick else []),
                         f"--budget {budget}", *([f"--learned-rows {learned_rows}"] if learned_rows
@@ -137,21 +149,29 @@ def bench_go(
                         *([f"--multitask-rows {multitask_rows}"] if multitask_rows else []),
                         *([f"--learned {learned}"] if learned != "go,go-finetune,go-one" else []),
                         *([f"--baselines {baselines}"] if baselines else []),
-                        *(f"-p {p}" for p in param)])
+                        *(f"-p {p}" for p in param),
+                        *([f"--out {out}"] if out != RESULTS / out.name else []),
+                        *([f"--docs {docs}"] if docs else [])])
     try:
         check_output(out, "--out")
         check_output(docs, "--docs")
         from graphopt.benchmarks.go_table2 import METHODS
 
         params = method_params(param, list(METHODS) + list(names))
+        rows = (pick(learned_rows, go_bench.LEARNED_ROWS), pick(zero_shot_rows, go_bench.ROWS),
+                pick(multitask_rows, go_bench.MULTITASK_ROWS))
+        say(plan_line(f"bench go{' --quick' if quick else ''}: {len(rows[0])} placement rows "
+                      f"(every method), {len([r for r in rows[1] if r not in rows[0]])} "
+                      f"zero-shot rows, {len(rows[2])} multi-task rows; budget {budget}",
+                      out, docs, earlier_seconds(out, cluster=cluster, budget=budget, seed=seed,
+                                                 quick=quick)))
         compile_simulator()
-        res = go_bench.run(cluster, budget, seed, quick, pick(learned_rows, go_bench.LEARNED_ROWS),
-                           pick(zero_shot_rows, go_bench.ROWS),
-                           pick(multitask_rows, go_bench.MULTITASK_ROWS), multitask_budget,
+        res = go_bench.run(cluster, budget, seed, quick, *rows, multitask_budget,
                            names, out, resume, params=params,
                            baselines=pick(baselines, METHODS))
     except GraphoptError as err:
         fail(err)
     console.print(go_bench.to_markdown(res))
-    go_bench.update_docs(res, docs, command)
-    console.print(f"results: {out}; tables written into {docs}")
+    if docs:
+        go_bench.update_docs(res, docs, command)
+    console.print(f"results: {out}" + (f"; tables written into {docs}" if docs else ""))

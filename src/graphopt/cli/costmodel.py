@@ -8,7 +8,8 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from graphopt.cli._common import check_output, check_run_folder, console, fail, options_from_fields
+from graphopt._files import check_output
+from graphopt.cli._common import check_run_folder, console, fail, options_from_fields
 from graphopt.costmodel.config import TrainConfig
 from graphopt.errors import GraphoptError
 

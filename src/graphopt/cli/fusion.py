@@ -6,7 +6,8 @@ from pathlib import Path
 
 import typer
 
-from graphopt.cli._common import check_output, compile_simulator, console, fail
+from graphopt._files import check_output
+from graphopt.cli._common import compile_simulator, console, fail
 from graphopt.errors import MAX_SEED, GraphoptError
 
 
@@ -37,15 +38,16 @@ def bench_fusion(
     learned: bool = typer.Option(False, help="Also GO (go-one: PPO on each graph, far slower "
                                              "than the searches) on the first two tables."),
     seed: int = typer.Option(0, min=0, max=MAX_SEED, help="Seed of every method."),
-    out: Path = typer.Option(Path("bench/results/fusion.json"), help="Results JSON."),
-    docs: Path = typer.Option(Path("docs/benchmarks.md"),
-                              help="Markdown file whose fusion section is rewritten."),
+    out: Path = typer.Option(Path("runs/bench/fusion.json"), help="Results JSON."),
+    docs: Path | None = typer.Option(None, help="Markdown file whose fusion section is rewritten "
+                                                "(default: none). Example: docs/benchmarks.md"),
 ) -> None:
     """GO's Table 3 (fusion: none, XLA's default, sa, GO), scheduling under tight memory
     against XLA's memory schedulers, and placement + scheduling + fusion jointly.
 
     Example: graphopt bench fusion --table3-rows rnnlm-4 --memory-rows gnmt-2 --multitask-rows none
     """
+    from graphopt.benchmarks import RESULTS, earlier_seconds, plan_line, say
     from graphopt.benchmarks import fusion as bench
 
     command = " ".join(["graphopt bench fusion", f"--budget {budget}",
@@ -55,7 +57,9 @@ def bench_fusion(
                         *([f"--fractions {fractions}"] if fractions != "0.95,0.9" else []),
                         *([f"--multitask-rows {multitask_rows}"] if multitask_rows else []),
                         *([f"--method {method}"] if method != "sa" else []),
-                        *(["--learned"] if learned else [])])
+                        *(["--learned"] if learned else []),
+                        *([f"--out {out}"] if out != RESULTS / "fusion.json" else []),
+                        *([f"--docs {docs}"] if docs else [])])
     try:
         check_output(out, "--out")
         check_output(docs, "--docs")
@@ -67,12 +71,19 @@ def bench_fusion(
         if not fr or not all(0 < f <= 1 for f in fr):
             raise GraphoptError(f"--fractions {fractions!r}: expected numbers in (0, 1], "
                                 "e.g. 0.9,0.8")
+        rows = (_rows(table3_rows, bench.TABLE3_ROWS), _rows(memory_rows, bench.MEMORY_ROWS),
+                _rows(multitask_rows, bench.MULTITASK_ROWS))
+        say(plan_line(f"bench fusion: {sum(map(len, rows))} rows ({len(rows[0])} fusion, "
+                      f"{len(rows[1])} tight-memory, {len(rows[2])} multi-task), budget {budget}"
+                      f"{'' if full else ', quick models'}", out, docs,
+                      earlier_seconds(out, cluster=cluster, budget=budget, seed=seed,
+                                      quick=not full, learned=learned)))
         compile_simulator()
-        res = bench.run(cluster, budget, seed, not full, _rows(table3_rows, bench.TABLE3_ROWS),
-                        _rows(memory_rows, bench.MEMORY_ROWS), fr,
-                        _rows(multitask_rows, bench.MULTITASK_ROWS), method, learned, out)
+        res = bench.run(cluster, budget, seed, not full, rows[0], rows[1], fr, rows[2], method,
+                        learned, out)
     except GraphoptError as err:
         fail(err)
     console.print(bench.to_markdown(res))
-    bench.update_docs(res, docs, command)
-    console.print(f"results: {out}; tables written into {docs}")
+    if docs:
+        bench.update_docs(res, docs, command)
+    console.print(f"results: {out}" + (f"; tables written into {docs}" if docs else ""))

@@ -7,7 +7,8 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from graphopt.cli._common import GRAPH_HELP, check_output, console, fail, mib
+from graphopt._files import check_output
+from graphopt.cli._common import GRAPH_HELP, console, fail, mib
 from graphopt.errors import GraphoptError
 from graphopt.frontends import load_source
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from graphopt.cli._common import (ADDRESS_HELP, BACKEND_HELP, PARAM_HELP, check_output, check_run_folder,
+from graphopt._files import check_output
+from graphopt.cli._common import (ADDRESS_HELP, BACKEND_HELP, PARAM_HELP, check_run_folder,
                                   compile_simulator, console, evaluation_backend, fail, method_params,
                                   options_from_fields, ppo_options)
 from graphopt.errors import MAX_SEED, MAX_THREADS, GraphoptError
@@ -116,10 +117,10 @@ def bench_mcm(
                                                       "preset, for the fine-tuning speed-up "
                                                       "(0: skip). Example: 512"),
     seed: int = typer.Option(0, min=0, max=MAX_SEED, help="Seed of every method."),
-    out: Path = typer.Option(Path("bench/results/mcm.json"), help="Results JSON (extended "
-                                                                  "row by row)."),
-    docs: Path = typer.Option(Path("docs/benchmarks.md"), help="Markdown file whose mcm "
-                                                               "section is rewritten."),
+    out: Path = typer.Option(Path("runs/bench/mcm.json"), help="Results JSON (extended "
+                                                               "row by row)."),
+    docs: Path | None = typer.Option(None, help="Markdown file whose mcm section is rewritten "
+                                                "(default: none). Example: docs/benchmarks.md"),
     param: list[str] = typer.Option([], "--param", "-p", help=PARAM_HELP),
 ) -> None:
     """Multi-chip partitioning: every method on every graph and preset at the same number
@@ -127,7 +128,7 @@ def bench_mcm(
 
     Example: graphopt bench mcm --graphs bert-base --presets mcm-ring4 --budget 64
     """
-    from graphopt.benchmarks import mcm
+    from graphopt.benchmarks import RESULTS, earlier_seconds, mcm, plan_line, say
 
     def pick(text: str, default: tuple[str, ...]) -> tuple[str, ...]:
         return tuple(x.strip() for x in text.split(",") if x.strip()) or default
@@ -137,7 +138,9 @@ def bench_mcm(
                         *([f"--presets {presets}"] if presets else []),
                         *([f"--methods {methods}"] if methods else []), f"--budget {budget}",
                         *([f"--scratch-budget {scratch_budget}"] if scratch_budget else []),
-                        f"--seed {seed}", *(f"-p {p}" for p in param)])
+                        f"--seed {seed}", *(f"-p {p}" for p in param),
+                        *([f"--out {out}"] if out != RESULTS / "mcm.json" else []),
+                        *([f"--docs {docs}"] if docs else [])])
     try:
         known = (*mcm.METHODS, "mcm-one")
         unknown = [m for m in names if m not in known]
@@ -147,11 +150,15 @@ def bench_mcm(
         check_output(out, "--out")
         check_output(docs, "--docs")
         params = method_params(param, list(dict.fromkeys([*names, "mcm-one", "mcm-finetune"])))
+        say(plan_line(f"bench mcm: {len(names)} methods on {len(pick(graphs, mcm.GRAPHS))} graphs x "
+                      f"{len(pick(presets, mcm.PRESETS))} presets, budget {budget}", out, docs,
+                      earlier_seconds(out, budget=budget, seed=seed)))
         compile_simulator()
         res = mcm.run(pick(graphs, mcm.GRAPHS), pick(presets, mcm.PRESETS), names, budget,
                       seed, out, params=params, scratch_budget=scratch_budget, command=command)
     except GraphoptError as err:
         fail(err)
     console.print(mcm.to_markdown(res))
-    mcm.update_docs(res, docs)
-    console.print(f"results: {out}; table written into {docs}")
+    if docs:
+        mcm.update_docs(res, docs)
+    console.print(f"results: {out}" + (f"; table written into {docs}" if docs else ""))

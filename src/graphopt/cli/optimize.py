@@ -7,9 +7,9 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from graphopt.cli._common import (ADDRESS_HELP, BACKEND_HELP, GRAPH_HELP, PARAM_HELP,
-                                  check_output, compile_simulator, console, evaluation_backend,
-                                  fail, field_help, method_params)
+from graphopt._files import check_output
+from graphopt.cli._common import (ADDRESS_HELP, BACKEND_HELP, GRAPH_HELP, PARAM_HELP, compile_simulator,
+                                  console, evaluation_backend, fail, field_help, method_params)
 from graphopt.errors import MAX_SEED, ClusterError, GraphoptError
 from graphopt.frontends import load_source
 from graphopt.frontends.source import is_program

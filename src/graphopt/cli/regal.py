@@ -7,9 +7,9 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from graphopt.cli._common import (ADDRESS_HELP, BACKEND_HELP, check_output, check_run_folder,
-                                  compile_simulator, console, evaluation_backend, fail,
-                                  options_from_fields)
+from graphopt._files import check_output
+from graphopt.cli._common import (ADDRESS_HELP, BACKEND_HELP, check_run_folder, compile_simulator, console,
+                                  evaluation_backend, fail, options_from_fields)
 from graphopt.errors import GraphoptError, check_fields
 from graphopt.optim.learned.regal.config import RegalConfig
 
@@ -121,9 +121,9 @@ def bench_regal(
                    "'REGAL elite bias' row runs it with elite_bias=true, 'REGAL elite-bias "
                    "policy (bias off)' without (the shipped policy has no elite bias). "
                    "Example: runs/regal-eb"),
-    out: Path = typer.Option(Path("bench/results/regal.json"), help="Results JSON."),
-    docs: Path | None = typer.Option(Path("docs/benchmarks.md"),
-                                     help="Markdown file whose --section is rewritten."),
+    out: Path = typer.Option(Path("runs/bench/regal.json"), help="Results JSON."),
+    docs: Path | None = typer.Option(None, help="Markdown file whose --section is rewritten "
+                                                "(default: none). Example: docs/benchmarks.md"),
     section: str = typer.Option("regal", help="Section of --docs the tables replace (between "
                                               "<!-- SECTION:start/end --> markers, appended when "
                                               "missing): 'regal' is the main table. "
@@ -137,7 +137,7 @@ def bench_regal(
 
     Example: graphopt bench regal --objectives memory --seeds 3
     """
-    from graphopt.benchmarks import check_section
+    from graphopt.benchmarks import check_section, earlier_seconds, plan_line, say
     from graphopt.benchmarks import regal as bench
     from graphopt.optim.learned.regal.method import TEST_GRAPHS
 
@@ -148,7 +148,8 @@ def bench_regal(
                         *([f'--methods "{methods}"'] if methods != "all" else []),
                         *([f"--elite-bias-policy {elite_bias_policy}"] if elite_bias_policy else []),
                         *([] if train_check else ["--no-train-check"]),
-                        *([f"--out {out}"] if out != Path("bench/results/regal.json") else []),
+                        *([f"--out {out}"] if out != Path("runs/bench/regal.json") else []),
+                        *([f"--docs {docs}"] if docs else []),
                         *([f"--section {section}"] if section != "regal" else [])])
     try:
         check_output(out, "--out")
@@ -173,6 +174,9 @@ def bench_regal(
             g.strip() for g in graphs.split(",") if g.strip())
         if not items:
             raise GraphoptError(f"--graphs {graphs!r}: no graph named")
+        say(plan_line(f"bench regal: {len(labels)} methods x {len(items)} graphs x {seeds} seeds "
+                      f"x {len(objs)} objectives, {evals} evaluations each", out, docs,
+                      earlier_seconds(out, evals=evals, seeds=seeds)))
         compile_simulator()
         with console.status("") as status:
             res = bench.run(objs, evals, seeds, items, labels, out,

@@ -8,7 +8,8 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from graphopt.cli._common import check_output, console, fail, options_from_fields
+from graphopt._files import check_output
+from graphopt.cli._common import console, fail, options_from_fields
 from graphopt.errors import GraphoptError, check_fields
 from graphopt.rewrite.config import RewriteConfig
 
@@ -94,27 +95,30 @@ def bench_rewrite(
                                               "CPU as the rewritten program runs it, as Tensat "
                                               "prices e-nodes). Example: measured"),
     out: Path | None = typer.Option(None, help="Results JSON; default "
-                                               "bench/results/rewrite[-compile][-tiny].json"),
-    docs: Path = typer.Option(Path("docs/benchmarks.md"), help="Markdown file whose rewrite "
-                                                               "section is rewritten."),
+                                               "runs/bench/rewrite[-compile][-tiny].json"),
+    docs: Path | None = typer.Option(None, help="Markdown file whose rewrite section is rewritten "
+                                                "(default: none). Example: docs/benchmarks.md"),
 ) -> None:
     """Tensat's comparison on this CPU: measured inference time of the original program,
     the sequential greedy rewriter (TASO-style) and saturation + ILP, with search times.
 
     Example: graphopt bench rewrite --models nasrnn,squeezenet --repeats 20
     """
+    from graphopt.benchmarks import RESULTS, earlier_seconds, plan_line, say
     from graphopt.benchmarks import rewrite as bench
     from graphopt.rewrite.models import MODELS
 
     names = tuple(m.strip() for m in models.split(",") if m.strip()) or tuple(MODELS)
-    out = out or Path(f"bench/results/rewrite{'-compile' if compile_ else ''}"
-                      f"{'-tiny' if size == 'tiny' else ''}.json")
+    out = out or RESULTS / (f"rewrite{'-compile' if compile_ else ''}"
+                            f"{'-tiny' if size == 'tiny' else ''}.json")
     command = " ".join(["graphopt bench rewrite", *([f"--models {models}"] if models else []),
                         *([f"--size {size}"] if size != "bench" else []),
                         f"--repeats {repeats}", *(["--compile"] if compile_ else []),
                         *([f"--sequential-limit {sequential_limit:g}"]
                           if sequential_limit != 600.0 else []),
-                        *([f"--cost {cost}"] if cost != "roofline" else [])])
+                        *([f"--cost {cost}"] if cost != "roofline" else []),
+                        *([f"--out {out}"] if out != RESULTS / out.name else []),
+                        *([f"--docs {docs}"] if docs else [])])
     try:
         check_output(out, "--out")
         check_output(docs, "--docs")
@@ -125,11 +129,15 @@ def bench_rewrite(
             raise GraphoptError(f"--models {','.join(unknown)}: expected some of "
                                 f"{', '.join(MODELS)}" if unknown else
                                 f"--size {size}: expected bench or tiny")
+        say(plan_line(f"bench rewrite: {len(names)} models ({size} size), {repeats} timed runs "
+                      "of each program", out, docs,
+                      earlier_seconds(out, size=size, repeats=repeats, compile=compile_)))
         res = bench.run(names, size, repeats, warmup, compile_, out, cfg=cfg,
                         seq_time_limit=sequential_limit, command=command,
                         progress=lambda name: console.print(f"{name} done", highlight=False))
     except GraphoptError as err:
         fail(err)
     console.print(bench.to_markdown(res))
-    bench.update_docs(res, docs)
-    console.print(f"results: {out}; table written into {docs}")
+    if docs:
+        bench.update_docs(res, docs)
+    console.print(f"results: {out}" + (f"; table written into {docs}" if docs else ""))

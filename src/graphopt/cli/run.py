@@ -8,7 +8,8 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from graphopt.cli._common import check_output, check_plan, console, fail
+from graphopt._files import check_output
+from graphopt.cli._common import check_plan, console, fail
 from graphopt.errors import MAX_SEED, ClusterError, GraphoptError
 
 app = typer.Typer()

@@ -9,7 +9,8 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from graphopt.cli._common import GRAPH_HELP, check_output, check_plan, console, fail, mib
+from graphopt._files import check_output
+from graphopt.cli._common import GRAPH_HELP, check_plan, console, fail, mib
 from graphopt.errors import GraphoptError
 from graphopt.frontends import load_source
 

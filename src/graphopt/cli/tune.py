@@ -9,8 +9,8 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from graphopt.cli._common import (ADDRESS_HELP, check_output, compile_simulator, console,
-                                  evaluation_backend, fail)
+from graphopt._files import check_output
+from graphopt.cli._common import ADDRESS_HELP, compile_simulator, console, evaluation_backend, fail
 from graphopt.errors import MAX_SEED, GraphoptError
 from graphopt.frontends import load_source, split_source
 

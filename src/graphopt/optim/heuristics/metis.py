@@ -17,7 +17,7 @@ from graphopt.optim.base import Budget, compose, register
 from graphopt.optim.heuristics._common import repair_memory, result_stats, units
 from graphopt.sim import Plan, Problem
 
-__all__ = ["Metis"]
+__all__ = ["Metis", "metis_parts"]
 
 #: Largest integer weight handed to METIS (weights are scaled into 1..this).
 _SCALE = 10_000
@@ -29,6 +29,42 @@ def _ints(x: np.ndarray) -> np.ndarray:
     if top <= 0:
         return np.ones(len(x), dtype=np.int64)
     return np.maximum(1, np.round(x / top * _SCALE)).astype(np.int64)
+
+
+def metis_parts(problem: Problem, parts: int, seed: int = 0) -> np.ndarray:
+    """Part of every op, ``0..parts-1``: a METIS k-way partition of the colocation units
+    (vertex weights the compute time on device 0, edge weights the bytes between two
+    units, both directions summed, each scaled to integers), balanced in compute with
+    the fewest bytes cut; seeded. With no more units than parts (METIS refuses), each
+    unit is its own part. Needs the ``pymetis`` package.
+
+    Examples
+    --------
+    >>> from graphopt.hardware import load_cluster
+    >>> from graphopt.ir.generate import layered_graph
+    >>> prob = Problem(layered_graph(20, 8), load_cluster("dgx1-v100:4"))
+    >>> sorted(set(metis_parts(prob, 4).tolist()))
+    [0, 1, 2, 3]
+    """
+    try:
+        import pymetis
+    except ModuleNotFoundError as err:
+        raise GraphoptError("method 'metis' needs the pymetis package: pip install pymetis") from err
+    g = problem.graph
+    unit, k = units(g.coloc)
+    if k <= parts:  # nothing to partition (METIS refuses): one unit per part
+        return np.arange(k, dtype=np.int64)[unit]
+    vw = _ints(np.bincount(unit, weights=problem.costs.time[:, 0], minlength=k))
+    adj = sparse.coo_matrix((g.edge_bytes, (unit[g.src], unit[g.dst])), shape=(k, k))
+    adj = (adj + adj.T).tolil()  # undirected, as METIS wants
+    adj.setdiag(0)  # edges inside a unit cut nothing
+    adj = adj.tocsr()
+    adj.eliminate_zeros()
+    adj.sort_indices()
+    _, part = pymetis.part_graph(parts, pymetis.CSRAdjacency(adj.indptr, adj.indices),
+                                 vweights=vw, eweights=_ints(adj.data) if adj.nnz else None,
+                                 options=pymetis.Options(seed=int(seed) % 2**31))
+    return np.asarray(part, dtype=np.int64)[unit]
 
 
 @register("metis")
@@ -64,30 +100,10 @@ class Metis:
 
     def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,
                  init: Plan | None = None) -> tuple[Plan, dict]:
-        try:
-            import pymetis
-        except ModuleNotFoundError as err:
-            raise GraphoptError("method 'metis' needs the pymetis package: pip install pymetis") \
-                from err
+        part = metis_parts(problem, problem.num_devices, seed)
         ev = LocalEvaluator.from_budget(problem, budget)
-        g = problem.graph
-        unit, k = units(g.coloc)
-        nd = problem.num_devices
-        if k <= nd:  # nothing to partition (METIS refuses): one unit per device
-            part = np.arange(k, dtype=np.int64)
-        else:
-            vw = _ints(np.bincount(unit, weights=problem.costs.time[:, 0], minlength=k))
-            adj = sparse.coo_matrix((g.edge_bytes, (unit[g.src], unit[g.dst])), shape=(k, k))
-            adj = (adj + adj.T).tolil()  # undirected, as METIS wants
-            adj.setdiag(0)  # edges inside a unit cut nothing
-            adj = adj.tocsr()
-            adj.eliminate_zeros()
-            adj.sort_indices()
-            _, parts = pymetis.part_graph(nd, pymetis.CSRAdjacency(adj.indptr, adj.indices),
-                                          vweights=vw, eweights=_ints(adj.data) if adj.nnz else None,
-                                          options=pymetis.Options(seed=int(seed) % 2**31))
-            part = np.asarray(parts, dtype=np.int64)
-        plan = compose(task | {"placement"}, init, Plan(placement=part[unit]))
+        k = units(problem.graph.coloc)[1]
+        plan = compose(task | {"placement"}, init, Plan(placement=part))
         plan, res = repair_memory(ev, plan, self.max_repairs)
         moved = plan.meta.get("moved_units", 0)
         return plan.replace(meta={}), {**result_stats(res, ev), "moved_units": moved, "units": k}
