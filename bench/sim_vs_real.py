@@ -30,7 +30,6 @@ import argparse
 import platform
 import statistics
 import time
-import tomllib
 import warnings
 
 import numpy as np
@@ -40,7 +39,6 @@ from graphopt.benchmarks import replace_section, save_json
 from graphopt.exec.api import PlacedProgram, measure_plans, trace_source
 from graphopt.exec.calibrate import calibrate, engine_problem
 from graphopt.exec.workers import CPUWorkers
-from graphopt.hardware.presets import cluster_from_toml
 from graphopt.optim import Budget, optimize
 from graphopt.sim import ensure_compiled, simulate
 from graphopt.cli._common import parse_bench_args
@@ -79,8 +77,8 @@ def _traced(name: str, size: str):
 def run(models=MODELS, methods=METHODS, steps: int = 30, budget: int = 500, seed: int = 0,
         size: str = "quick") -> dict:
     ensure_compiled()
-    cal = calibrate(2)
-    cluster = cluster_from_toml(tomllib.loads(cal.to_toml()), "calibration")
+    cluster = calibrate(2)
+    cal = cluster.calibration
     rows = []
     with CPUWorkers(2) as pool:
         for name in models:
