@@ -47,7 +47,7 @@ class Field:
 _T, _G, _GIB, _US = 1e12, 1e9, float(2**30), 1e-6
 
 #: The numeric fields of a :class:`Device`, checked once, by :class:`Cluster`; the cluster
-#: file's keys, units and the ranges a real device can have (docs/hardware.md).
+#: file's keys, units and the ranges a real device can have (docs/execution.md, "The cluster file").
 #: ``peak_flops`` applies to every dtype of the ``peak_tflops`` table.
 DEVICE_FIELDS: tuple[Field, ...] = (
     Field("peak_flops", "peak_tflops", "TFLOP/s", _T, 1e6, 1e18,
