@@ -199,3 +199,18 @@ def test_a_cluster_the_schema_cannot_hold_is_refused_before_writing():
     devs = (Device("a", "k", {"float32": 1e12}, 1e12, 1e11, 1e9),)
     with pytest.raises(ClusterError, match="PREFIX:N"):
         cluster_to_toml(Cluster("c", devs, *topology.all_to_all(1, 1e9, 1e-6)))
+
+
+@pytest.mark.parametrize("host", ["", "h"])
+def test_a_programs_figures_in_one_pass_equal_the_three_steps(host):
+    """engine_problem sets dispatch, shared slowdown and wake costs in one new cluster;
+    the same devices, bit for bit, as the three with_* steps it replaced."""
+    from dataclasses import replace
+
+    c = _calibration().cluster(2.0**33)
+    c = c._with_devices(replace(d, host=host) for d in c.devices)
+    wake = ((1e-4, 2e-5), (3e-3, 1e-4))
+    steps = c.with_shared_slowdown(1.2).with_wake_cost(wake).with_dispatch(3.3e-6)
+    once = c.with_program_figures(3.3e-6, 1.2, wake)
+    assert once.devices == steps.devices and once.calibration is c.calibration
+    assert c.with_program_figures(3.3e-6).devices == c.with_dispatch(3.3e-6).devices
