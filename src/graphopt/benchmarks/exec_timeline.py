@@ -27,13 +27,11 @@ Usage:  .venv/bin/python bench/exec_timeline.py [--model gnmt-2] [--methods sing
 from __future__ import annotations
 
 import statistics
-import tomllib
 import warnings
 import numpy as np
 from graphopt.exec.api import PlacedProgram
 from graphopt.exec.calibrate import calibrate, engine_problem
 from graphopt.exec.workers import CPUWorkers
-from graphopt.hardware.presets import cluster_from_toml
 from graphopt.optim import Budget, optimize
 from graphopt.sim import ensure_compiled, simulate
 from graphopt.benchmarks.sim_vs_real import traced_model
@@ -124,8 +122,7 @@ def _falls_behind(prob, plan, name: str, jump: float, node: dict, runs, sim_end:
 def run(model: str, methods: tuple[str, ...], steps: int, budget: int = 500, seed: int = 0,
         size: str = "cpu") -> dict:
     ensure_compiled()
-    cal = calibrate(2)
-    cluster = cluster_from_toml(tomllib.loads(cal.to_toml()), "calibration")
+    cluster = calibrate(2)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         traced = traced_model(model, size)

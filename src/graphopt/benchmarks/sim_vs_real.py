@@ -29,14 +29,12 @@ from __future__ import annotations
 import platform
 import statistics
 import time
-import tomllib
 import warnings
 import numpy as np
 from scipy.stats import kendalltau
 from graphopt.exec.api import PlacedProgram, measure_plans, trace_source
 from graphopt.exec.calibrate import calibrate, engine_problem
 from graphopt.exec.workers import CPUWorkers
-from graphopt.hardware.presets import cluster_from_toml
 from graphopt.optim import Budget, optimize
 from graphopt.sim import ensure_compiled, simulate
 
@@ -75,8 +73,8 @@ def traced_model(name: str, size: str):
 def run(models=MODELS, methods=METHODS, steps: int = 30, budget: int = 500, seed: int = 0,
         size: str = "quick") -> dict:
     ensure_compiled()
-    cal = calibrate(2)
-    cluster = cluster_from_toml(tomllib.loads(cal.to_toml()), "calibration")
+    cluster = calibrate(2)
+    cal = cluster.calibration
     rows = []
     with CPUWorkers(2) as pool:
         for name in models:

@@ -99,20 +99,22 @@ def optimize(
         traced = _measurable(graph, c.num_devices, devices) if measure else None
         if devices and not measure:
             raise GraphoptError(f"--devices {devices}: only with --measure")
-        prob = None
-        if is_program(graph):
+        if traced is None and is_program(graph) and c.calibration is not None:
+            # a cluster of this machine's workers: search on the program's ops as the
+            # engine runs them, as 'graphopt run' predicts
             from graphopt.exec.api import trace_source
-            from graphopt.exec.calibrate import DEVICE_KIND, engine_problem
 
-            if c.devices[0].kind == DEVICE_KIND:
-                # a cluster of this machine's workers: search on the program's ops as the
-                # engine runs them, as 'graphopt run' predicts
-                traced = traced or trace_source(graph)
-                with console.status("timing every op on one worker, then on all at once"):
-                    prob = engine_problem(traced, c)
+            traced = trace_source(graph)
         g = traced.graph if traced is not None else load_source(graph)
         compile_simulator()
-        prob = prob or Problem(g, c)
+        if traced is not None:
+            from graphopt.cli.run import timing_status
+            from graphopt.exec.api import program_problem
+
+            with timing_status(c):
+                prob = program_problem(traced, c)
+        else:
+            prob = Problem(g, c)
         if memory_fraction is not None:
             try:
                 prob = prob.with_memory_fraction(memory_fraction)

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from graphopt._files import check_output
-from graphopt.cli._common import check_plan, console, fail
+from graphopt.cli._common import console, fail
 from graphopt.errors import MAX_SEED, ClusterError, GraphoptError
 
 app = typer.Typer()
@@ -50,10 +50,11 @@ def run(
 
     Example: graphopt run zoo:rnnlm-2-quick --plan runs/r/sa/plan.json --devices cpu:2
     """
-    from graphopt.exec.api import apply_traced, default_cluster, parse_devices, save_trace, trace_source
-    from graphopt.exec.calibrate import DEVICE_KIND, engine_problem
+    from graphopt.exec.api import (apply_traced, default_cluster, parse_devices, program_problem,
+                                   save_trace, trace_source)
     from graphopt.hardware import load_cluster
-    from graphopt.sim import Plan, Problem, simulate
+    from graphopt.sim import Plan, simulate
+    from graphopt.sim.plan import check_made_for
 
     try:
         check_output(trace, "--trace")
@@ -73,11 +74,14 @@ def run(
             raise GraphoptError(f"--cluster {c.name} has {c.num_devices} devices; --devices "
                                 f"{devices} has {count}")
         traced = trace_source(graph)
-        prob = Problem(traced.graph, c)
-        check_plan(p, prob, plan, same_graph=True)  # before a calibrated cluster's timing
-        if c.devices[0].kind == DEVICE_KIND:
-            with console.status("timing every op on one worker, then on all at once"):
-                prob = engine_problem(traced, c)
+        if plan is not None:  # before a calibrated cluster's timing
+            try:
+                check_made_for(p, traced.graph)
+                p.check(traced.graph.num_nodes, c.num_devices)
+            except GraphoptError as err:
+                raise type(err)(f"{plan}: {err}") from None
+        with timing_status(c):
+            prob = program_problem(traced, c)
         # the engine runs op by op: no fusion in the prediction
         sim = simulate(prob, p.replace(fusion=np.zeros(prob.num_nodes)), timeline=trace is not None)
         with console.status(f"starting {count} {kind} device(s)"):
@@ -106,6 +110,16 @@ def run(
         console.print(f"real trace: {trace}\nsimulated trace: {sim_path}")
 
 
+def timing_status(cluster):
+    """A status line while :func:`~graphopt.exec.api.program_problem` times a program on
+    a calibrated cluster's workers; nothing for any other cluster."""
+    import contextlib
+
+    if cluster.calibration is None:
+        return contextlib.nullcontext()
+    return console.status("timing every op on one worker, then on all at once")
+
+
 @app.command()
 def calibrate(
     devices: str = typer.Option("cpu:2", "--devices", "-d",
@@ -125,6 +139,7 @@ def calibrate(
     """
     from graphopt.exec.api import parse_devices
     from graphopt.exec.calibrate import calibrate as measure
+    from graphopt.hardware import save_cluster
 
     try:
         check_output(out, "--out")
@@ -132,8 +147,9 @@ def calibrate(
         if kind != "cpu":
             raise GraphoptError(f"--devices {devices}: calibration measures CPU workers (cpu:N)")
         with console.status(f"measuring {count} CPU worker(s)"):
-            cal = measure(count)
-        cal.save(out)
+            measured = measure(count)
+        save_cluster(measured, out)
+        cal = measured.calibration
     except GraphoptError as err:
         fail(err)
     t = Table(title=f"{count} CPU worker(s), {cal.cores_per_device} core(s) each")

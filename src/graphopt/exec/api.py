@@ -19,10 +19,11 @@ from graphopt.exec.workers import CPUWorkers
 from graphopt.frontends.source import is_program
 from graphopt.frontends.torch import TracedProgram, trace_program
 from graphopt._files import atomic_write
-from graphopt.sim import Plan
+from graphopt.hardware import Cluster
+from graphopt.sim import Plan, Problem
 
 __all__ = ["PlacedProgram", "StepResult", "apply", "apply_traced", "default_cluster", "measure_plans",
-           "parse_devices", "save_trace", "trace_source"]
+           "parse_devices", "program_problem", "save_trace", "trace_source"]
 
 
 def trace_source(spec: str) -> TracedProgram:
@@ -45,6 +46,27 @@ def trace_source(spec: str) -> TracedProgram:
         return load_program(spec)
     raise GraphoptError(f"graph {spec!r}: only PyTorch programs run for real: zoo:NAME (e.g. "
                         "zoo:rnnlm-2-quick) or a torch.export .pt2 file")
+
+
+def program_problem(traced: TracedProgram, cluster: Cluster, pool: CPUWorkers | None = None) -> Problem:
+    """The simulator's problem for a traced program on ``cluster``: the one entry point of
+    ``graphopt run`` and ``graphopt optimize`` (with ``--measure`` or a program source).
+
+    A calibrated cluster (``cluster.calibration``, from ``graphopt calibrate``) is this
+    machine's CPU workers: the program is first run on them to time every op as the
+    engine runs it, and its own dispatch, shared slowdown and wake costs
+    (:func:`graphopt.exec.calibrate.engine_problem`; seconds to minutes, on ``pool`` when
+    given). Any other cluster prices the ops by its roofline, as ``Problem(graph, cluster)``.
+
+    Examples
+    --------
+    >>> prob = program_problem(trace_source("zoo:rnnlm-2-quick"), load_cluster("cpu:2"))  # doctest: +SKIP
+    """
+    if cluster.calibration is None:
+        return Problem(traced.graph, cluster)
+    from graphopt.exec import calibrate  # the module's attribute, so that tests may stand in for it
+
+    return calibrate.engine_problem(traced, cluster, pool)
 
 
 def parse_devices(spec: str) -> tuple[str, int]:

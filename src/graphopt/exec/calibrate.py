@@ -40,8 +40,6 @@ import datetime
 import os
 import statistics
 import time
-from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -51,12 +49,11 @@ from graphopt.errors import GraphoptError
 from graphopt.exec.program import compile_program
 from graphopt.exec.workers import CPUWorkers, device_cores
 from graphopt.frontends.torch import TracedProgram, trace_program
-from graphopt.hardware.cluster import Cluster
-from graphopt._files import atomic_write
+from graphopt.hardware.cluster import CALIBRATED_KIND, Calibration, Cluster
 from graphopt.sim.plan import Plan
 from graphopt.sim.problem import Problem
 
-__all__ = ["DEVICE_KIND", "WAKE_SLEEPS", "Calibration", "calibrate", "engine_problem", "profile_program",
+__all__ = ["DEVICE_KIND", "WAKE_SLEEPS", "calibrate", "engine_problem", "profile_program",
            "shared_slowdown", "wake_cost"]
 
 #: Sleeps :func:`wake_cost` times a program's ops after: a decade or so apart, from about
@@ -64,80 +61,8 @@ __all__ = ["DEVICE_KIND", "WAKE_SLEEPS", "Calibration", "calibrate", "engine_pro
 WAKE_SLEEPS = (3e-5, 3e-4, 3e-3, 1e-2)
 
 #: The device kind of calibrated CPU workers; profiles of programs use it too.
-DEVICE_KIND = "cpu-worker"
+DEVICE_KIND = CALIBRATED_KIND
 _SIZES = (4, 4 << 10, 64 << 10, 512 << 10, 4 << 20)
-
-
-@dataclass(frozen=True)
-class Calibration:
-    """What :func:`calibrate` measured, in seconds, bytes and FLOP/s."""
-
-    devices: int
-    cores_per_device: int
-    latency: float
-    bandwidth: float
-    dispatch: float
-    matmul_flops: float
-    copy_bandwidth: float
-    pingpong: dict[int, float]
-    shared_slowdown: float = 1.0
-    transfer_cpu: float = 0.0  # seconds of a worker's core per byte it sends or receives
-    transfer_overhead: float = 0.0  # ... and per message
-    wake_cost: tuple[tuple[float, float], ...] = ()  # (idle, extra op seconds) pairs
-
-    def to_toml(self) -> str:
-        """A cluster file :func:`graphopt.hardware.load_cluster` reads."""
-        mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30 / self.devices
-        sizes = ", ".join(f"{s} B: {t * 1e6:.1f} us" for s, t in sorted(self.pingpong.items()))
-        return "\n".join([
-            'name = "calibrated-cpu"',
-            f'description = "This machine as graphopt.exec runs it: {self.devices} worker '
-            f'process(es), {self.cores_per_device} core(s) each"',
-            "sources = [",
-            f'  "graphopt calibrate, {datetime.date.today().isoformat()}: latency through the '
-            f'engine from a chain of tiny ops changing device every {_HOP_EVERY} ops; bandwidth '
-            f'from ping-pong between two workers ({sizes}); dispatch from a chain of tiny ops '
-            f'on one worker (graphopt run and optimize measure each program\'s own); a float32 '
-            'matmul and a copy for ops without a measured profile; shared_slowdown from '
-            'a chain of small ops on one worker alone, then on every worker at once (graphopt '
-            'run and optimize measure each program\'s own); transfer_cpu_gbps '
-            'and transfer_cpu_us from a chain of matmuls on one worker alone, then while it '
-            'sends or receives large messages at once and small ones one at a time; '
-            'wake_cost_us from the shared_slowdown program on one worker, without pause and '
-            'with sleeps of 30 us to 10 ms (graphopt run and optimize measure each program\'s '
-            'own)",',
-            "]",
-            "",
-            "[[devices]]",
-            f'kind = "{DEVICE_KIND}"',
-            f"count = {self.devices}",
-            'prefix = "cpu"',
-            f"peak_tflops = {{ float32 = {self.matmul_flops / 1e12:.6g} }}",
-            f"vector_tflops = {self.matmul_flops / 1e12:.6g}",
-            f"mem_gbps = {self.copy_bandwidth / 1e9:.6g}",
-            f"memory_gib = {mem:.6g}",
-            "launch_overhead_us = 0",
-            f"dispatch_overhead_us = {self.dispatch * 1e6:.6g}",
-            f"shared_slowdown = {self.shared_slowdown:.6g}",
-            *([f"transfer_cpu_gbps = {1e-9 / self.transfer_cpu:.6g}"] if self.transfer_cpu > 0
-              else []),
-            f"transfer_cpu_us = {self.transfer_overhead * 1e6:.6g}",
-            *([f"wake_cost_us = [{', '.join(f'[{i * 1e6:.6g}, {c * 1e6:.6g}]' for i, c in self.wake_cost)}]"]
-              if self.wake_cost else []),
-            "",
-            "[topology]",
-            'type = "all_to_all"',
-            f"link_gbps = {self.bandwidth / 1e9:.6g}",
-            f"latency_us = {self.latency * 1e6:.6g}",
-            "# gloo queues many messages on one socket: their latencies overlap",
-            "overlap_latency = true",
-            "",
-        ])
-
-    def save(self, path: str | os.PathLike) -> Path:
-        text = self.to_toml()
-        atomic_write(path, lambda f: f.write(text.encode()))
-        return Path(path)
 
 
 class _Chain(torch.nn.Module):
@@ -327,15 +252,18 @@ def _hop_latency(pool: CPUWorkers, chain: TracedProgram, steps: int) -> float:
 
 
 def calibrate(devices: int = 2, timeout: float = 120.0, chain_ops: int = 300,
-              steps: int = 7) -> Calibration:
+              steps: int = 7) -> Cluster:
     """Measure ``devices`` CPU workers of this machine: links, the engine's dispatch,
     compute rates, and how much the workers slow each other down (the module's
     docstring says how). ``chain_ops`` is the length of each measured chain of ops.
 
+    Returns the cluster of those workers, what was measured as its
+    :attr:`~graphopt.hardware.Cluster.calibration`.
+
     Examples
     --------
-    >>> cal = calibrate(2)                     # doctest: +SKIP
-    >>> cal.save("cluster.toml")               # doctest: +SKIP
+    >>> cluster = calibrate(2)                          # doctest: +SKIP
+    >>> save_cluster(cluster, "cluster.toml")           # doctest: +SKIP
     """
     if devices < 1:
         raise GraphoptError(f"--devices cpu:{devices}: expected at least one device")
@@ -355,8 +283,29 @@ def calibrate(devices: int = 2, timeout: float = 120.0, chain_ops: int = 300,
     bandwidth = _bandwidth(pingpong) if pingpong else float("inf")
     threads = len(device_cores(devices)[0])
     flops, copy = _rates(threads)
-    return Calibration(devices, threads, latency, bandwidth, statistics.median(per_op), flops, copy,
-                       pingpong, slowdown, xcpu, xmsg, wake)
+    cal = Calibration(devices, threads, latency, bandwidth, statistics.median(per_op), flops, copy,
+                      pingpong, slowdown, xcpu, xmsg, wake, datetime.date.today().isoformat())
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / devices
+    return cal.cluster(memory, _meta(cal))
+
+
+def _meta(cal: Calibration) -> dict:
+    """A calibrated cluster's description and sources: what was measured, and how."""
+    sizes = ", ".join(f"{s} B: {t * 1e6:.1f} us" for s, t in sorted(cal.pingpong.items()))
+    return {"description": f"This machine as graphopt.exec runs it: {cal.devices} worker "
+                           f"process(es), {cal.cores_per_device} core(s) each",
+            "sources": [
+                f"graphopt calibrate, {cal.date}: latency through the engine from a chain of "
+                f"tiny ops changing device every {_HOP_EVERY} ops; bandwidth from ping-pong "
+                f"between two workers ({sizes}); dispatch from a chain of tiny ops on one worker "
+                "(graphopt run and optimize measure each program's own); a float32 matmul and "
+                "a copy for ops without a measured profile; shared_slowdown from a chain of "
+                "small ops on one worker alone, then on every worker at once (graphopt run and "
+                "optimize measure each program's own); transfer_cpu_gbps and transfer_cpu_us "
+                "from a chain of matmuls on one worker alone, then while it sends or receives "
+                "large messages at once and small ones one at a time; wake_cost_us from the "
+                "shared_slowdown program on one worker, without pause and with sleeps of 30 us "
+                "to 10 ms (graphopt run and optimize measure each program's own)"]}
 
 
 def profile_program(traced: TracedProgram, devices: int = 2, steps: int = 5,
@@ -418,8 +367,9 @@ def engine_problem(traced: TracedProgram, cluster: Cluster, pool: CPUWorkers | N
     devices' dispatch (in place of the calibration's chain of tiny ops: a program's ops
     have more inputs and readers to keep, 2-3 us an op against the chain's 1.5 on this
     machine), with several workers the program's own :func:`shared_slowdown` (its steps
-    alone time the ops too) and :func:`wake_cost`, and no fusion (the engine runs op by op; kernels of one op,
-    so a plan's fusion changes nothing).
+    alone time the ops too) and :func:`wake_cost`, and no fusion (the engine runs op by
+    op; kernels of one op, so a plan's fusion changes nothing). Commands reach it through
+    :func:`graphopt.exec.api.program_problem`, which calls it for a calibrated cluster.
 
     Examples
     --------
@@ -427,16 +377,17 @@ def engine_problem(traced: TracedProgram, cluster: Cluster, pool: CPUWorkers | N
     >>> simulate(prob, plan).step_time                               # doctest: +SKIP
     """
     devices = cluster.num_devices
+    slowdown = wake = None
     own = pool is None
     pool = pool or CPUWorkers(devices)
     try:
         if devices > 1:  # the steps alone time the ops and are the slowdown's reference
             times, slowdown, engine = _alone_and_together(traced, pool, rounds=5)
-            cluster = cluster.with_shared_slowdown(slowdown).with_wake_cost(wake_cost(traced, pool))
+            wake = wake_cost(traced, pool)
         else:
             times, engine = _run_alone(traced, devices, 5, 120.0, pool)
     finally:
         if own:
             pool.close()
-    return Problem(traced.graph, cluster.with_dispatch(engine), profile=_profile(traced, times),
-                   max_fusion_size=1)
+    return Problem(traced.graph, cluster.with_program_figures(engine, slowdown, wake),
+                   profile=_profile(traced, times), max_fusion_size=1)

@@ -14,8 +14,127 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from graphopt.errors import ClusterError
+from graphopt.hardware import topology
 
-__all__ = ["Cluster", "Device"]
+__all__ = ["CALIBRATED_KIND", "Calibration", "Cluster", "DEVICE_FIELDS", "Device", "Field",
+           "LINK_FIELDS"]
+
+
+@dataclass(frozen=True)
+class Field:
+    """A number of a cluster: its attribute, its key and unit in a cluster file, and the
+    range a real machine can have (in SI units: FLOP/s, bytes/s, bytes, seconds)."""
+
+    attr: str
+    key: str
+    unit: str
+    scale: float  # the file's value times ``scale`` is the attribute's
+    lo: float
+    hi: float
+    help: str
+
+    def ok(self, v: float) -> bool:
+        return self.lo <= v <= self.hi  # False for NaN
+
+    def refusal(self, v: float) -> str:
+        """What is wrong with ``v``, naming the attribute and the file's key and unit."""
+        def f(x: float) -> str:
+            return f"{x / self.scale:g}"
+        return (f"{self.attr}={v!r} (a cluster file's key {self.key!r} = {f(v)} {self.unit}); "
+                f"expected {f(self.lo)}..{f(self.hi)} {self.unit} ({self.help})")
+
+
+_T, _G, _GIB, _US = 1e12, 1e9, float(2**30), 1e-6
+
+#: The numeric fields of a :class:`Device`, checked once, by :class:`Cluster`; the cluster
+#: file's keys, units and the ranges a real device can have (docs/execution.md, "The cluster file").
+#: ``peak_flops`` applies to every dtype of the ``peak_tflops`` table.
+DEVICE_FIELDS: tuple[Field, ...] = (
+    Field("peak_flops", "peak_tflops", "TFLOP/s", _T, 1e6, 1e18,
+          "matrix-unit peak per dtype: 1 MFLOP/s to 1 EFLOP/s"),
+    Field("vector_flops", "vector_tflops", "TFLOP/s", _T, 1e6, 1e18,
+          "vector-unit peak: 1 MFLOP/s to 1 EFLOP/s"),
+    Field("mem_bw", "mem_gbps", "GB/s", _G, 1e6, 1e15, "memory bandwidth: 1 MB/s to 1 PB/s"),
+    Field("memory", "memory_gib", "GiB", _GIB, 1.0, float(2**60),
+          "memory capacity: 1 byte (the simulator's --memory-fraction may shrink it that far) "
+          "to 1 EiB"),
+    Field("launch_overhead", "launch_overhead_us", "us", _US, 0.0, 0.1,
+          "a kernel launch: 0 to 100 ms"),
+    Field("dispatch_overhead", "dispatch_overhead_us", "us", _US, 0.0, 0.1,
+          "the host's cost to issue an op: 0 to 100 ms"),
+    Field("shared_slowdown", "shared_slowdown", "x", 1.0, 1.0, 1000.0,
+          "slowdown while every device of a host computes: 1 (none) to 1000"),
+    Field("transfer_cpu_bw", "transfer_cpu_gbps", "GB/s", _G, 1e6, float("inf"),
+          "bytes/s a device's core copies a transfer at: 1 MB/s to inf (free)"),
+    Field("transfer_cpu_overhead", "transfer_cpu_us", "us", _US, 0.0, 0.1,
+          "a device's core time per transfer: 0 to 100 ms"),
+    Field("wake_cost", "wake_cost_us", "us", _US, 0.0, 60.0,
+          "(idle, extra) pairs: idle > 0 and increasing, up to 60 s; extra 0 to 1 s"),
+)
+#: The links' fields (the ``[topology]`` keys), checked on every pair of distinct devices.
+LINK_FIELDS: tuple[Field, ...] = (
+    Field("bandwidth", "link_gbps", "GB/s", _G, 1e6, 1e15, "a link: 1 MB/s to 1 PB/s"),
+    Field("latency", "latency_us", "us", _US, 0.0, 1.0, "a link's latency: 0 to 1 s"),
+)
+_WAKE_EXTRA_MAX = 1.0
+
+#: The device kind of CPU workers measured by ``graphopt calibrate``; profiles of programs
+#: use it too. A file of this kind without a ``[calibration]`` table (written before it
+#: had one) is read as calibrated.
+CALIBRATED_KIND = "cpu-worker"
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What ``graphopt calibrate`` measured on this machine's CPU workers, in seconds,
+    bytes and FLOP/s (:func:`graphopt.exec.calibrate.calibrate`), held by the cluster it
+    made as :attr:`Cluster.calibration`; a cluster with one is simulated on the program's
+    own op times (:func:`graphopt.exec.api.program_problem`).
+
+    ``cores_per_device`` is 0 and ``pingpong`` empty for a file written before the
+    cluster file kept them.
+    """
+
+    devices: int
+    cores_per_device: int
+    latency: float
+    bandwidth: float
+    dispatch: float
+    matmul_flops: float
+    copy_bandwidth: float
+    pingpong: dict[int, float]
+    shared_slowdown: float = 1.0
+    transfer_cpu: float = 0.0  # seconds of a worker's core per byte it sends or receives
+    transfer_overhead: float = 0.0  # ... and per message
+    wake_cost: tuple[tuple[float, float], ...] = ()  # (idle, extra op seconds) pairs
+    date: str = ""
+
+    def cluster(self, memory: float, meta: dict | None = None) -> Cluster:
+        """The cluster of ``devices`` CPU workers these figures describe, each with
+        ``memory`` bytes: one host, links all to all whose latencies overlap (gloo queues
+        many messages on one socket)."""
+        devices = tuple(Device(
+            f"cpu:{i}", CALIBRATED_KIND, {"float32": self.matmul_flops}, self.matmul_flops,
+            self.copy_bandwidth, memory, launch_overhead=0.0, dispatch_overhead=self.dispatch,
+            host="devices[0]", shared_slowdown=self.shared_slowdown,
+            transfer_cpu_bw=1 / self.transfer_cpu if self.transfer_cpu > 0 else float("inf"),
+            transfer_cpu_overhead=self.transfer_overhead, wake_cost=self.wake_cost)
+            for i in range(self.devices))
+        bw, lat = topology.all_to_all(self.devices, self.bandwidth, self.latency)
+        return Cluster("calibrated-cpu", devices, bw, lat, dict(meta or {}), True, self)
+
+    @classmethod
+    def of(cls, cluster: Cluster, cores_per_device: int = 0,
+           pingpong: dict[int, float] | None = None, date: str = "") -> Calibration:
+        """The figures a calibrated ``cluster`` holds (its device 0 and link 0 -> 1), with
+        what only the calibration keeps: the inverse of :meth:`cluster`."""
+        d, n = cluster.devices[0], cluster.num_devices
+        return cls(n, cores_per_device, float(cluster.latency[0, 1]) if n > 1 else 0.0,
+                   float(cluster.bandwidth[0, 1]) if n > 1 else float("inf"),
+                   d.dispatch_overhead, d.peak_flops.get("float32", d.vector_flops), d.mem_bw,
+                   dict(pingpong or {}), d.shared_slowdown,
+                   0.0 if np.isinf(d.transfer_cpu_bw) else 1 / d.transfer_cpu_bw,
+                   d.transfer_cpu_overhead, d.wake_cost, date)
 
 
 @dataclass(frozen=True)
@@ -125,6 +244,7 @@ class Cluster:
     latency: np.ndarray
     meta: dict = field(default_factory=dict)
     overlap_latency: bool = False
+    calibration: Calibration | None = None
 
     def __post_init__(self) -> None:
         d = len(self.devices)
@@ -133,48 +253,35 @@ class Cluster:
         names = [x.name for x in self.devices]
         if len(set(names)) != d:
             raise ClusterError(f"cluster {self.name!r}: device names repeat: {names}")
-        for k in ("bandwidth", "latency"):
-            a = np.array(getattr(self, k), dtype=np.float64)
+        off = ~np.eye(d, dtype=bool)
+        for f in LINK_FIELDS:
+            a = np.array(getattr(self, f.attr), dtype=np.float64)
             if a.shape != (d, d):
-                raise ClusterError(f"cluster {self.name!r}: {k} has shape {a.shape}, expected ({d}, {d})")
-            off = ~np.eye(d, dtype=bool)
-            if not np.isfinite(a[off]).all() or (a[off] < 0).any() or (
-                    k == "bandwidth" and (a[off] <= 0).any()):
-                raise ClusterError(f"cluster {self.name!r}: {k} must be finite and positive "
-                                   "between distinct devices")
-            np.fill_diagonal(a, np.inf if k == "bandwidth" else 0.0)
+                raise ClusterError(f"cluster {self.name!r}: {f.attr} has shape {a.shape}, "
+                                   f"expected ({d}, {d})")
+            bad = off & ~((a >= f.lo) & (a <= f.hi))
+            if bad.any():
+                i, j = map(int, np.argwhere(bad)[0])
+                raise ClusterError(f"cluster {self.name!r}: link {self.devices[i].name!r} -> "
+                                   f"{self.devices[j].name!r}: {f.refusal(float(a[i, j]))}")
+            np.fill_diagonal(a, np.inf if f.attr == "bandwidth" else 0.0)
             a.setflags(write=False)
-            object.__setattr__(self, k, a)
+            object.__setattr__(self, f.attr, a)
         for x in self.devices:
-            for attr in ("vector_flops", "mem_bw", "memory"):
-                if not 0 < getattr(x, attr) < np.inf:
-                    raise ClusterError(f"cluster {self.name!r}: device {x.name!r} has "
-                                       f"{attr}={getattr(x, attr)!r}; expected a finite number > 0")
-            for dt, v in x.peak_flops.items():
-                if not 0 < v < np.inf:
-                    raise ClusterError(f"cluster {self.name!r}: device {x.name!r} has "
-                                       f"peak_flops[{dt!r}]={v!r}; expected a finite number > 0")
-            if not 0 <= x.dispatch_overhead < np.inf:
-                raise ClusterError(f"device {x.name!r}: dispatch_overhead={x.dispatch_overhead!r}; "
-                                   "expected a finite number >= 0")
-            if not 0 <= x.launch_overhead < np.inf:
-                raise ClusterError(f"cluster {self.name!r}: device {x.name!r} has "
-                                   f"launch_overhead={x.launch_overhead!r}; expected a finite "
-                                   "number >= 0")
-            if not 0 <= x.transfer_cpu_overhead < np.inf:
-                raise ClusterError(f"device {x.name!r}: transfer_cpu_overhead="
-                                   f"{x.transfer_cpu_overhead!r}; expected seconds >= 0")
-            if not x.transfer_cpu_bw > 0:
-                raise ClusterError(f"device {x.name!r}: transfer_cpu_bw={x.transfer_cpu_bw!r}; "
-                                   "expected a positive number of bytes/s (inf: free)")
-            if not wake_pairs_ok(x.wake_cost):
-                raise ClusterError(f"device {x.name!r}: wake_cost={x.wake_cost!r}; expected "
-                                   "(idle, extra) pairs of finite seconds, idle > 0 and "
-                                   "increasing, extra >= 0")
-            if not 1.0 <= x.shared_slowdown < np.inf:
-                raise ClusterError(f"cluster {self.name!r}: device {x.name!r} has "
-                                   f"shared_slowdown={x.shared_slowdown!r}; expected a finite "
-                                   "number >= 1")
+            for f in DEVICE_FIELDS:
+                v = getattr(x, f.attr)
+                if f.attr == "peak_flops":
+                    bad = [(dt, p) for dt, p in v.items() if not f.ok(p)]
+                    if bad:
+                        raise ClusterError(f"cluster {self.name!r}: device {x.name!r}: "
+                                           f"peak_flops[{bad[0][0]!r}]: {f.refusal(bad[0][1])}")
+                elif f.attr == "wake_cost":
+                    if not (wake_pairs_ok(v) and all(i <= f.hi and c <= _WAKE_EXTRA_MAX
+                                                     for i, c in v)):
+                        raise ClusterError(f"cluster {self.name!r}: device {x.name!r}: "
+                                           f"wake_cost={v!r} ({f.key} in us); expected {f.help}")
+                elif not f.ok(v):
+                    raise ClusterError(f"cluster {self.name!r}: device {x.name!r}: {f.refusal(v)}")
         slowdowns: dict[str, float] = {}
         for x in self.devices:
             if x.host and slowdowns.setdefault(x.host, x.shared_slowdown) != x.shared_slowdown:
@@ -205,7 +312,8 @@ class Cluster:
                                f"cannot take {count}")
         base = self.name.split(":")[0]
         return Cluster(f"{base}:{count}", self.devices[:count], self.bandwidth[:count, :count],
-                       self.latency[:count, :count], dict(self.meta), self.overlap_latency)
+                       self.latency[:count, :count], dict(self.meta), self.overlap_latency,
+                       self.calibration)
 
     def with_memory(self, memory: float) -> Cluster:
         """The same cluster with every device's memory capacity set to ``memory`` bytes."""
@@ -230,9 +338,23 @@ class Cluster:
         cost = tuple((float(i), float(c)) for i, c in cost)
         return self._with_devices(replace(d, wake_cost=cost) for d in self.devices)
 
+    def with_program_figures(self, dispatch: float, shared_slowdown: float | None = None,
+                             wake_cost: tuple[tuple[float, float], ...] | None = None) -> Cluster:
+        """The same cluster with a program's own figures, in one pass: every device's
+        ``dispatch_overhead`` (:meth:`with_dispatch`), and where given the
+        ``shared_slowdown`` of every device that shares a host (:meth:`with_shared_slowdown`)
+        and every device's ``wake_cost`` (:meth:`with_wake_cost`); measured by
+        :func:`graphopt.exec.calibrate.engine_problem`."""
+        fields: dict = {"dispatch_overhead": float(dispatch)}
+        if wake_cost is not None:
+            fields["wake_cost"] = tuple((float(i), float(c)) for i, c in wake_cost)
+        slow = {} if shared_slowdown is None else {"shared_slowdown": float(shared_slowdown)}
+        return self._with_devices(replace(d, **fields, **(slow if d.host else {}))
+                                  for d in self.devices)
+
     def _with_devices(self, devices) -> Cluster:
         return Cluster(self.name, tuple(devices), self.bandwidth, self.latency, dict(self.meta),
-                       self.overlap_latency)
+                       self.overlap_latency, self.calibration)
 
     def to_dict(self) -> dict:
         """JSON-ready description (for reports)."""

@@ -7,6 +7,7 @@ are the ones datasheets use: TFLOP/s, GB/s (10^9 bytes/s), GiB, microseconds.
 from __future__ import annotations
 
 import math
+import os
 import tomllib
 from importlib import resources
 from pathlib import Path
@@ -15,11 +16,13 @@ from typing import Any
 import numpy as np
 
 from graphopt.errors import ClusterError
-from graphopt._files import regular_file
+from graphopt._files import atomic_write, regular_file
 from graphopt.hardware import topology
-from graphopt.hardware.cluster import Cluster, Device, wake_pairs_ok
+from graphopt.hardware.cluster import (CALIBRATED_KIND, DEVICE_FIELDS, Calibration, Cluster,
+                                       Device)
 
-__all__ = ["MAX_DEVICES", "cluster_from_toml", "list_presets", "load_cluster"]
+__all__ = ["MAX_DEVICES", "cluster_from_toml", "cluster_to_toml", "list_presets", "load_cluster",
+           "save_cluster"]
 
 _GB, _GIB, _T, _US = 1e9, float(2**30), 1e12, 1e-6
 
@@ -89,10 +92,6 @@ def load_cluster(spec: str) -> Cluster:
         cluster = cluster_from_toml(data, source)
     except (TypeError, ValueError, AttributeError) as err:  # a field of the wrong type
         raise ClusterError(f"{source}: malformed value ({err})") from None
-    except ClusterError as err:  # the cluster's own checks name the device, not the file
-        if str(err).startswith(source):
-            raise
-        raise ClusterError(f"{source}: {err}") from None
     if count is not None:
         cluster = cluster.take(count)
     return cluster
@@ -120,13 +119,18 @@ def _opt(d: dict, key: str, source: str, default: Any, kind: type = float) -> An
 #: The keys a cluster file may hold, per table: any other is a typo, which would
 #: otherwise leave its value at the default unseen.
 _KEYS = {
-    "": {"name", "description", "sources", "devices", "topology"},
+    "": {"name", "description", "sources", "devices", "topology", "calibration"},
     "[[devices]]": {"kind", "count", "prefix", "peak_tflops", "vector_tflops", "mem_gbps", "memory_gib",
                     "launch_overhead_us", "dispatch_overhead_us", "shared_slowdown", "transfer_cpu_gbps",
                     "transfer_cpu_us", "wake_cost_us"},
     "[topology]": {"type", "link_gbps", "latency_us", "per_switch", "root_gbps", "dims", "links",
                    "fallback_gbps", "fallback_latency_us", "overlap_latency"},
+    "[calibration]": {"cores_per_device", "pingpong_us", "date"},
 }
+
+
+#: The device figures a ``[[devices]]`` table must give (the others have defaults).
+_REQUIRED = ("vector_flops", "mem_bw", "memory")
 
 
 def _known_keys(table: Any, where: str, source: str) -> None:
@@ -139,61 +143,70 @@ def _known_keys(table: Any, where: str, source: str) -> None:
 
 
 def cluster_from_toml(data: dict, source: str = "<toml>") -> Cluster:
-    """Build a :class:`Cluster` from a parsed preset (see the files in ``presets/``)."""
+    """Build a :class:`Cluster` from a parsed cluster file (see the files in ``presets/``;
+    :func:`cluster_to_toml` writes one). Types and the schema are checked here, the
+    ranges of the numbers once, by :class:`Cluster` (:data:`~graphopt.hardware.cluster.DEVICE_FIELDS`);
+    every error names ``source``."""
+    try:
+        return _from_toml(data, source)
+    except ClusterError as err:  # the cluster's own checks name the device, not the file
+        if str(err).startswith(source):
+            raise
+        raise ClusterError(f"{source}: {err}") from None
+
+
+def _scaled_pairs(pairs: Any, scale: float) -> Any:
+    """``[[idle, extra], ...]`` in the file's unit, scaled; anything else as it is, for
+    the cluster's check to refuse."""
+    def number(v: Any) -> bool:
+        return isinstance(v, int | float) and not isinstance(v, bool)
+
+    if isinstance(pairs, list) and all(isinstance(p, list) and len(p) == 2 and number(p[0])
+                                       and number(p[1]) for p in pairs):
+        return tuple((i * scale, c * scale) for i, c in pairs)
+    return pairs
+
+
+def _from_toml(data: dict, source: str) -> Cluster:
     devices: list[Device] = []
     _known_keys(data, "", source)
     _known_keys(data.get("topology", {}), "[topology]", source)
     groups = data.get("devices")
     if not isinstance(groups, list) or not groups:
         raise ClusterError(f"{source}: needs at least one [[devices]] table")
+    scale = {f.attr: f.scale for f in DEVICE_FIELDS}
     for table, g in enumerate(groups):
         _known_keys(g, "[[devices]]", source)
         count = _get(g, "count", source, int)
         if not 1 <= count <= MAX_DEVICES - len(devices):
             raise ClusterError(f"{source}: [[devices]] count = {count}; expected 1..{MAX_DEVICES} "
                                "devices in all (graphopt.hardware.presets.MAX_DEVICES)")
-        slowdown = _get(g, "shared_slowdown", source) if "shared_slowdown" in g else 1.0
-        if not 1.0 <= slowdown < np.inf:
-            raise ClusterError(f"{source}: [[devices]] {g.get('kind')!r}: key 'shared_slowdown' "
-                               f"= {slowdown!r}; expected a finite number >= 1")
-        xcpu = _get(g, "transfer_cpu_gbps", source) * _GB if "transfer_cpu_gbps" in g else np.inf
-        if not xcpu > 0:
-            raise ClusterError(f"{source}: [[devices]] {g.get('kind')!r}: key 'transfer_cpu_gbps' "
-                               f"= {xcpu / _GB!r}; expected a positive number")
-        xmsg = _get(g, "transfer_cpu_us", source) * _US if "transfer_cpu_us" in g else 0.0
-        if not 0 <= xmsg < np.inf:
-            raise ClusterError(f"{source}: [[devices]] {g.get('kind')!r}: key 'transfer_cpu_us' "
-                               f"= {xmsg / _US!r}; expected a number >= 0")
-        wake = g.get("wake_cost_us", [])
-        if not wake_pairs_ok(wake):
-            raise ClusterError(f"{source}: [[devices]] {g.get('kind')!r}: key 'wake_cost_us' = "
-                               f"{wake!r}; expected [[idle, extra], ...] in microseconds, idle > 0 "
-                               "and increasing, extra >= 0")
         prefix = _opt(g, "prefix", source, "gpu", str)
         peaks = g.get("peak_tflops", {})
         if not isinstance(peaks, dict) or not peaks:
             raise ClusterError(f"{source}: [[devices]] {g.get('kind')!r} needs a peak_tflops table")
-        peak_flops = {k: _get(peaks, k, source) * _T for k in peaks}
+        peak_flops = {k: _get(peaks, k, source) * scale["peak_flops"] for k in peaks}
+        figures = {f.attr: _get(g, f.key, source) * f.scale for f in DEVICE_FIELDS
+                   if (f.key in g or f.attr in _REQUIRED) and f.attr not in ("peak_flops", "wake_cost")}
+        figures.setdefault("launch_overhead", 5.0 * scale["launch_overhead"])
         start = sum(1 for d in devices if d.name.startswith(prefix + ":"))
         for i in range(count):
             devices.append(Device(
                 name=f"{prefix}:{start + i}", kind=str(_get(g, "kind", source, str)),
-                peak_flops=dict(peak_flops),
-                vector_flops=_get(g, "vector_tflops", source) * _T,
-                mem_bw=_get(g, "mem_gbps", source) * _GB,
-                memory=_get(g, "memory_gib", source) * _GIB,
-                launch_overhead=_opt(g, "launch_overhead_us", source, 5.0) * _US,
-                dispatch_overhead=_opt(g, "dispatch_overhead_us", source, 0.0) * _US,
+                peak_flops=dict(peak_flops), **figures,
                 # one table, one host: its shared_slowdown applies among its devices
-                host=f"devices[{table}]", shared_slowdown=slowdown, transfer_cpu_bw=xcpu,
-                transfer_cpu_overhead=xmsg,
-                wake_cost=tuple((i * _US, c * _US) for i, c in wake)))
+                host=f"devices[{table}]",
+                wake_cost=_scaled_pairs(g.get("wake_cost_us", []), scale["wake_cost"])))
     n = len(devices)
     t = data.get("topology", {})
     kind = t.get("type")
-    bw = _get(t, "link_gbps", source) * _GB
-    lat = _get(t, "latency_us", source) * _US
-    if kind == "all_to_all":
+    if kind != "matrix":  # one link's figures, spread by the topology
+        bw = _get(t, "link_gbps", source) * _GB
+        lat = _get(t, "latency_us", source) * _US
+    if kind == "matrix":  # every ordered pair's own (what cluster_to_toml writes)
+        mats = tuple(_matrix(t, key, n, source) * unit for key, unit in (("link_gbps", _GB),
+                                                                        ("latency_us", _US)))
+    elif kind == "all_to_all":
         mats = topology.all_to_all(n, bw, lat)
     elif kind == "pcie_tree":
         per_switch = _opt(t, "per_switch", source, 2, int)
@@ -228,11 +241,154 @@ def cluster_from_toml(data: dict, source: str = "<toml>") -> Cluster:
         mats = topology.host_star(n, bw, lat)
     else:
         raise ClusterError(f"{source}: topology type {kind!r} is not one of "
-                           "all_to_all, pcie_tree, ring, torus, links, host")
+                           "all_to_all, pcie_tree, ring, torus, links, host, matrix")
     overlap = t.get("overlap_latency", False)
     if not isinstance(overlap, bool):
         raise ClusterError(f"{source}: [topology] overlap_latency = {overlap!r}; expected true "
                            "or false")
-    return Cluster(_opt(data, "name", source, "cluster", str), tuple(devices), mats[0], mats[1],
-                   {"description": data.get("description", ""),
-                    "sources": list(data.get("sources", []))}, overlap)
+    sources = data.get("sources", [])
+    if not isinstance(sources, list) or not all(isinstance(x, str) for x in sources):
+        raise ClusterError(f"{source}: sources = {sources!r}; expected a list of strings")
+    cluster = Cluster(_opt(data, "name", source, "cluster", str), tuple(devices), mats[0], mats[1],
+                      {"description": _opt(data, "description", source, "", str),
+                       "sources": list(sources)}, overlap)
+    cal = data.get("calibration")
+    if cal is None and any(d.kind == CALIBRATED_KIND for d in devices):
+        cal = {}  # a file from 'graphopt calibrate' written before it had the table
+    if cal is not None:
+        _known_keys(cal, "[calibration]", source)
+        pingpong = cal.get("pingpong_us", [])
+        if not isinstance(pingpong, list) or not all(
+                isinstance(p, list) and len(p) == 2 and isinstance(p[0], int)
+                and isinstance(p[1], int | float) and not isinstance(p[1], bool)
+                and 0 < p[0] and 0 <= p[1] < np.inf for p in pingpong):
+            raise ClusterError(f"{source}: [calibration] pingpong_us = {pingpong!r}; expected "
+                               "[[bytes, microseconds], ...]")
+        cores = _opt(cal, "cores_per_device", source, 0, int)
+        if not 0 <= cores <= 1 << 16:
+            raise ClusterError(f"{source}: [calibration] cores_per_device = {cores}; expected "
+                               f"0..{1 << 16}")
+        calibration = Calibration.of(cluster, cores, {b: us * _US for b, us in pingpong},
+                                     _opt(cal, "date", source, "", str))
+        cluster = Cluster(cluster.name, cluster.devices, cluster.bandwidth, cluster.latency,
+                          cluster.meta, cluster.overlap_latency, calibration)
+    return cluster
+
+
+def _matrix(t: dict, key: str, n: int, source: str) -> np.ndarray:
+    """``[topology] key``, an n x n matrix of numbers (``type = "matrix"``)."""
+    m = t.get(key)
+    try:
+        a = np.asarray(m, dtype=np.float64)
+    except (TypeError, ValueError):
+        a = np.zeros(0)
+    if a.shape != (n, n) or not all(isinstance(v, int | float) and not isinstance(v, bool)
+                                    for row in m for v in row):
+        raise ClusterError(f"{source}: [topology] {key} must be a {n}x{n} matrix of numbers for "
+                           "type = \"matrix\"")
+    return a
+
+
+def _number(v: float) -> str:
+    """A TOML float that reads back as ``v``."""
+    if math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    return repr(float(v))
+
+
+def _string(v: str) -> str:
+    """A TOML basic string (JSON's escapes are TOML's)."""
+    import json
+
+    return json.dumps(v, ensure_ascii=False)
+
+
+def cluster_to_toml(cluster: Cluster) -> str:
+    """The cluster file of ``cluster``, the schema :func:`cluster_from_toml` reads:
+    devices that differ only in their number share a ``[[devices]]`` table (one table,
+    one host), links are ``all_to_all`` where every pair has the same bandwidth and
+    latency and else ``type = "matrix"``, and a calibrated cluster's ``[calibration]``
+    table keeps what its devices do not (cores per device, ping-pong times, date).
+
+    Raises
+    ------
+    ClusterError
+        A cluster the schema cannot hold: device names that are not ``PREFIX:N``
+        numbered in order per prefix.
+    """
+    fields = {f.attr: f for f in DEVICE_FIELDS}
+    groups: list[list[Device]] = []
+    seen: dict[str, int] = {}
+    for d in cluster.devices:
+        prefix, _, num = d.name.rpartition(":")
+        if not prefix or num != str(seen.get(prefix, 0)):
+            raise ClusterError(f"cluster {cluster.name!r}: device {d.name!r}: a cluster file "
+                               "names devices PREFIX:N, numbered from 0 per prefix")
+        seen[prefix] = seen.get(prefix, 0) + 1
+        last = groups[-1][-1] if groups else None
+        if last is not None and last.name.rpartition(":")[0] == prefix and last.host == d.host \
+                and _same(last, d):
+            groups[-1].append(d)
+        else:
+            groups.append([d])
+    lines = [f"name = {_string(cluster.name)}"]
+    if cluster.meta.get("description"):
+        lines.append(f"description = {_string(cluster.meta['description'])}")
+    lines += ["sources = [", *(f"  {_string(s)}," for s in cluster.meta.get("sources", [])), "]"]
+    for g in groups:
+        d = g[0]
+
+        def key(attr: str, v: float) -> str:
+            f = fields[attr]
+            return f"{f.key} = {_number(v / f.scale)}"
+
+        peaks = ", ".join(f"{_string(k)} = {_number(v / fields['peak_flops'].scale)}"
+                          for k, v in d.peak_flops.items())
+        lines += ["", "[[devices]]", f"kind = {_string(d.kind)}", f"count = {len(g)}",
+                  f"prefix = {_string(d.name.rpartition(':')[0])}", f"peak_tflops = {{ {peaks} }}",
+                  *(key(a, getattr(d, a)) for a in ("vector_flops", "mem_bw", "memory",
+                                                    "launch_overhead", "dispatch_overhead",
+                                                    "shared_slowdown", "transfer_cpu_bw",
+                                                    "transfer_cpu_overhead"))]
+        if d.wake_cost:
+            us = fields["wake_cost"].scale
+            lines.append("wake_cost_us = [" + ", ".join(
+                f"[{_number(i / us)}, {_number(c / us)}]" for i, c in d.wake_cost) + "]")
+    n = cluster.num_devices
+    off = ~np.eye(n, dtype=bool)
+    bw, lat = cluster.bandwidth[off], cluster.latency[off]
+    lines += ["", "[topology]"]
+    if n == 1 or ((bw == bw[0]).all() and (lat == lat[0]).all()):
+        lines += ['type = "all_to_all"', f"link_gbps = {_number(bw[0] / _GB if n > 1 else np.inf)}",
+                  f"latency_us = {_number(lat[0] / _US if n > 1 else 0.0)}"]
+    else:
+        def rows(m: np.ndarray, unit: float) -> str:
+            return "[" + ", ".join("[" + ", ".join(
+                _number(m[i, j] / unit if i != j else 0.0) for j in range(n)) + "]"
+                for i in range(n)) + "]"
+
+        lines += ['type = "matrix"', f"link_gbps = {rows(cluster.bandwidth, _GB)}",
+                  f"latency_us = {rows(cluster.latency, _US)}"]
+    if cluster.overlap_latency:
+        lines += ["# many messages queued on one link: their latencies overlap",
+                  "overlap_latency = true"]
+    cal = cluster.calibration
+    if cal is not None:
+        lines += ["", "[calibration]", f"cores_per_device = {cal.cores_per_device}",
+                  "pingpong_us = [" + ", ".join(f"[{b}, {_number(t / _US)}]"
+                                                for b, t in sorted(cal.pingpong.items())) + "]",
+                  f"date = {_string(cal.date)}"]
+    return "\n".join(lines) + "\n"
+
+
+def _same(a: Device, b: Device) -> bool:
+    """Whether two devices differ in their name only."""
+    return all(getattr(a, f) == getattr(b, f) for f in Device.__dataclass_fields__ if f != "name")
+
+
+def save_cluster(cluster: Cluster, path: str | os.PathLike) -> Path:
+    """Write ``cluster`` as a cluster file (:func:`cluster_to_toml`) at ``path``, whole or
+    not at all; :func:`load_cluster` reads it back."""
+    text = cluster_to_toml(cluster)
+    atomic_write(path, lambda f: f.write(text.encode()))
+    return Path(path)
