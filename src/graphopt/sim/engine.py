@@ -118,7 +118,7 @@ def workspace(n, ndev, nedges):
     of a kernel graph (:attr:`Problem.edge_capacity`), at least the graph's edges."""
     m = nedges + 1
     i32 = np.int32  # the event loop's indices, half the cache footprint of int64
-    i64 = np.int64
+    i64 = np.int32  # the fusion pass's and kernel graph's too: less cache traffic
     return (
         # run: start, end, pending, out_ref, first transfer, references to a transfer's
         # tensor on its destination, ready buffer

@@ -88,7 +88,7 @@ class Plan:
             if a is not None and len(a) != num_nodes:
                 raise PlanError(f"plan {k} has {len(a)} entries; the graph has {num_nodes} nodes")
         p = self.placement
-        if p is not None and len(p):
+        if p is not None and len(p) and (p.min() < 0 or p.max() >= num_devices):
             bad = np.flatnonzero((p < 0) | (p >= num_devices))
             if len(bad):
                 j = int(bad[0])

@@ -238,6 +238,16 @@ class Problem:
         cp = engine.critical_path(self.pred_ptr, self.pred_idx, t)
         return float(max(cp, t.sum() / self.num_devices))
 
+    @cached_property
+    def _zeros(self) -> np.ndarray:
+        """N zeros the engine reads where a plan has no priority or fusion (never written)."""
+        return np.zeros(self.num_nodes)
+
+    @cached_property
+    def _zeros_i(self) -> np.ndarray:
+        """N zeros, as a placement on device 0 (never written)."""
+        return np.zeros(self.num_nodes, np.int64)
+
     def arrays(self) -> tuple:
         """The arrays ``engine.evaluate`` and ``engine.evaluate_batch`` take after the
         plan's own, in order."""
@@ -330,12 +340,14 @@ class BatchResult:
 
 def _plan_arrays(problem: Problem, plan: Plan):
     plan.check(problem.num_nodes, problem.num_devices)
-    n = problem.num_nodes
-    place = np.zeros(n, np.int64) if plan.placement is None else np.array(plan.placement, np.int64)
+    # the engine reads these and writes none of them: one array of zeros per problem
+    # serves every plan without a priority or fusion
+    zeros = problem._zeros
+    place = problem._zeros_i if plan.placement is None else np.array(plan.placement, np.int64)
     fifo = plan.priority is None
-    prio = np.zeros(n) if fifo else np.array(plan.priority, dtype=np.float64)
+    prio = zeros if fifo else np.array(plan.priority, dtype=np.float64)
     mode = 1 if plan.fusion is None else 2
-    fprio = np.zeros(n) if plan.fusion is None else np.array(plan.fusion, np.float64)
+    fprio = zeros if plan.fusion is None else np.array(plan.fusion, np.float64)
     if mode == 2 and not (fprio > 0).any():
         mode = 0
     return place, prio, fifo, fprio, mode
@@ -395,7 +407,8 @@ def simulate(problem: Problem, plan: Plan | None = None, timeline: bool = False)
     tl = None
     if timeline:
         ks = np.flatnonzero(group == np.arange(problem.num_nodes))
-        tl = Timeline(kernel=ks, device=place[ks], start=start[ks], end=end[ks], group=group.copy(),
+        tl = Timeline(kernel=ks, device=place[ks], start=start[ks], end=end[ks],
+                      group=group.astype(np.int64),  # the engine's is int32
                       transfer_kernel=tk.copy(), transfer_src=place[tk], transfer_dst=tdst.copy(),
                       transfer_start=ts.copy(), transfer_end=te.copy(), transfer_bytes=tb.copy(),
                       duplicated=(state & 1).astype(bool))
