@@ -42,6 +42,7 @@ import torch
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from torch import Tensor
 
+from graphopt._files import save_figure
 from graphopt.dist.local import BudgetExhausted, make_evaluator, stop_on_interrupt, stop_requested
 from graphopt.nn import GOPolicy
 from graphopt.rl.checkpoint import load_checkpoint, save_checkpoint
@@ -276,5 +277,7 @@ def _plot(state: dict, envs: list[GOEnv], path: str, label: str) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=6, ncol=2)
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    try:
+        save_figure(fig, path)
+    finally:
+        plt.close(fig)
