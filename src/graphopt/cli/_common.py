@@ -25,8 +25,8 @@ from rich.markup import escape
 
 from graphopt.errors import GraphoptError, check_fields
 
-__all__ = ["ADDRESS_HELP", "BACKEND_HELP", "GRAPH_HELP", "PARAM_HELP", "check_output", "check_run_folder",
-           "compile_simulator", "console", "evaluation_backend", "fail", "field_help",
+__all__ = ["ADDRESS_HELP", "BACKEND_HELP", "GRAPH_HELP", "LOCK_FILE", "PARAM_HELP", "check_output", "check_run_folder",
+           "compile_simulator", "console", "evaluation_backend", "fail", "field_help", "lock_folder",
            "method_params", "mib", "options_from_fields", "parse_bench_args", "parse_field"]
 
 # Tables are wide; when output goes to a file or a pipe, do not squeeze them to 80 columns.
@@ -112,15 +112,56 @@ def check_output(path: Path | None, option: str, *, folder: bool = False) -> Non
         raise GraphoptError(f"{where}: cannot write in {existing} ({err.strerror})") from None
 
 
-def check_run_folder(out: Path, option: str = "--out") -> None:
+#: The file that marks a folder a run is writing in: :func:`lock_folder` holds an
+#: exclusive ``flock`` on it for the run's life (the kernel drops it when the process ends,
+#: however it ends); it stays in the folder, empty of meaning once unlocked.
+LOCK_FILE = ".graphopt.lock"
+
+
+def lock_folder(folder: Path | None, option: str = "--out"):
+    """Claim ``folder`` (made if need be) for this process until it ends or the returned
+    file is closed, so that two runs never write one folder: their files would mix and
+    one's would vanish. None (no folder) claims nothing and returns None.
+
+    Raises
+    ------
+    GraphoptError
+        Another process holds the folder; the message names the option, the folder and
+        that process's id.
+    """
+    import fcntl
+
+    if folder is None:
+        return None
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    f = open(folder / LOCK_FILE, "a+")  # noqa: SIM115 -- held open while the run lasts
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        pid = f.read().strip() or "?"
+        f.close()
+        raise GraphoptError(f"{option} {folder}: another graphopt run (pid {pid}) is writing "
+                            "there; wait for it to end or choose another folder") from None
+    f.seek(0)
+    f.truncate()
+    f.write(f"{os.getpid()}\n")
+    f.flush()
+    return f
+
+
+def check_run_folder(out: Path, option: str = "--out"):
     """:func:`check_output` of a trainer's folder (given to ``option``) and of every file
     the trainer writes there (:data:`graphopt.rl.run.RUN_FILES`): a folder named
-    ``policy.json`` there failed only when the run saved, after training."""
+    ``policy.json`` there failed only when the run saved, after training. Then the folder
+    is claimed (:func:`lock_folder`): keep the returned file while the run lasts."""
     from graphopt.rl.run import RUN_FILES
 
     check_output(out, option, folder=True)
     for name in RUN_FILES:
         check_output(out / name, option)
+    return lock_folder(out, option)
 
 
 def parse_bench_args(parser: argparse.ArgumentParser,

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from graphopt.cli._common import (ADDRESS_HELP, BACKEND_HELP, GRAPH_HELP, PARAM_HELP,
                                   check_output, compile_simulator, console, evaluation_backend,
-                                  fail, field_help, method_params)
+                                  fail, field_help, lock_folder, method_params)
 from graphopt.errors import MAX_SEED, ClusterError, GraphoptError
 from graphopt.frontends import load_source
 from graphopt.frontends.source import is_program
@@ -95,6 +95,7 @@ def optimize(
         for path in output_paths(out, names) if out else ():  # a file where a method's folder goes
             check_output(path, "--out")
         params = method_params(param, names)
+        _lock = lock_folder(out)  # held while the run lasts: a second run into --out is refused
         c = load_cluster(cluster or _default_cluster(graph))
         traced = _measurable(graph, c.num_devices, devices) if measure else None
         if devices and not measure:

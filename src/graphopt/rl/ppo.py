@@ -107,7 +107,10 @@ def train(policy: GOPolicy, envs: list[GOEnv], cfg: PPOConfig, *, seed: int,
           label: str = "go") -> dict:
     """Train ``policy`` on ``envs`` until ``evals`` simulations or ``seconds`` of this call,
     or until the run (resumed from ``checkpoint_dir`` or new) counts ``updates`` updates:
-    the first bound reached; at least one must be set.
+    the first bound reached; at least one must be set. With ``cfg.anneal_lr`` the learning
+    rate falls linearly to 0 over the ``updates`` (or ``evals``) bound, never by the clock
+    unless ``seconds`` alone bounds the run, so that a run stopped early and resumed learns
+    exactly as one that never stopped.
 
     Returns a dict: ``best`` (per env: ``(Plan, step time)``, None before a valid plan), ``history``
     (``[evals, seconds, best step time]`` per update of the first env), ``curve`` (batch
@@ -149,7 +152,12 @@ def train(policy: GOPolicy, envs: list[GOEnv], cfg: PPOConfig, *, seed: int,
         return ev.exhausted() or (updates is not None and state["update"] >= updates)
 
     def progress_fraction() -> float:
-        return max(ev.fraction_spent(), 0.0 if updates is None else state["update"] / updates)
+        # counts, never the clock, where a count bounds the run: a run stopped by --minutes
+        # and resumed then anneals exactly as one that never stopped
+        if updates is None and evals is None:
+            return ev.fraction_spent()  # seconds alone bound this call
+        return max(0.0 if updates is None else state["update"] / updates,
+                   0.0 if evals is None else ev.evals / evals)
 
     def checkpoint() -> None:
         state["best"] = {str(i): {"time": r.best_time, "plan": r.best}
