@@ -144,10 +144,13 @@ def lock_folder(folder: Path | None, option: str = "--out"):
         f.close()
         raise GraphoptError(f"{option} {folder}: another graphopt run (pid {pid}) is writing "
                             "there; wait for it to end or choose another folder") from None
-    f.seek(0)
-    f.truncate()
-    f.write(f"{os.getpid()}\n")
-    f.flush()
+    try:  # who holds it, for the message above; a full disk leaves it unsaid
+        f.seek(0)
+        f.truncate()
+        f.write(f"{os.getpid()}\n")
+        f.flush()
+    except OSError:
+        pass
     return f
 
 
