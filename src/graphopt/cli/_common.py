@@ -25,9 +25,10 @@ from rich.markup import escape
 
 from graphopt.errors import GraphoptError, check_fields
 
-__all__ = ["ADDRESS_HELP", "BACKEND_HELP", "GRAPH_HELP", "LOCK_FILE", "PARAM_HELP", "check_output", "check_run_folder",
-           "compile_simulator", "console", "evaluation_backend", "fail", "field_help", "lock_folder",
-           "method_params", "mib", "options_from_fields", "parse_bench_args", "parse_field"]
+__all__ = ["ADDRESS_HELP", "BACKEND_HELP", "GRAPH_HELP", "LOCK_FILE", "PARAM_HELP", "check_output",
+           "check_run_folder", "compile_simulator", "console", "evaluation_backend", "fail",
+           "field_help", "lock_folder", "method_params", "mib", "options_from_fields",
+           "parse_bench_args", "parse_field"]
 
 # Tables are wide; when output goes to a file or a pipe, do not squeeze them to 80 columns.
 console = Console(width=None if Console().is_terminal else 140)

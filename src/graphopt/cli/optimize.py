@@ -76,8 +76,9 @@ def optimize(
     """Compare optimization methods on a graph: a table of step time, speed-ups,
     memory and search cost, and a plan, Chrome trace and Gantt chart per method.
 
-    Ctrl-C stops the running method with its best plan so far and skips the rest; the
-    table and the files then hold what was done, and the exit code is 130.
+    Ctrl-C (or SIGTERM, SIGHUP) stops the running method with its best plan so far and
+    skips the rest; the table and the files then hold what was done, and the exit code is
+    130. A second run into the same --out is refused while the first one lasts.
 
     Example: graphopt optimize zoo:gnmt-4 --methods single,expert,metis,sa --out runs/gnmt4
     """

@@ -23,8 +23,8 @@ from graphopt.ir.graph import Graph, GraphBuilder
 from graphopt._files import npz_arrays, regular_file
 from graphopt.ir.ops import op_class
 
-__all__ = ["MAX_NPZ_NODES", "MAX_NPZ_EDGES", "TPUGRAPHS_OPCODES", "TpuGraphsSample", "is_tpugraphs_npz", "load_npz_graph",
-           "load_tpugraphs_npz", "opcode_name"]
+__all__ = ["MAX_NPZ_EDGES", "MAX_NPZ_NODES", "TPUGRAPHS_OPCODES", "TpuGraphsSample",
+           "is_tpugraphs_npz", "load_npz_graph", "load_tpugraphs_npz", "opcode_name"]
 
 #: The most nodes a TpuGraphs ``.npz`` may declare (rows of ``node_feat``, entries of
 #: ``node_opcode``), read from the array headers before any array is loaded: the
