@@ -38,8 +38,8 @@ def main() -> None:
     except OSError as err:
         if err.errno not in WRITE_ERRNOS:
             raise
-        print(f"error: {err.filename or 'graphopt'}: cannot write ({err.strerror})",
-              file=sys.stderr)
+        where = f"{err.filename}: cannot write" if err.filename else "a write failed"
+        print(f"error: {where} ({err.strerror})", file=sys.stderr)
         raise SystemExit(2) from None
 
 
