@@ -53,7 +53,7 @@ def main() -> None:
     from graphopt.benchmarks import geomean, save_json
     from graphopt.benchmarks.fusion import _problem
     from graphopt.optim.base import Budget, optimize
-    from graphopt.optim.learned.go import GOOne, new_policy
+    from graphopt.optim.learned.go.method import GOOne, new_policy
     from graphopt.sim import Plan, simulate
 
     @dataclass

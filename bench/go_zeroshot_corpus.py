@@ -34,8 +34,8 @@ from graphopt.benchmarks.go_table2 import ROWS, row_entry
 from graphopt.hardware import load_cluster
 from graphopt.optim.base import Budget
 from graphopt.optim.compare import compare
-from graphopt.optim.learned.go import SHIPPED, load_go_policy
-from graphopt.rl.go_env import GOEnv
+from graphopt.optim.learned.go.method import SHIPPED, load_go_policy
+from graphopt.optim.learned.go.env import GOEnv
 from graphopt.rl.ppo import log_prob
 from graphopt.sim import Problem
 from graphopt.zoo import HELD_OUT_FAMILIES, build

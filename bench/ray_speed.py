@@ -128,7 +128,7 @@ def main() -> None:
         pool.close()
 
     # -- GO pre-training ---------------------------------------------------------------
-    from graphopt.optim.learned.go import pretrain
+    from graphopt.optim.learned.go.train import pretrain
     from graphopt.rl.config import PPOConfig
 
     corpus = [Problem(layered_graph(40, 25, seed=1), load_cluster("p100:4")),

@@ -5,7 +5,7 @@ REGAL's target is a mean peak 5% below BRKGA-5K's on the held-out graphs, at BRK
 budget. This script measures what searches with ``--long`` evaluations (10x that budget
 by default) reach on the same graphs: the registry's uniform BRKGA and BRKGA on REGAL's
 chromosome with the layer-split prior
-(:func:`graphopt.optim.learned.regal.layer_split_prior`), ``--long-seeds`` seeds each, and
+(:func:`graphopt.optim.learned.regal.method.layer_split_prior`), ``--long-seeds`` seeds each, and
 the best of all of them. It prices nothing REGAL is trained or tuned with: the figures
 bound what a method at 5,000 evaluations can be expected to reach, they choose nothing.
 Peak memory, ``p100:2``, placement and scheduling; BRKGA-5K is the median of
@@ -40,7 +40,7 @@ def _brkga(problem, evals: int, seed: int) -> float:
 
 def run(long: int, long_seeds: int, seeds: int) -> dict:
     # imported here so that a bad --out fails at once, before torch loads
-    from graphopt.optim.learned.regal import (TEST_GRAPHS, RegalSpace, layer_split_prior,
+    from graphopt.optim.learned.regal.method import (TEST_GRAPHS, RegalSpace, layer_split_prior,
                                               load_corpus, regal_value)
 
     rows = []

@@ -1,6 +1,6 @@
 """The strength of REGAL's layer-split prior, chosen on the training corpus.
 
-:func:`graphopt.optim.learned.regal.layer_split_prior` cuts a model into D runs of whole
+:func:`graphopt.optim.learned.regal.method.layer_split_prior` cuts a model into D runs of whole
 layers of equal bytes and draws a unit's affinity for its run's device from
 Beta(s, 1), for the others from Beta(1, s). This script prices each strength ``s`` of
 ``--strengths`` as BRKGA's mutant distributions on REGAL's chromosome, against uniform
@@ -25,7 +25,7 @@ import numpy as np
 
 from graphopt.benchmarks import save_json
 from graphopt.cli._common import parse_bench_args
-from graphopt.optim.learned.regal import (TRAIN_CORPUS, RegalSpace, layer_split_prior, load_corpus,
+from graphopt.optim.learned.regal.method import (TRAIN_CORPUS, RegalSpace, layer_split_prior, load_corpus,
                                           regal_value)
 
 TASK = frozenset({"placement", "scheduling"})

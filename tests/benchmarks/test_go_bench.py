@@ -5,7 +5,7 @@ import json
 from graphopt.benchmarks import go as go_bench
 from graphopt.hardware import load_cluster
 from graphopt.ir.generate import layered_graph
-from graphopt.optim.learned.go import pretrain
+from graphopt.optim.learned.go.train import pretrain
 from graphopt.rl.ppo import PPOConfig
 from graphopt.sim import Problem
 

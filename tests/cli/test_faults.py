@@ -115,7 +115,7 @@ def test_optimize_outputs_are_all_or_nothing(tmp_path, monkeypatch):
 
 # -- a kill between a checkpoint's two files ------------------------------------------------------
 def test_a_torn_checkpoint_is_refused_and_stale_temporaries_are_removed(tmp_path):
-    from graphopt.rl.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+    from graphopt.runs.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 
     def saved(folder, step):
         net = torch.nn.Linear(2, 2)
@@ -195,8 +195,8 @@ def test_the_learning_rate_anneals_by_updates_not_the_clock():
     # stopped by it and resumed learned otherwise than one that never stopped
     from graphopt.hardware import load_cluster
     from graphopt.ir.generate import layered_graph
-    from graphopt.optim.learned.go import new_policy
-    from graphopt.rl.go_env import GOEnv
+    from graphopt.optim.learned.go.method import new_policy
+    from graphopt.optim.learned.go.env import GOEnv
     from graphopt.rl.ppo import PPOConfig, train
     from graphopt.sim import Problem
 

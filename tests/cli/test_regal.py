@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from graphopt.cli import app
 from graphopt.optim.base import Budget, optimize
-from graphopt.optim.learned.regal import SHIPPED, load_corpus
+from graphopt.optim.learned.regal.method import SHIPPED, load_corpus
 from graphopt.sim import simulate
 
 runner = CliRunner()

@@ -10,7 +10,7 @@ from safetensors.torch import load_file
 from graphopt.costmodel.data import CostModelError
 from graphopt.costmodel.metrics import kendall_tau
 from graphopt.costmodel.trainer import TrainConfig, _model_from, evaluate, load_run, rank, score_graph, train
-from graphopt.rl.checkpoint import CheckpointError
+from graphopt.runs.checkpoint import CheckpointError
 from tests.conftest import real_tpugraphs
 from tests.costmodel.conftest import write_layout, write_tile
 

@@ -120,7 +120,7 @@ def test_a_killed_actor_is_replaced_and_its_batch_rerun(pool, prob, monkeypatch)
 
 
 def test_go_pretraining_rollouts_on_ray_match_local(pool, prob, tmp_path):
-    from graphopt.optim.learned.go import pretrain
+    from graphopt.optim.learned.go.train import pretrain
     from graphopt.rl.config import PPOConfig
 
     small = Problem(mlp_training_graph(), load_cluster("p100:2"))

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from graphopt.nn import BiSAGE, GOPolicy, GOPolicyConfig, SegmentRecurrentAttention
+from graphopt.nn import BiSAGE, SegmentRecurrentAttention
+from graphopt.optim.learned.go.policy import GOPolicy, GOPolicyConfig
 
 
 def _inputs(n: int, seed: int = 0):

@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from graphopt.nn import (AttentionLSTMPlacer, BiSAGE, FiLM, GOPolicy, GOPolicyConfig, Grouper,
-                         SegmentRecurrentAttention)
+from graphopt.nn import AttentionLSTMPlacer, BiSAGE, FiLM, SegmentRecurrentAttention
+from graphopt.optim.learned.go.policy import GOPolicy, GOPolicyConfig
+from graphopt.optim.learned.hdp.grouper import Grouper
 
 LAYERS = {
     "FiLM(8, context_dim=3)": lambda: FiLM(8, context_dim=3),

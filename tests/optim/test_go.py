@@ -13,8 +13,9 @@ from graphopt.errors import GraphoptError
 from graphopt.hardware import load_cluster
 from graphopt.ir.generate import layered_graph
 from graphopt.optim import Budget, optimize
-from graphopt.optim.learned.go import SHIPPED, load_go_policy, pretrain
-from graphopt.rl.checkpoint import CheckpointError
+from graphopt.optim.learned.go.method import SHIPPED, load_go_policy
+from graphopt.optim.learned.go.train import pretrain
+from graphopt.runs.checkpoint import CheckpointError
 from graphopt.rl.ppo import PPOConfig
 from graphopt.sim import Problem, simulate, simulate_batch
 

@@ -8,7 +8,7 @@ import torch
 from graphopt.hardware import load_cluster
 from graphopt.ir.generate import layered_graph, mlp_training_graph
 from graphopt.optim import Budget, get_optimizer, list_optimizers
-from graphopt.rl import CheckpointError
+from graphopt.runs import CheckpointError
 from graphopt.sim import Plan, Problem, simulate, simulate_batch
 from graphopt.zoo import build, get_entry
 
@@ -75,7 +75,7 @@ def test_hdp_is_never_worse_than_its_layout():
 
 
 def test_layout_prior_sends_the_given_share_of_groups_off_the_contiguous_layout():
-    from graphopt.optim.learned.hdp import layout_prior
+    from graphopt.optim.learned.hdp.method import layout_prior
 
     prior = layout_prior(8, 4, 0.1)
     assert prior.argmax(1).tolist() == [0, 0, 1, 1, 2, 2, 3, 3]

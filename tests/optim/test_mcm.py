@@ -164,7 +164,7 @@ def test_learned_policy_trains_on_repaired_partitions(prob):
 def test_chiplet_prior_starts_at_the_contiguous_partition(prob):
     import torch
 
-    from graphopt.optim.learned.mcm import MCMEnv, new_policy
+    from graphopt.optim.learned.mcm.method import MCMEnv, new_policy
 
     env = MCMEnv(prob, PLACE)
     policy = new_policy(0, dim=16)
@@ -177,7 +177,8 @@ def test_chiplet_prior_starts_at_the_contiguous_partition(prob):
 
 
 def test_pretrained_policy_zero_shot_and_finetuned(prob, tmp_path_factory):
-    from graphopt.optim.learned.mcm import load_mcm_policy, pretrain
+    from graphopt.optim.learned.mcm.method import load_mcm_policy
+    from graphopt.optim.learned.mcm.train import pretrain
 
     folder = tmp_path_factory.mktemp("mcm")
     pretrain([prob], folder, updates=2, progress=False, dim=16, command="test")
@@ -210,7 +211,7 @@ def test_cli_refuses_bad_input_in_one_line(args, fault, tmp_path):
 def test_greedy_prior_brings_proposals_near_the_greedy_partition(prob):
     import torch
 
-    from graphopt.optim.learned.mcm import MCMEnv, load_mcm_policy
+    from graphopt.optim.learned.mcm.method import MCMEnv, load_mcm_policy
     from graphopt.rl.ppo import sample
 
     plain = MCMEnv(prob, PLACE)

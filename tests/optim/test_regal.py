@@ -10,12 +10,12 @@ from graphopt.dist.local import LocalEvaluator
 from graphopt.errors import GraphoptError
 from graphopt.hardware import load_cluster
 from graphopt.ir.generate import layered_graph
-from graphopt.nn.regal import REGALHead
+from graphopt.optim.learned.regal.head import REGALHead
 from graphopt.optim import Budget, optimize
-from graphopt.optim.learned.regal import (REGAL, RegalSpace, layer_split_prior, load_regal_policy,
+from graphopt.optim.learned.regal.method import (REGAL, RegalSpace, layer_split_prior, load_regal_policy,
                                           pretrain_regal, regal_value)
 from graphopt.optim.search.brkga import crossover
-from graphopt.rl.regal import RegalConfig, gene_params, input_dim, regal_inputs, train_regal
+from graphopt.optim.learned.regal.train import RegalConfig, gene_params, input_dim, regal_inputs, train_regal
 from graphopt.sim import Plan, Problem, simulate
 
 TASK = frozenset({"placement", "scheduling"})

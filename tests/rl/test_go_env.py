@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from graphopt.ir.coarsen import colocation_groups
-from graphopt.rl.go_env import UNIT_FEATURES, GOEnv
+from graphopt.optim.learned.go.env import UNIT_FEATURES, GOEnv
 from graphopt.sim import simulate_batch
 
 ALL = frozenset({"placement", "scheduling", "fusion"})

@@ -5,7 +5,7 @@ import numpy as np
 from graphopt.hardware import load_cluster
 from graphopt.ir.generate import layered_graph
 from graphopt.optim import Budget, optimize
-from graphopt.rl.go_env import GOEnv
+from graphopt.optim.learned.go.env import GOEnv
 from graphopt.sim import Plan, Problem
 
 

@@ -7,8 +7,8 @@ import torch
 from graphopt.hardware import load_cluster
 from graphopt.ir.generate import layered_graph
 from graphopt.optim import Budget, optimize
-from graphopt.optim.learned.go import load_go_policy
-from graphopt.rl.go_env import GOEnv
+from graphopt.optim.learned.go.method import load_go_policy
+from graphopt.optim.learned.go.env import GOEnv
 from graphopt.sim import Plan, Problem, simulate
 
 

@@ -7,8 +7,8 @@ import torch
 
 from graphopt.hardware import load_cluster
 from graphopt.ir.generate import layered_graph
-from graphopt.optim.learned.go import new_policy
-from graphopt.rl.go_env import GOEnv
+from graphopt.optim.learned.go.method import new_policy
+from graphopt.optim.learned.go.env import GOEnv
 from graphopt.rl.ppo import PPOConfig, log_prob, sample, train
 from graphopt.sim import Problem
 

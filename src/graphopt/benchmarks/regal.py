@@ -2,7 +2,7 @@
 on held-out graphs, two devices, placement and scheduling, every method at equal
 evaluations.
 
-Rows are :data:`graphopt.optim.learned.regal.TEST_GRAPHS` (never trained on). Methods:
+Rows are :data:`graphopt.optim.learned.regal.method.TEST_GRAPHS` (never trained on). Methods:
 
 - **GP+DFS**: a METIS partition, then XLA's DFS memory schedule (a few simulations);
 - **XLA memory schedulers**: the METIS partition, then the best of XLA's list, DFS and
@@ -39,10 +39,10 @@ from graphopt.benchmarks import replace_section, save_json
 from graphopt.errors import GraphoptError
 from graphopt.optim.base import Budget, optimize
 from graphopt.optim.heuristics.schedulers import dfs_memory
-from graphopt.optim.learned.regal import (TEST_GRAPHS, TRAIN_CORPUS, RegalSpace, _params, _prior,
+from graphopt.optim.learned.regal.method import (TEST_GRAPHS, TRAIN_CORPUS, RegalSpace, _params, _prior,
                                           load_corpus, load_regal_policy, regal_value,
                                           trained_prior)
-from graphopt.rl.regal import RegalConfig, regal_inputs
+from graphopt.optim.learned.regal.train import RegalConfig, regal_inputs
 from graphopt.sim import Problem, simulate
 
 __all__ = ["ELITE_BIAS", "ELITE_BIAS_OFF", "ELITE_BIAS_ROWS", "METHODS", "TUNING_GRID", "run",

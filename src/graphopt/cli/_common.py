@@ -157,10 +157,10 @@ def lock_folder(folder: Path | None, option: str = "--out"):
 
 def check_run_folder(out: Path, option: str = "--out"):
     """:func:`check_output` of a trainer's folder (given to ``option``) and of every file
-    the trainer writes there (:data:`graphopt.rl.run.RUN_FILES`): a folder named
+    the trainer writes there (:data:`graphopt.runs.run.RUN_FILES`): a folder named
     ``policy.json`` there failed only when the run saved, after training. Then the folder
     is claimed (:func:`lock_folder`): keep the returned file while the run lasts."""
-    from graphopt.rl.run import RUN_FILES
+    from graphopt.runs.run import RUN_FILES
 
     check_output(out, option, folder=True)
     for name in RUN_FILES:

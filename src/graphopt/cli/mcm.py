@@ -54,7 +54,8 @@ def train_mcm(
 
     from graphopt.benchmarks.mcm import forward_graph
     from graphopt.hardware import load_cluster
-    from graphopt.optim.learned.mcm import PRETRAIN_CORPUS, PRETRAIN_PPO, pretrain
+    from graphopt.optim.learned.mcm.method import PRETRAIN_CORPUS, PRETRAIN_PPO
+    from graphopt.optim.learned.mcm.train import pretrain
     from graphopt.sim import Problem
 
     torch.set_num_threads(threads)

@@ -11,7 +11,7 @@ from graphopt.cli._common import (ADDRESS_HELP, BACKEND_HELP, check_output, chec
                                   compile_simulator, console, evaluation_backend, fail,
                                   options_from_fields)
 from graphopt.errors import GraphoptError, check_fields
-from graphopt.rl.config import RegalConfig
+from graphopt.optim.learned.regal.config import RegalConfig
 
 __all__ = ["bench_regal", "train_regal"]
 
@@ -51,7 +51,7 @@ def train_regal(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from graphopt.dist.local import check_objective, stop_on_interrupt
-    from graphopt.optim.learned.regal import TRAIN_CORPUS, load_corpus, pretrain_regal
+    from graphopt.optim.learned.regal.method import TRAIN_CORPUS, load_corpus, pretrain_regal
 
     config = RegalConfig(**options)
     defaults = RegalConfig()
@@ -139,7 +139,7 @@ def bench_regal(
     """
     from graphopt.benchmarks import check_section
     from graphopt.benchmarks import regal as bench
-    from graphopt.optim.learned.regal import TEST_GRAPHS
+    from graphopt.optim.learned.regal.method import TEST_GRAPHS
 
     labels = tuple(m for m in bench.METHODS if m not in bench.ELITE_BIAS_ROWS or elite_bias_policy) \
         if methods == "all" else tuple(m.strip() for m in methods.split(",") if m.strip())

@@ -59,7 +59,7 @@ def train(
 ) -> None:
     """Pre-train GO's policy with PPO on a corpus of graphs; the result is what the 'go'
     and 'go-finetune' methods load with -p go.checkpoint=OUT. PPO options left unset take
-    pre-training's settings (PRETRAIN_PPO in graphopt.optim.learned.go, see docs/go.md).
+    pre-training's settings (PRETRAIN_PPO in graphopt.optim.learned.go.method, see docs/go.md).
 
     Example: graphopt train --updates 3000 --out runs/go-pretrain
     """
@@ -70,7 +70,8 @@ def train(
 
     from graphopt.hardware import load_cluster
     from graphopt.optim.base import parse_task
-    from graphopt.optim.learned.go import PRETRAIN_CORPUS, PRETRAIN_PPO, load_go_policy, pretrain
+    from graphopt.optim.learned.go.method import PRETRAIN_CORPUS, PRETRAIN_PPO, load_go_policy
+    from graphopt.optim.learned.go.train import pretrain
     from graphopt.sim import Problem
 
     torch.set_num_threads(threads)

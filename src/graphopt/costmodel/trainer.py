@@ -3,7 +3,7 @@
 ``train(TrainConfig(...)) -> run directory`` holding
 
 - ``config.json``: every hyperparameter, the model's input widths, the split;
-- ``weights.safetensors`` + ``checkpoint.json``: a :mod:`graphopt.rl.checkpoint`
+- ``weights.safetensors`` + ``checkpoint.json``: a :mod:`graphopt.runs.checkpoint`
   checkpoint (weights, optimizer state, feature normalization and the GST table as
   ``data.norm.*`` and ``data.gst.*``, the epoch reached and the log); written after
   every epoch atomically, so ``TrainConfig(resume=run_dir)`` continues exactly where
@@ -38,8 +38,8 @@ from graphopt.costmodel.metrics import LOSSES, METRICS, ranking_loss, ranking_me
 from graphopt.costmodel.models import MODELS, CostModel, build_model, graph_tensors
 from graphopt.errors import check_fields
 from graphopt._files import atomic_write, read_json
-from graphopt.rl.checkpoint import CheckpointError, load_checkpoint, read_checkpoint, save_checkpoint
-from graphopt.rl.run import run_name, seed_everything, write_log
+from graphopt.runs.checkpoint import CheckpointError, load_checkpoint, read_checkpoint, save_checkpoint
+from graphopt.runs.run import run_name, seed_everything, write_log
 from graphopt.viz.curves import metric_curves
 
 __all__ = ["TrainConfig", "baselines", "evaluate", "load_run", "rank", "score_graph", "train"]
@@ -129,7 +129,7 @@ def _check_run(run: Path, meta: Any, ckpt: Any, tensors: dict) -> None:
 
 
 # ----------------------------------------------------------------------------------------
-# Checkpoints: graphopt.rl.checkpoint's format
+# Checkpoints: graphopt.runs.checkpoint's format
 # ----------------------------------------------------------------------------------------
 
 def _checkpoint_config(meta: dict) -> dict:

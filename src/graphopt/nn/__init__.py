@@ -1,20 +1,16 @@
-"""Neural-network layers of the learned optimizers: a GraphSAGE encoder, segment-recurrent
-attention with feature modulation, GO's multi-task policy and its chiplet variant
-(multi-chip partitioning), the networks of the REINFORCE placers (the attention LSTM
-placer and HDP's grouper), and REGAL's per-node distributions for BRKGA.
+"""Neural-network layers several learned optimizers share: a GraphSAGE encoder,
+segment-recurrent attention with feature modulation, and the attention LSTM placer of
+the REINFORCE placers. A method's own head lives with the method, under
+:mod:`graphopt.optim.learned` (GO's policy in ``go/policy.py``, its chiplet variant in
+``mcm/chiplet.py``, HDP's grouper in ``hdp/grouper.py``, REGAL's head in
+``regal/head.py``).
 
 Layers see tensors only (features, edges, masks); building those from a problem is the
-trainer's job (:mod:`graphopt.rl.go_env`), so ``nn`` never imports the simulator.
+method's job, so ``nn`` never imports the simulator.
 """
 
 from graphopt.nn.attention import FiLM, SegmentRecurrentAttention
-from graphopt.nn.chiplet import ChipletPolicy, ChipletPolicyConfig
-from graphopt.nn.go import TASK_LEVELS, GOPolicy, GOPolicyConfig
-from graphopt.nn.grouper import Grouper
-from graphopt.nn.regal import REGALHead
 from graphopt.nn.sage import BiSAGE
 from graphopt.nn.seq2seq import AttentionLSTMPlacer
 
-__all__ = ["AttentionLSTMPlacer", "BiSAGE", "ChipletPolicy", "ChipletPolicyConfig", "FiLM",
-           "GOPolicy", "GOPolicyConfig", "Grouper", "REGALHead", "SegmentRecurrentAttention",
-           "TASK_LEVELS"]
+__all__ = ["AttentionLSTMPlacer", "BiSAGE", "FiLM", "SegmentRecurrentAttention"]

@@ -99,7 +99,10 @@ def _load_all() -> None:
 
     for mod in ("graphopt.optim.heuristics", "graphopt.optim.search", "graphopt.optim.learned"):
         try:
-            importlib.import_module(mod)
+            package = importlib.import_module(mod)
+            # a package that loads its methods lazily names the modules that register them
+            for method in getattr(package, "METHOD_MODULES", ()):
+                importlib.import_module(method)
         except ModuleNotFoundError as err:
             if err.name != mod:
                 raise

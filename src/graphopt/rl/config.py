@@ -3,11 +3,13 @@ list them (and make options of them) without importing torch."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
-from graphopt.errors import MAX_SEED
+__all__ = ["PPOConfig", "RUN_FIELDS", "ppo_field", "run_hparams"]
 
-__all__ = ["PPOConfig", "RegalConfig"]
+#: A learned method's fields that say how it runs, not what it learns: a checkpoint's
+#: config leaves them out, so a run resumes with other threads or without a progress bar.
+RUN_FIELDS = ("threads", "checkpoint_every", "progress", "checkpoint_dir")
 
 
 @dataclass
@@ -37,28 +39,15 @@ class PPOConfig:
                 "many lower bounds."})
 
 
-@dataclass
-class RegalConfig:
-    """REGAL's REINFORCE hyperparameters (:mod:`graphopt.rl.regal`; the defaults made the
-    shipped policy)."""
+def ppo_field(name: str, base: PPOConfig | None = None):
+    """A method's field for PPO hyperparameter ``name``: its help is PPOConfig's, its
+    default ``base``'s value (PPOConfig's default without one)."""
+    spec = {f.name: f for f in fields(PPOConfig)}[name]
+    return field(default=spec.default if base is None else getattr(base, name),
+                 metadata=spec.metadata)
 
-    updates: int = field(default=1000, metadata={"min": 1, "help": "Policy updates (one graph each)."})
-    samples: int = field(default=4, metadata={"min": 2, "limit": 10_000,
-        "help": "Actions sampled per update; their mean reward is the baseline."})
-    evals: int = field(default=5000, metadata={"min": 10,
-        "help": "Simulator evaluations of each BRKGA run that prices an action (REGAL's test budget)."})
-    elite_bias: bool = field(default=False, metadata={
-        "help": "Also train the per-node elite bias (crossover offsets), for 'regal' with elite_bias."})
-    prior: str = field(default="layer-split", metadata={"choices": ("layer-split", "uniform"),
-        "help": "Distributions the policy's multiply: 'layer-split' (the model cut by layers, "
-                "graphopt.optim.learned.regal.layer_split_prior) or 'uniform' (REGAL's own)."})
-    lr: float = field(default=5e-4, metadata={"gt": 0, "help": "Adam learning rate."})
-    sigma: float = field(default=0.25, metadata={"gt": 0,
-        "help": "Standard deviation of the Gaussian the actions are drawn from around the policy's outputs."})
-    dim: int = field(default=32, metadata={"min": 1, "max": 8192,
-        "help": "Hidden width of the graph network."})
-    layers: int = field(default=2, metadata={"min": 1, "max": 16, "help": "GraphSAGE layers."})
-    max_devices: int = field(default=8, metadata={"min": 1, "max": 64, "help": "Device slots of the head."})
-    max_grad_norm: float = field(default=1.0, metadata={"gt": 0, "help": "Gradient clipping norm."})
-    save_every: int = field(default=10, metadata={"min": 1, "help": "Updates between checkpoints."})
-    seed: int = field(default=0, metadata={"min": 0, "max": MAX_SEED, "help": "Seed of every random choice."})
+
+def run_hparams(method: object) -> dict:
+    """The hyperparameters of learned method ``method`` (a dataclass) that its checkpoint's
+    config records: every field but :data:`RUN_FIELDS`, in field order."""
+    return {k: v for k, v in asdict(method).items() if k not in RUN_FIELDS}

@@ -16,7 +16,8 @@ joint probability of N choices would leave the trust region after any update; pe
 it stays near 1, and the clip does its job (as in GO, whose policy factorizes over
 nodes). Then ``update_epochs`` gradient steps on the same batch, an entropy bonus,
 global gradient clipping and Adam. With ``tune="heads"`` (fine-tuning a pre-trained
-policy) the trunk's embedding of each graph (:meth:`GOPolicy.embed`) is computed once,
+policy) the trunk's embedding of each graph
+(:meth:`~graphopt.optim.learned.go.policy.GOPolicy.embed`) is computed once,
 without autograd, and only the per-task layers train: an update then costs a forward and
 backward pass of those layers alone.
 
@@ -44,11 +45,9 @@ from torch import Tensor
 
 from graphopt._files import save_figure
 from graphopt.dist.local import BudgetExhausted, make_evaluator, stop_on_interrupt, stop_requested
-from graphopt.nn import GOPolicy
-from graphopt.rl.checkpoint import load_checkpoint, save_checkpoint
+from graphopt.runs.checkpoint import load_checkpoint, save_checkpoint
 from graphopt.rl.config import PPOConfig
-from graphopt.rl.go_env import GOEnv
-from graphopt.rl.run import CURVE_FILE, LOG_FILE, seed_everything, write_log
+from graphopt.runs.run import CURVE_FILE, LOG_FILE, seed_everything, write_log
 from graphopt.sim import Plan
 
 __all__ = ["PPOConfig", "log_prob", "reward", "sample", "train"]
@@ -100,17 +99,20 @@ class _EnvRecord:
     best: dict | None = None
 
 
-def train(policy: GOPolicy, envs: list[GOEnv], cfg: PPOConfig, *, seed: int,
+def train(policy: torch.nn.Module, envs: list, cfg: PPOConfig, *, seed: int,
           evals: int | None = None, updates: int | None = None, seconds: float | None = None,
           checkpoint_dir: str | None = None, checkpoint_every: int = 50,
           run_config: dict | None = None, progress: bool = True,
           label: str = "go") -> dict:
     """Train ``policy`` on ``envs`` until ``evals`` simulations or ``seconds`` of this call,
     or until the run (resumed from ``checkpoint_dir`` or new) counts ``updates`` updates:
-    the first bound reached; at least one must be set. With ``cfg.anneal_lr`` the learning
-    rate falls linearly to 0 over the ``updates`` (or ``evals``) bound, never by the clock
-    unless ``seconds`` alone bounds the run, so that a run stopped early and resumed learns
-    exactly as one that never stopped.
+    the first bound reached; at least one must be set. ``policy`` is GO's network
+    (:class:`graphopt.optim.learned.go.policy.GOPolicy`, or MCM's chiplet variant) and
+    ``envs`` its environments (:class:`graphopt.optim.learned.go.env.GOEnv`, one graph
+    each); the two methods that share this trainer own them.
+    With ``cfg.anneal_lr`` the learning rate falls linearly to 0 over the ``updates`` (or
+    ``evals``) bound, never by the clock unless ``seconds`` alone bounds the run, so that a
+    run stopped early and resumed learns exactly as one that never stopped.
 
     Returns a dict: ``best`` (per env: ``(Plan, step time)``, None before a valid plan), ``history``
     (``[evals, seconds, best step time]`` per update of the first env), ``curve`` (batch
@@ -136,7 +138,7 @@ def train(policy: GOPolicy, envs: list[GOEnv], cfg: PPOConfig, *, seed: int,
             rec.best_time, rec.best = saved["time"], saved["plan"]
     embedded: dict[int, tuple[Tensor, Tensor]] = {}
 
-    def forward(i: int, env: GOEnv) -> dict[str, Tensor]:
+    def forward(i: int, env) -> dict[str, Tensor]:
         if cfg.tune == "all":
             return env.with_prior(policy(*env.inputs(), tasks=env.tasks))
         if i not in embedded:  # the frozen trunk: one pass per graph for the whole run
@@ -263,7 +265,7 @@ def train(policy: GOPolicy, envs: list[GOEnv], cfg: PPOConfig, *, seed: int,
             "interrupted": interrupted}
 
 
-def _plot(state: dict, envs: list[GOEnv], path: str, label: str) -> None:
+def _plot(state: dict, envs: list, path: str, label: str) -> None:
     """Mean and best step time over the lower bound, per graph, against updates."""
     import matplotlib
 

@@ -1,4 +1,5 @@
-"""REINFORCE pieces the learned placers share: the √(step time) cost, the
+"""REINFORCE as the learned placers (rl-lstm, hdp) run it, written once: the training
+loop (:func:`train`, each update's samples a :class:`Batch`), the √(step time) cost, the
 moving-average baseline, the learning-rate schedule, convergence figures, and saving and
 restoring a run.
 
@@ -10,19 +11,21 @@ step time), as in Mirhoseini et al. (2017) and grappler's hierarchical controlle
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from graphopt.rl.checkpoint import load_checkpoint, save_checkpoint
-from graphopt.rl.run import CURVE_FILE, LOG_FILE, write_log
+from graphopt.dist.local import BudgetExhausted, stop_on_interrupt, stop_requested
+from graphopt.runs.checkpoint import load_checkpoint, save_checkpoint
+from graphopt.runs.run import CURVE_FILE, LOG_FILE, write_log
 from graphopt.sim import Plan
 from graphopt.viz.curves import learning_curve
 
-__all__ = ["EMABaseline", "new_run_state", "record_update", "restore_run", "run_stats",
-           "save_run", "sqrt_cost", "staircase_lr", "time_to_within"]
+__all__ = ["Batch", "EMABaseline", "new_run_state", "plan_rows", "record_update", "restore_run",
+           "run_stats", "save_run", "sqrt_cost", "staircase_lr", "time_to_within", "train"]
 
 
 def sqrt_cost(step_time: np.ndarray, valid: np.ndarray, invalid_step_time: float) -> np.ndarray:
@@ -173,3 +176,98 @@ def save_run(folder: str, config: dict, modules: dict, optimizer, generator: tor
     save_checkpoint(folder, config, modules, optimizer, generator, state)
     write_log(state["log"], f"{folder}/{LOG_FILE}")
     learning_curve(state["history"], f"{folder}/{CURVE_FILE}", state["curve"], title=title)
+
+
+def plan_rows(a: np.ndarray | None, b: int, n: int) -> np.ndarray | None:
+    """``b`` rows of a plan part ``a`` of ``n`` nodes (None stays None): what a batch of
+    ``b`` placements is evaluated with.
+
+    >>> plan_rows(np.arange(3), 2, 3).tolist(), plan_rows(None, 2, 3)
+    ([[0, 1, 2], [0, 1, 2]], None)
+    """
+    return None if a is None else np.broadcast_to(a, (b, n))
+
+
+@dataclass
+class Batch:
+    """One update's samples: the ``placements`` to price (``[S, N]``), the policy's
+    ``entropy`` per sample (``[S]``, summed over its decisions) and ``loss``, which turns
+    the advantages of the first ``k`` samples priced (``(advantage [k], k)``) into the
+    loss the update minimises."""
+
+    placements: np.ndarray
+    entropy: torch.Tensor
+    loss: Callable[[torch.Tensor, int], torch.Tensor]
+
+
+def train(label: str, sample: Callable[[int], Batch], *, ev, budget, init: Plan, config: dict,
+          modules: dict, optimizer: torch.optim.Optimizer, generator: torch.Generator,
+          baseline: EMABaseline, invalid_step_time: float, grad_bound: float, num_groups: int,
+          checkpoint_dir: str | None, checkpoint_every: int, title: str, run_name: str,
+          progress: bool = True) -> tuple[np.ndarray | None, dict]:
+    """REINFORCE on √(step time) until evaluator ``ev`` is out of budget (or Ctrl-C): the
+    run of ``checkpoint_dir`` resumed (:func:`restore_run`), then per update
+    ``sample(update)`` gives a :class:`Batch` (setting the learning rate, noise or prior
+    of that update), its placements are priced with ``init``'s priorities and fusion,
+    the advantage over ``baseline`` weighs the loss, gradients are clipped to
+    ``grad_bound`` over ``modules``' parameters, and the run is checkpointed every
+    ``checkpoint_every`` updates and at the end. An update the budget cuts short is undone
+    (its sampling too), so a resumed run draws what an uninterrupted one would.
+
+    Returns the best placement (the last batch's first one without a valid plan, None
+    without a batch) and :func:`run_stats` (``groups`` is ``num_groups``).
+    """
+    n = ev.problem.graph.num_nodes
+    state = restore_run(checkpoint_dir, config, modules, optimizer, generator, baseline, ev)
+    resumed_from = state["update"]
+    parameters = [p for module in modules.values() for p in module.parameters()]
+
+    def checkpoint(folder: str) -> None:
+        save_run(folder, config, modules, optimizer, generator, state, baseline, ev, title)
+
+    interrupted, torn, placements = False, False, None
+    columns = (TextColumn(label), BarColumn(), TextColumn("{task.completed:,} evals"),
+               TextColumn("best {task.fields[best]}"), TimeElapsedColumn())
+    with Progress(*columns, disable=not progress, transient=True) as bar, stop_on_interrupt():
+        task = bar.add_task("train", total=budget.evals, best="-")
+        try:
+            while not ev.exhausted():
+                torn, drawn = True, generator.get_state()  # torn until the bookkeeping
+                batch = sample(state["update"])
+                placements = batch.placements
+                res = ev.evaluate(placements, plan_rows(init.priority, len(placements), n),
+                                  plan_rows(init.fusion, len(placements), n))
+                k = len(res.step_time)
+                cost = sqrt_cost(res.step_time, res.valid, invalid_step_time)
+                advantage = torch.as_tensor(baseline.advantage(cost), dtype=torch.float32)
+                loss = batch.loss(advantage, k)
+                optimizer.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(parameters, grad_bound)
+                optimizer.step()
+                baseline.update(cost, res.valid)
+
+                record_update(state, ev, res, float(batch.entropy[:k].detach().mean()) / num_groups,
+                              float(loss.detach()))
+                torn = False
+                bar.update(task, completed=ev.evals,
+                           best=f"{ev.best_time * 1e3:.3f} ms" if ev.best_plan else "-")
+                if checkpoint_dir and state["update"] % checkpoint_every == 0:
+                    checkpoint(checkpoint_dir)
+        except BudgetExhausted:  # the budget ran out, or Ctrl-C, before the batch
+            generator.set_state(drawn)  # the update never happened: undo its sampling
+            torn = False
+        except KeyboardInterrupt:  # a second Ctrl-C: the last checkpoint stands
+            interrupted = True
+        interrupted = interrupted or stop_requested()
+    state["evals"] += ev.evals
+    state["seconds"] += ev.elapsed
+    if checkpoint_dir is not None and not torn:
+        checkpoint(checkpoint_dir)
+
+    if ev.best_plan is not None:
+        placement = ev.best_plan.placement
+    else:
+        placement = None if placements is None else placements[0]
+    return placement, run_stats(state, ev, resumed_from_update=resumed_from, groups=num_groups,
+                                interrupted=interrupted, run_name=run_name, config=config)

@@ -1,5 +1,10 @@
 """Learned optimizers: policies trained by reinforcement learning against the simulator.
 
+Each method is one home here, holding its network head, its trainer and its decoding:
+``go/``, ``mcm/``, ``regal/``, ``hdp/`` and the module ``rl_lstm``. What several of them
+share sits below: layers in :mod:`graphopt.nn`, PPO and REINFORCE in :mod:`graphopt.rl`,
+checkpoints and run logs in :mod:`graphopt.runs`.
+
 ===========  =====================================================================
 name         what it does
 ===========  =====================================================================
@@ -19,12 +24,23 @@ regal        REGAL (Paliwal et al. 2020): BRKGA whose per-node mutant Beta
 
 All keep colocation groups on one device, save and resume checkpoints (safetensors +
 JSON) and report their learning curve; GO also decides scheduling and fusion.
+
+Importing this package loads no method (nor torch): the registry imports
+:data:`METHOD_MODULES` on first use, and a class named here loads its module when read.
 """
 
-from graphopt.optim.learned.go import GO, GOFinetune, GOOne
-from graphopt.optim.learned.hdp import HDP
-from graphopt.optim.learned.mcm import MCM, MCMFinetune, MCMOne
-from graphopt.optim.learned.regal import REGAL
-from graphopt.optim.learned.rl_lstm import RLLSTM
+from graphopt._lazy import lazy_exports
 
 __all__ = ["GO", "GOFinetune", "GOOne", "HDP", "MCM", "MCMFinetune", "MCMOne", "REGAL", "RLLSTM"]
+
+_CLASSES = {
+    "graphopt.optim.learned.go.method": ("GO", "GOFinetune", "GOOne"),
+    "graphopt.optim.learned.hdp.method": ("HDP",),
+    "graphopt.optim.learned.mcm.method": ("MCM", "MCMFinetune", "MCMOne"),
+    "graphopt.optim.learned.regal.method": ("REGAL",),
+    "graphopt.optim.learned.rl_lstm": ("RLLSTM",),
+}
+#: The modules whose import registers the learned methods (:func:`graphopt.optim.base.list_optimizers`).
+METHOD_MODULES = tuple(_CLASSES)
+
+__getattr__ = lazy_exports(__name__, _CLASSES)

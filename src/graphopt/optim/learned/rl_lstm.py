@@ -59,29 +59,21 @@ uninterrupted run would have drawn.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
 import torch
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from graphopt.dist.local import BudgetExhausted, LocalEvaluator, stop_on_interrupt, stop_requested
+from graphopt.dist.local import LocalEvaluator
 from graphopt.errors import MAX_THREADS, GraphoptError
 from graphopt.ir.coarsen import bounded_groups, colocation_groups
 from graphopt.nn import AttentionLSTMPlacer
 from graphopt.optim.base import Budget, compose, register
-from graphopt.rl import (
-    EMABaseline,
-    GroupFeatures,
-    record_update,
-    restore_run,
-    run_name,
-    run_stats,
-    save_run,
-    seed_everything,
-    sqrt_cost,
-)
+from graphopt.rl import EMABaseline, GroupFeatures
+from graphopt.rl.config import run_hparams
+from graphopt.rl.reinforce import Batch, train
+from graphopt.runs import run_name, seed_everything
 from graphopt.sim import Plan, Problem
 
 __all__ = ["RLLSTM"]
@@ -151,8 +143,7 @@ class RLLSTM:
         if "placement" not in task:
             raise GraphoptError(f"rl-lstm decides placement; task {sorted(task)} leaves it out")
         graph, base = problem.graph, init or Plan()
-        hparams = {k: v for k, v in asdict(self).items()
-                   if k not in ("threads", "checkpoint_every", "progress", "checkpoint_dir")}
+        hparams = run_hparams(self)
         config = {"method": "rl-lstm", "graph": graph.name, "nodes": graph.num_nodes,
                   "edges": graph.num_edges, "cluster": problem.cluster.name, "seed": seed,
                   "task": sorted(task), **hparams}
@@ -174,69 +165,26 @@ class RLLSTM:
         optimizer = torch.optim.Adam(policy.parameters(), lr=self.lr)
         baseline = EMABaseline(self.baseline_decay)
         ev = LocalEvaluator.from_budget(problem, budget)
-        state = restore_run(self.checkpoint_dir, config, {"policy": policy}, optimizer,
-                            generator, baseline, ev)
-        resumed_from = state["update"]
 
-        def rows(a: np.ndarray | None, b: int) -> np.ndarray | None:
-            return None if a is None else np.broadcast_to(a, (b, graph.num_nodes))
-
-        def checkpoint(folder: str) -> None:
-            save_run(folder, config, {"policy": policy}, optimizer, generator, state, baseline, ev,
-                     f"rl-lstm on {graph.name} ({problem.cluster.name}), seed {seed}")
+        def sample(update: int) -> Batch:
+            for group in optimizer.param_groups:
+                group["lr"] = self.lr * min(1.0, (update + 1) / max(self.warmup, 1))
+            actions, log_prob, entropy = policy(x, self.num_samples, generator)
+            return Batch(actions.numpy()[:, groups], entropy,
+                         lambda advantage, k: (advantage * log_prob[:k]
+                                               - self.entropy_coef * entropy[:k]).mean())
 
         # -- training loop -----------------------------------------------------------------
-        interrupted, torn, placements = False, False, None
-        columns = (TextColumn("rl-lstm"), BarColumn(), TextColumn("{task.completed:,} evals"),
-                   TextColumn("best {task.fields[best]}"), TimeElapsedColumn())
-        with Progress(*columns, disable=not self.progress, transient=True) as bar, \
-                stop_on_interrupt():
-            progress = bar.add_task("train", total=budget.evals, best="-")
-            try:
-                while not ev.exhausted():
-                    torn, drawn = True, generator.get_state()  # torn until the bookkeeping
-                    for group in optimizer.param_groups:
-                        group["lr"] = self.lr * min(1.0, (state["update"] + 1) / max(self.warmup, 1))
-                    actions, log_prob, entropy = policy(x, self.num_samples, generator)
-                    placements = actions.numpy()[:, groups]
-                    res = ev.evaluate(placements, rows(base.priority, len(placements)),
-                                      rows(base.fusion, len(placements)))
-                    k = len(res.step_time)
-                    cost = sqrt_cost(res.step_time, res.valid, self.invalid_step_time)
-                    advantage = torch.as_tensor(baseline.advantage(cost), dtype=torch.float32)
-                    loss = (advantage * log_prob[:k] - self.entropy_coef * entropy[:k]).mean()
-                    optimizer.zero_grad()
-                    loss.backward()
-                    torch.nn.utils.clip_grad_norm_(policy.parameters(), self.grad_bound)
-                    optimizer.step()
-                    baseline.update(cost, res.valid)
-
-                    record_update(state, ev, res, float(entropy[:k].detach().mean()) / num_groups,
-                                  float(loss.detach()))
-                    torn = False
-                    bar.update(progress, completed=ev.evals,
-                               best=f"{ev.best_time * 1e3:.3f} ms" if ev.best_plan else "-")
-                    if self.checkpoint_dir and state["update"] % self.checkpoint_every == 0:
-                        checkpoint(self.checkpoint_dir)
-            except BudgetExhausted:  # the budget ran out, or Ctrl-C, before the batch
-                generator.set_state(drawn)  # the update never happened: undo its sampling
-                torn = False
-            except KeyboardInterrupt:  # a second Ctrl-C: the last checkpoint stands
-                interrupted = True
-            interrupted = interrupted or stop_requested()
-        state["evals"] += ev.evals
-        state["seconds"] += ev.elapsed
-        if self.checkpoint_dir is not None and not torn:
-            checkpoint(self.checkpoint_dir)
+        placement, stats = train(
+            "rl-lstm", sample, ev=ev, budget=budget, init=base, config=config,
+            modules={"policy": policy}, optimizer=optimizer, generator=generator,
+            baseline=baseline, invalid_step_time=self.invalid_step_time,
+            grad_bound=self.grad_bound, num_groups=num_groups,
+            checkpoint_dir=self.checkpoint_dir, checkpoint_every=self.checkpoint_every,
+            title=f"rl-lstm on {graph.name} ({problem.cluster.name}), seed {seed}",
+            run_name=name, progress=self.progress)
 
         # -- result ------------------------------------------------------------------------
-        best = ev.best_plan
-        if best is not None:
-            placement = best.placement
-        elif placements is not None:
-            placement = placements[0]
-        else:
+        if placement is None:
             placement = np.zeros(graph.num_nodes, np.int64)
-        plan = compose(task, init, Plan(placement=placement))
-        return plan, run_stats(state, ev, resumed_from_update=resumed_from, groups=num_groups,
-                               interrupted=interrupted, run_name=name, config=config)
+        return compose(task, init, Plan(placement=placement)), stats

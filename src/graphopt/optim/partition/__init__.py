@@ -1,7 +1,7 @@
 """Multi-chip-module partitioning (Xie et al., MLSys 2022): the constraints and their
 checker, CP-SAT repair of proposals into valid partitions, and the baselines.
 
-See docs/mcm.md. The learned policy is :mod:`graphopt.optim.learned.mcm`.
+See docs/mcm.md. The learned policy is :mod:`graphopt.optim.learned.mcm.method`.
 """
 
 from graphopt.optim.partition.constraints import check_partition, memory_need, valid_partitions

@@ -128,7 +128,7 @@ class BRKGA:
     def evolve(self, space: SearchSpace, budget: Budget, seed: int) -> tuple[Plan, dict]:
         """The genetic algorithm over ``space``'s chromosome (its ``layout``, ``decode`` and
         ``encode``): :meth:`optimize` with a chromosome of another shape, as REGAL's
-        (:class:`graphopt.optim.learned.regal.RegalSpace`)."""
+        (:class:`graphopt.optim.learned.regal.method.RegalSpace`)."""
         rng = np.random.default_rng(seed)
         problem = space.problem
         genes, layout = space.num_genes, space.layout

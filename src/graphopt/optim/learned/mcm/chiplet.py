@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from graphopt.nn.go import TASK_LEVELS, GOPolicy, GOPolicyConfig
+from graphopt.optim.learned.go.policy import TASK_LEVELS, GOPolicy, GOPolicyConfig
 
 __all__ = ["ChipletPolicy", "ChipletPolicyConfig"]
 

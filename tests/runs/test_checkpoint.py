@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from graphopt.nn import AttentionLSTMPlacer
-from graphopt.rl import CheckpointError, load_checkpoint, read_checkpoint, save_checkpoint
+from graphopt.runs import CheckpointError, load_checkpoint, read_checkpoint, save_checkpoint
 
 
 def trained_placer(generator):
@@ -91,9 +91,9 @@ def test_extra_tensors_and_no_generator(tmp_path):
 def test_policy_config_larger_than_its_weights_is_refused_unbuilt(tmp_path, monkeypatch):
     import json
 
-    from graphopt.nn import GOPolicy, GOPolicyConfig
-    from graphopt.optim.learned.go import new_policy
-    from graphopt.rl.checkpoint import load_policy, save_policy
+    from graphopt.optim.learned.go.policy import GOPolicy, GOPolicyConfig
+    from graphopt.optim.learned.go.method import new_policy
+    from graphopt.runs.checkpoint import load_policy, save_policy
 
     policy = new_policy(0, dim=8)
     save_policy(tmp_path, policy, policy.config_dict(), {})

@@ -11,13 +11,13 @@ chromosome either.
 A unit's affinities cross over together, so that BRKGA on this chromosome with uniform
 distributions is, in distribution, BRKGA on its own.
 
-**Policy** (:class:`graphopt.nn.REGALHead`): per node the Beta(α, β) that each of its genes'
-mutants are drawn from and an elite bias (an offset to the probability a child takes its
-genes from the elite parent). The learned elite bias is an option (``elite_bias``), off by
-default as REGAL's ablation found it harmful; without it every gene keeps BRKGA's
-inheritance (0.7). An untrained policy (``checkpoint "untrained"``) is uniform BRKGA.
+**Policy** (:class:`~graphopt.optim.learned.regal.head.REGALHead`): per node the Beta(α, β)
+that each of its genes' mutants are drawn from and an elite bias (an offset to the
+probability a child takes its genes from the elite parent). The learned elite bias is an
+option (``elite_bias``), off by default as REGAL's ablation found it harmful; without it
+every gene keeps BRKGA's inheritance (0.7). An untrained policy (``checkpoint "untrained"``) is uniform BRKGA.
 
-**Training** (``graphopt train regal``, :func:`graphopt.rl.regal.train_regal`): REINFORCE,
+**Training** (``graphopt train regal``, :func:`graphopt.optim.learned.regal.train.train_regal`): REINFORCE,
 reward the relative improvement of BRKGA's best plan at a fixed budget over uniform BRKGA
 at the same budget and seed, on :data:`TRAIN_CORPUS`; :data:`TEST_GRAPHS` are never seen.
 """
@@ -35,12 +35,12 @@ import torch
 from graphopt.errors import GraphoptError
 from graphopt.ir.features import layer_share
 from graphopt.ir.generate import layered_graph
-from graphopt.nn.regal import REGALHead
+from graphopt.optim.learned.regal.head import REGALHead
 from graphopt.optim.base import Budget, register
 from graphopt.optim.search._space import Decisions, SearchSpace
 from graphopt.optim.search.brkga import BRKGA
-from graphopt.rl.checkpoint import load_policy, save_policy
-from graphopt.rl.regal import (RegalConfig, gene_params, input_dim, regal_inputs, rescale,
+from graphopt.runs.checkpoint import load_policy, save_policy
+from graphopt.optim.learned.regal.train import (RegalConfig, gene_params, input_dim, regal_inputs, rescale,
                                train_regal)
 from graphopt.sim import Plan, Problem
 
@@ -49,7 +49,7 @@ __all__ = ["REGAL", "RegalSpace", "SHIPPED", "TEST_GRAPHS", "TRAIN_CORPUS", "lay
            "trained_prior"]
 
 #: The trained policy in the package.
-SHIPPED = Path(__file__).parent / "checkpoints" / "regal"
+SHIPPED = Path(__file__).parent.parent / "checkpoints" / "regal"
 
 #: Cluster of REGAL's Table 1 here: two devices.
 CLUSTER = "p100:2"
@@ -282,7 +282,7 @@ def regal_value(problem: Problem, params: dict | None, seed: int, evals: int,
     """The best objective value BRKGA reaches on REGAL's chromosome within ``evals``
     evaluations: with per-gene ``params`` (``alpha``, ``beta``, ``inheritance``), or with
     uniform distributions and ``brkga``'s inheritance when None. What training prices an
-    action with (:func:`graphopt.rl.regal.train_regal`)."""
+    action with (:func:`graphopt.optim.learned.regal.train.train_regal`)."""
     base = brkga or BRKGA()
     if params is not None:
         base = BRKGA(base.population, base.elite_fraction, base.mutant_fraction,

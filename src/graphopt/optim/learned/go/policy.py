@@ -126,7 +126,7 @@ class GOPolicy(nn.Module):
 
     def zero_head(self, task: str) -> None:
         """Set ``task``'s output layer to zero: its logits start at zero, so that a plan
-        starts at the environment's prior (:meth:`graphopt.rl.go_env.GOEnv.with_prior`,
+        starts at the environment's prior (:meth:`graphopt.optim.learned.go.env.GOEnv.with_prior`,
         centred on a start plan) while the trunk keeps what it learned."""
         out = self.head[task][-1]
         nn.init.zeros_(out.weight)

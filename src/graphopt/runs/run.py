@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from graphopt._files import atomic_write
-from graphopt.rl.checkpoint import META, POLICY_META, POLICY_WEIGHTS, WEIGHTS
+from graphopt.runs.checkpoint import META, POLICY_META, POLICY_WEIGHTS, WEIGHTS
 
 __all__ = ["CURVE_FILE", "LOG_FILE", "RUN_FILES", "run_name", "seed_everything", "write_log"]
 

@@ -11,9 +11,9 @@ go-finetune    every placement heuristic, then the pre-trained policy trained fu
 go-one         a fresh policy trained by PPO on this graph alone (GO-one in the paper)
 =============  ==========================================================================
 
-The policy (:class:`graphopt.nn.GOPolicy`) decides for every node at once — device,
+The policy (:class:`graphopt.optim.learned.go.policy.GOPolicy`) decides for every node at once — device,
 scheduling priority, fusion priority, whichever the task asks for — on the graph's
-colocation groups (:class:`graphopt.rl.go_env.GOEnv`); the trainer is PPO
+colocation groups (:class:`graphopt.optim.learned.go.env.GOEnv`); the trainer is PPO
 (:mod:`graphopt.rl.ppo`). :func:`pretrain` trains a policy on a corpus of graphs; the
 package ships one (``checkpoints/go``), trained by the command in its ``policy.json``.
 """
@@ -21,7 +21,7 @@ package ships one (``checkpoints/go``), trained by the command in its ``policy.j
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import ClassVar
 
@@ -31,21 +31,22 @@ import torch
 from graphopt.dist.local import BudgetExhausted, LocalEvaluator
 from graphopt.errors import MAX_THREADS, GraphoptError
 from graphopt.ir.ops import OP_VOCAB
-from graphopt.nn import GOPolicy, GOPolicyConfig
+from graphopt.optim.learned.go.policy import GOPolicy, GOPolicyConfig
 from graphopt.optim.base import Budget, compose, register
 from graphopt.optim.search.portfolio import HEURISTICS, budget_left, run_heuristics
-from graphopt.rl.checkpoint import load_policy, save_policy
-from graphopt.rl.go_env import UNIT_FEATURES, GOEnv
-from graphopt.rl.ppo import PPOConfig, sample, train
+from graphopt.runs.checkpoint import load_policy
+from graphopt.optim.learned.go.env import UNIT_FEATURES, GOEnv
+from graphopt.rl.config import PPOConfig, ppo_field, run_hparams
+from graphopt.rl.ppo import sample, train
 from graphopt.rl.reinforce import time_to_within
-from graphopt.rl.run import seed_everything
+from graphopt.runs.run import seed_everything
 from graphopt.sim import Plan, Problem
 
 __all__ = ["FINETUNE_PPO", "GO", "GOFinetune", "GOOne", "PRETRAIN_CORPUS", "PRETRAIN_PPO",
-           "SHIPPED", "load_go_policy", "new_policy", "pretrain"]
+           "SHIPPED", "load_go_policy", "new_policy"]
 
 #: The pre-trained policy in the package.
-SHIPPED = Path(__file__).parent / "checkpoints" / "go"
+SHIPPED = Path(__file__).parent.parent / "checkpoints" / "go"
 
 #: Pre-training corpus of the shipped policy, GRAPH@CLUSTER: zoo models of the train
 #: split (the held-out families, WaveNet and AmoebaNet, never appear) on device counts
@@ -70,14 +71,6 @@ PRETRAIN_PPO = PPOConfig(lr=1e-3, ent_coef=0.01)
 #: (docs/go.md, bench/go_finetune_cost.py).
 FINETUNE_PPO = PPOConfig(lr=PRETRAIN_PPO.lr, ent_coef=PRETRAIN_PPO.ent_coef, num_samples=64,
                          tune="heads")
-
-
-def _ppo_field(name: str, base: PPOConfig | None = None):
-    """A method's field for PPO hyperparameter ``name``: its help is PPOConfig's, its
-    default ``base``'s value (PPOConfig's default without one)."""
-    spec = {f.name: f for f in fields(PPOConfig)}[name]
-    return field(default=spec.default if base is None else getattr(base, name),
-                 metadata=spec.metadata)
 
 
 def new_policy(seed: int, **config) -> GOPolicy:
@@ -222,11 +215,11 @@ class GOOne:
 
     objectives: ClassVar[tuple[str, ...]] = ("runtime",)  # the policy is trained on step time
 
-    lr: float = _ppo_field("lr")
-    num_samples: int = _ppo_field("num_samples")
-    update_epochs: int = _ppo_field("update_epochs")
-    clip_coef: float = _ppo_field("clip_coef")
-    ent_coef: float = _ppo_field("ent_coef")
+    lr: float = ppo_field("lr")
+    num_samples: int = ppo_field("num_samples")
+    update_epochs: int = ppo_field("update_epochs")
+    clip_coef: float = ppo_field("clip_coef")
+    ent_coef: float = ppo_field("ent_coef")
     dim: int = field(default=GOPolicyConfig.dim, metadata={"min": 1, "max": 8192,
         "help": "Width of the fresh policy (go-one only; a loaded policy keeps its own)."})
     units: str = field(default="groups", metadata={"choices": ("groups", "ops"),
@@ -295,9 +288,7 @@ class GOOne:
         t_train = time.perf_counter()
         out = train(policy, [env], cfg, seed=seed, evals=evals, seconds=seconds,
                     checkpoint_dir=self.checkpoint_dir, progress=self.progress,
-                    run_config={"method": self.name, **{k: v for k, v in asdict(self).items()
-                                                       if k not in ("progress", "threads",
-                                                                    "checkpoint_dir")}},
+                    run_config={"method": self.name, **run_hparams(self)},
                     label=f"{self.name} {problem.graph.name}")
         plan, best = out["best"][0] or (None, float("inf"))
         if start is not None and start[1] <= best:  # training found nothing faster
@@ -340,10 +331,10 @@ class GOFinetune(GOOne):
     32
     """
 
-    lr: float = _ppo_field("lr", FINETUNE_PPO)
-    num_samples: int = _ppo_field("num_samples", FINETUNE_PPO)
-    ent_coef: float = _ppo_field("ent_coef", FINETUNE_PPO)
-    tune: str = _ppo_field("tune", FINETUNE_PPO)
+    lr: float = ppo_field("lr", FINETUNE_PPO)
+    num_samples: int = ppo_field("num_samples", FINETUNE_PPO)
+    ent_coef: float = ppo_field("ent_coef", FINETUNE_PPO)
+    tune: str = ppo_field("tune", FINETUNE_PPO)
     start: str = field(default="best", metadata={"choices": ("init", "best"),
         "help": "The start plan: ``best`` (default): every placement heuristic first, within "
                 "the budget, and training centred on the fastest (as ``portfolio`` starts its "
@@ -367,33 +358,3 @@ class GOFinetune(GOOne):
         except BudgetExhausted:
             return None
         return ev.best_plan, ev.best_time, ev.evals
-
-
-def pretrain(problems: list[Problem], out: str | Path, *,
-             task: frozenset[str] = frozenset({"placement"}),
-             updates: int = 3000, seconds: float | None = None, seed: int = 0,
-             ppo: PPOConfig | None = None, units: str = "groups", command: str = "",
-             progress: bool = True, init: str | Path | None = None, **policy_config) -> dict:
-    """Pre-train a policy on ``problems`` (one PPO update per problem in turn), checkpoint
-    into ``out`` (resumable), and save the policy there as ``policy.safetensors`` +
-    ``policy.json`` — the form :class:`GO` loads. With ``init`` (a saved policy's folder)
-    training starts from its weights and shape instead of fresh ones (``policy_config``
-    must then be empty).
-    """
-    ppo = ppo or PRETRAIN_PPO
-    if init is not None and policy_config:
-        raise GraphoptError(f"pretrain: a policy from {init} has its own shape; got {sorted(policy_config)}")
-    policy = new_policy(seed, **policy_config) if init is None else load_go_policy(init)[0]
-    for p in problems:
-        _check(p, task, policy, "pretrain")
-    envs = [GOEnv(p, task, units) for p in problems]
-    result = train(policy, envs, ppo, seed=seed, updates=updates, seconds=seconds,
-                   checkpoint_dir=str(out), progress=progress, label="pretrain",
-                   run_config={"method": "go-pretrain", "units": units, "updates": updates})
-    save_policy(out, policy, policy.config_dict(), {
-        "command": command, "graphs": [f"{e.problem.graph.name}@{e.problem.cluster.name}"
-                                       for e in envs],
-        "task": sorted(task), "updates": result["updates"], "evals": result["total_evals"],
-        "seed": seed, "ppo": asdict(ppo), "units": units,
-        **({"init": str(init)} if init is not None else {})})
-    return result

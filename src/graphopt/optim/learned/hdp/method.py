@@ -80,32 +80,23 @@ learning-curve PNG; a later run with the same config resumes where it stopped.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
 import torch
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from graphopt.dist.local import BudgetExhausted, LocalEvaluator, stop_on_interrupt, stop_requested
+from graphopt.dist.local import LocalEvaluator
 from graphopt.errors import MAX_THREADS, GraphoptError
 from graphopt.ir.features import layer_order
-from graphopt.nn import AttentionLSTMPlacer, Grouper
+from graphopt.nn import AttentionLSTMPlacer
+from graphopt.optim.learned.hdp.grouper import Grouper
 from graphopt.optim.base import Budget, compose, register
 from graphopt.optim.heuristics._common import unify_groups
-from graphopt.rl import (
-    EMABaseline,
-    GroupFeatures,
-    op_inputs,
-    record_update,
-    restore_run,
-    run_name,
-    run_stats,
-    save_run,
-    seed_everything,
-    sqrt_cost,
-    staircase_lr,
-)
+from graphopt.rl import EMABaseline, GroupFeatures, op_inputs, staircase_lr
+from graphopt.rl.config import run_hparams
+from graphopt.rl.reinforce import Batch, plan_rows, train
+from graphopt.runs import run_name, seed_everything
 from graphopt.sim import Plan, Problem
 
 __all__ = ["HDP"]
@@ -222,8 +213,7 @@ class HDP:
             raise GraphoptError(f"hdp decides placement; task {sorted(task)} leaves it out")
         graph, base, devices = problem.graph, init or Plan(), problem.num_devices
         num_groups = self.num_groups or min(256, 20 * devices)
-        hparams = {k: v for k, v in asdict(self).items()
-                   if k not in ("threads", "checkpoint_every", "progress", "checkpoint_dir")}
+        hparams = run_hparams(self)
         config = {"method": "hdp", "graph": graph.name, "nodes": graph.num_nodes,
                   "edges": graph.num_edges, "cluster": problem.cluster.name, "seed": seed,
                   "task": sorted(task), **hparams, "num_groups": num_groups}
@@ -248,90 +238,44 @@ class HDP:
         optimizer = torch.optim.Adam([*grouper.parameters(), *placer.parameters()], lr=self.lr)
         baseline = EMABaseline(self.baseline_decay)
         ev = LocalEvaluator.from_budget(problem, budget)
-        state = restore_run(self.checkpoint_dir, config, modules, optimizer, generator,
-                            baseline, ev)
-        resumed_from = state["update"]
 
-        def rows(a: np.ndarray | None, b: int) -> np.ndarray | None:
-            return None if a is None else np.broadcast_to(a, (b, graph.num_nodes))
-
-        def checkpoint(folder: str) -> None:
-            save_run(folder, config, modules, optimizer, generator, state, baseline, ev,
-                     f"hdp on {graph.name} ({problem.cluster.name}), seed {seed}")
+        def sample(step: int) -> Batch:
+            for group in optimizer.param_groups:
+                group["lr"] = staircase_lr(step, self.lr, self.lr_decay, self.start_decay_step,
+                                           self.decay_steps) * min(1.0, (step + 1) / max(self.warmup, 1))
+            noise = self.logits_noise if step < self.stop_noise_step else 0.0
+            # the layout is where the placer starts, not where it must stay
+            fade = None if prior is None else prior * max(0.0, 1 - step / self.layout_updates)
+            if self.greedy_every and step % self.greedy_every == 0:
+                with torch.no_grad():
+                    likeliest = grouper(op_type, op_x, order=order, greedy=True)[0]
+                    device = placer(features(likeliest[None], num_groups), prior=fade,
+                                    greedy=True)[0][0]
+                ev.evaluate(unify_groups(graph, device.numpy()[likeliest.numpy()], devices)[None],
+                            plan_rows(base.priority, 1, graph.num_nodes),
+                            plan_rows(base.fusion, 1, graph.num_nodes))
+            groups, group_log_prob, group_entropy = grouper(op_type, op_x, generator, noise, order)
+            x = features(groups[None], num_groups)
+            actions, place_log_prob, place_entropy = placer(x, self.placer_samples, generator,
+                                                            noise, fade)
+            placements = np.stack([unify_groups(graph, a[groups.numpy()], devices)
+                                   for a in actions.numpy()])
+            return Batch(placements, place_entropy, lambda advantage, k: (
+                (advantage * (place_log_prob[:k] + group_log_prob)).mean()
+                - self.entropy_coef * (place_entropy[:k].mean() + group_entropy)))
 
         # -- training loop -----------------------------------------------------------------
-        interrupted, torn, placements = False, False, None
-        columns = (TextColumn("hdp"), BarColumn(), TextColumn("{task.completed:,} evals"),
-                   TextColumn("best {task.fields[best]}"), TimeElapsedColumn())
-        with Progress(*columns, disable=not self.progress, transient=True) as bar, \
-                stop_on_interrupt():
-            progress = bar.add_task("train", total=budget.evals, best="-")
-            try:
-                while not ev.exhausted():
-                    torn, drawn = True, generator.get_state()  # torn until the bookkeeping
-                    step = state["update"]
-                    for group in optimizer.param_groups:
-                        group["lr"] = staircase_lr(step, self.lr, self.lr_decay,
-                                                   self.start_decay_step, self.decay_steps) \
-                            * min(1.0, (step + 1) / max(self.warmup, 1))
-                    noise = self.logits_noise if step < self.stop_noise_step else 0.0
-                    # the layout is where the placer starts, not where it must stay
-                    fade = None if prior is None else prior * max(0.0, 1 - step / self.layout_updates)
-                    if self.greedy_every and step % self.greedy_every == 0:
-                        with torch.no_grad():
-                            likeliest = grouper(op_type, op_x, order=order, greedy=True)[0]
-                            device = placer(features(likeliest[None], num_groups), prior=fade,
-                                            greedy=True)[0][0]
-                        ev.evaluate(unify_groups(graph, device.numpy()[likeliest.numpy()], devices)[None],
-                                    rows(base.priority, 1), rows(base.fusion, 1))
-                    groups, group_log_prob, group_entropy = grouper(op_type, op_x, generator,
-                                                                    noise, order)
-                    x = features(groups[None], num_groups)
-                    actions, place_log_prob, place_entropy = placer(x, self.placer_samples,
-                                                                    generator, noise, fade)
-                    placements = np.stack([unify_groups(graph, a[groups.numpy()], devices)
-                                           for a in actions.numpy()])
-                    res = ev.evaluate(placements, rows(base.priority, len(placements)),
-                                      rows(base.fusion, len(placements)))
-                    k = len(res.step_time)
-                    cost = sqrt_cost(res.step_time, res.valid, self.failing_signal)
-                    advantage = torch.as_tensor(baseline.advantage(cost), dtype=torch.float32)
-                    loss = (advantage * (place_log_prob[:k] + group_log_prob)).mean() - \
-                        self.entropy_coef * (place_entropy[:k].mean() + group_entropy)
-                    optimizer.zero_grad()
-                    loss.backward()
-                    torch.nn.utils.clip_grad_norm_([*grouper.parameters(), *placer.parameters()],
-                                                   self.grad_bound)
-                    optimizer.step()
-                    baseline.update(cost, res.valid)
-
-                    record_update(state, ev, res, float(place_entropy[:k].detach().mean()) / num_groups,
-                                  float(loss.detach()))
-                    torn = False
-                    bar.update(progress, completed=ev.evals,
-                               best=f"{ev.best_time * 1e3:.3f} ms" if ev.best_plan else "-")
-                    if self.checkpoint_dir and state["update"] % self.checkpoint_every == 0:
-                        checkpoint(self.checkpoint_dir)
-            except BudgetExhausted:  # the budget ran out, or Ctrl-C, before the batch
-                generator.set_state(drawn)  # the update never happened: undo its sampling
-                torn = False
-            except KeyboardInterrupt:  # a second Ctrl-C: the last checkpoint stands
-                interrupted = True
-            interrupted = interrupted or stop_requested()
-        state["evals"] += ev.evals
-        state["seconds"] += ev.elapsed
-        if self.checkpoint_dir is not None and not torn:
-            checkpoint(self.checkpoint_dir)
+        placement, stats = train(
+            "hdp", sample, ev=ev, budget=budget, init=base, config=config, modules=modules,
+            optimizer=optimizer, generator=generator, baseline=baseline,
+            invalid_step_time=self.failing_signal, grad_bound=self.grad_bound,
+            num_groups=num_groups, checkpoint_dir=self.checkpoint_dir,
+            checkpoint_every=self.checkpoint_every,
+            title=f"hdp on {graph.name} ({problem.cluster.name}), seed {seed}",
+            run_name=name, progress=self.progress)
 
         # -- result ------------------------------------------------------------------------
-        best = ev.best_plan
-        if best is not None:
-            placement = best.placement
-        elif placements is not None:
-            placement = placements[0]
-        else:
+        if placement is None:
             placement = unify_groups(graph, np.zeros(graph.num_nodes, np.int64), devices)
-        plan = compose(task, init, Plan(placement=placement))
-        return plan, run_stats(state, ev, resumed_from_update=resumed_from, groups=num_groups,
-                               interrupted=interrupted, run_name=name, config=config)
+        return compose(task, init, Plan(placement=placement)), stats
 

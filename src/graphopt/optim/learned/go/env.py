@@ -32,7 +32,7 @@ def _share(x: np.ndarray) -> np.ndarray:
 
 @dataclass
 class GOEnv:
-    """One graph on one cluster, ready for :class:`graphopt.nn.GOPolicy`.
+    """One graph on one cluster, ready for :class:`graphopt.optim.learned.go.policy.GOPolicy`.
 
     Parameters
     ----------
@@ -61,7 +61,7 @@ class GOEnv:
     unit : int64 array (N_ops,)
         Node of the policy each op belongs to.
     x, op_ids, op_node, edge_index : Tensor
-        The policy's inputs (see :class:`graphopt.nn.GOPolicy`).
+        The policy's inputs (see :class:`graphopt.optim.learned.go.policy.GOPolicy`).
     fusion_matters : bool Tensor (N_units,)
         Nodes holding an op whose fusion priority can change the plan
         (``Problem.fusion_choice``).
@@ -197,7 +197,8 @@ class GOEnv:
         return z + prior
 
     def inputs(self) -> tuple[Tensor, Tensor, Tensor, Tensor, int]:
-        """Positional arguments of :meth:`graphopt.nn.GOPolicy.forward` (less ``tasks``)."""
+        """Positional arguments of :meth:`~graphopt.optim.learned.go.policy.GOPolicy.forward`
+        (less ``tasks``)."""
         return self.x, self.op_ids, self.op_node, self.edge_index, self.problem.num_devices
 
     def rollout(self, ev, actions: dict[str, np.ndarray], logits: dict[str, Tensor]) -> tuple:

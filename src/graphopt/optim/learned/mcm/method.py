@@ -13,8 +13,8 @@ mcm-finetune   the contiguous starts, then the pre-trained policy trained furthe
 mcm-one        the same with a fresh policy trained on this graph alone (from scratch)
 =============  ==========================================================================
 
-The policy is GO's network (:class:`graphopt.nn.GOPolicy`: GraphSAGE, segment-recurrent
-attention with FiLM) with a chiplet head (:class:`graphopt.nn.chiplet.ChipletPolicy`: a
+The policy is GO's network (:class:`graphopt.optim.learned.go.policy.GOPolicy`: GraphSAGE, segment-recurrent
+attention with FiLM) with a chiplet head (:class:`graphopt.optim.learned.mcm.chiplet.ChipletPolicy`: a
 logit per chip up to 16, plus a positional prior of learned width), on the units of
 :func:`~graphopt.optim.partition.constraints.pipeline_units`. Every method starts from
 the best heuristic, the best contiguous partition
@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -44,9 +44,8 @@ import torch
 
 from graphopt.errors import MAX_THREADS, GraphoptError
 from graphopt.ir.ops import OP_VOCAB
-from graphopt.nn.chiplet import ChipletPolicy, ChipletPolicyConfig
+from graphopt.optim.learned.mcm.chiplet import ChipletPolicy, ChipletPolicyConfig
 from graphopt.optim.base import Budget, register
-from graphopt.optim.learned.go import _ppo_field
 from graphopt.optim.partition.constraints import pipeline_units, valid_partitions
 from graphopt.dist.local import BudgetExhausted
 from graphopt.optim.partition.methods import (
@@ -57,18 +56,19 @@ from graphopt.optim.partition.methods import (
     fraction,
 )
 from graphopt.optim.partition.repair import RepairModel
-from graphopt.rl.checkpoint import load_policy, save_policy
-from graphopt.rl.go_env import UNIT_FEATURES, GOEnv
-from graphopt.rl.ppo import PPOConfig, sample, train
-from graphopt.rl.run import seed_everything
+from graphopt.runs.checkpoint import load_policy
+from graphopt.optim.learned.go.env import UNIT_FEATURES, GOEnv
+from graphopt.rl.config import PPOConfig, ppo_field, run_hparams
+from graphopt.rl.ppo import sample, train
+from graphopt.runs.run import seed_everything
 from graphopt.sim import Plan, Problem
 from graphopt.sim.pipeline import pipeline_cost
 
 __all__ = ["MCM", "MCMEnv", "MCMFinetune", "MCMOne", "MAX_CHIPS", "PRETRAIN_CORPUS",
-           "SHIPPED", "chain_span", "load_mcm_policy", "pretrain"]
+           "SHIPPED", "chain_span", "load_mcm_policy"]
 
 #: The pre-trained policy in the package.
-SHIPPED = Path(__file__).parent / "checkpoints" / "mcm"
+SHIPPED = Path(__file__).parent.parent / "checkpoints" / "mcm"
 #: Chips the chiplet head serves.
 MAX_CHIPS = 16
 #: Pre-training corpus, GRAPH@PRESET (graphs of :func:`graphopt.benchmarks.mcm.forward_graph`):
@@ -271,11 +271,11 @@ class MCMOne:
     (8, 2)
     """
 
-    lr: float = _ppo_field("lr", PRETRAIN_PPO)
-    num_samples: int = _ppo_field("num_samples")
-    update_epochs: int = _ppo_field("update_epochs")
-    clip_coef: float = _ppo_field("clip_coef")
-    ent_coef: float = _ppo_field("ent_coef", PRETRAIN_PPO)
+    lr: float = ppo_field("lr", PRETRAIN_PPO)
+    num_samples: int = ppo_field("num_samples")
+    update_epochs: int = ppo_field("update_epochs")
+    clip_coef: float = ppo_field("clip_coef")
+    ent_coef: float = ppo_field("ent_coef", PRETRAIN_PPO)
     dim: int = field(default=ChipletPolicyConfig.dim, metadata={"min": 1, "max": 8192,
         "help": "Width of the fresh policy (mcm-one only; a loaded policy keeps its own)."})
     repair_seconds: float = field(default=0.5, metadata={"gt": 0,
@@ -315,9 +315,7 @@ class MCMOne:
                     evals=None if budget.evals is None else budget.evals - spent[0],
                     seconds=None if budget.seconds is None else max(budget.seconds - spent[1], 0),
                     checkpoint_dir=self.checkpoint_dir, progress=self.progress,
-                    run_config={"method": self.name, **{k: v for k, v in asdict(self).items()
-                                                       if k not in ("progress", "threads",
-                                                                    "checkpoint_dir")}},
+                    run_config={"method": self.name, **run_hparams(self)},
                     label=f"{self.name} {problem.graph.name}")
         n = problem.num_nodes
         plan, interval = out["best"][0] or (Plan(placement=np.zeros(n, np.int64)), float("inf"))
@@ -359,29 +357,3 @@ class MCMFinetune(MCMOne):
 
     def _policy(self, seed: int) -> ChipletPolicy:
         return load_mcm_policy(self.checkpoint)[0]
-
-
-def pretrain(problems: list[Problem], out: str | Path, *, updates: int = 300,
-             seconds: float | None = None, seed: int = 0, ppo: PPOConfig | None = None,
-             repair_seconds: float = 0.5, command: str = "", progress: bool = True,
-             **policy_config) -> dict:
-    """Pre-train an MCM policy on ``problems`` (one PPO update per problem in turn),
-    checkpoint into ``out`` (resumable), and save the policy there as
-    ``policy.safetensors`` + ``policy.json``, the form :class:`MCM` loads."""
-    ppo = ppo or PRETRAIN_PPO
-    policy = new_policy(seed, max_devices=MAX_CHIPS, **policy_config)
-    for p in problems:
-        _check(p, frozenset({"placement"}), policy, "pretrain")
-    envs = [MCMEnv(p, frozenset({"placement"}), repair_seconds=repair_seconds) for p in problems]
-    result = train(policy, envs, ppo, seed=seed, updates=updates, seconds=seconds,
-                   checkpoint_dir=str(out), progress=progress, label="mcm pretrain",
-                   run_config={"method": "mcm-pretrain", "updates": updates,
-                               "repair_seconds": repair_seconds})
-    save_policy(out, policy, policy.config_dict(), {
-        "command": command, "graphs": [f"{e.problem.graph.name}@{e.problem.cluster.name}"
-                                       for e in envs],
-        "updates": result["updates"], "evals": result["total_evals"], "seed": seed,
-        "ppo": asdict(ppo), "repair_seconds": repair_seconds,
-        "valid_before_repair": sum(e.valid_before for e in envs) /
-        max(sum(e.proposals for e in envs), 1)})
-    return result

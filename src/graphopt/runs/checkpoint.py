@@ -37,6 +37,7 @@ from graphopt._files import atomic_write, read_json, regular_file
 __all__ = ["CheckpointError", "check_state", "load_checkpoint", "load_policy", "read_checkpoint",
            "save_checkpoint", "save_policy"]
 
+# the name it had when checkpoints lived in graphopt.rl: run folders written then still resume
 FORMAT = "graphopt.rl.checkpoint"
 VERSION = 1
 WEIGHTS, META = "weights.safetensors", "checkpoint.json"
@@ -205,7 +206,7 @@ def check_state(state: object, fresh: dict, source: str) -> None:
     --------
     >>> check_state({"update": "3"}, {"update": 0}, "ckpt/checkpoint.json")
     Traceback (most recent call last):
-    graphopt.rl.checkpoint.CheckpointError: ckpt/checkpoint.json: state 'update' is a str, expected a number
+    graphopt.runs.checkpoint.CheckpointError: ckpt/checkpoint.json: state 'update' is a str, expected a number
     """
     if not isinstance(state, dict):
         raise CheckpointError(f"{source}: state is a {_kind(state)}, expected an object")

@@ -1,7 +1,7 @@
 """REGAL's trainer: REINFORCE on the distributions a graph network hands to BRKGA.
 
 One update (Paliwal et al. 2020, §3): take the next graph of the corpus; the policy
-(:class:`graphopt.nn.REGALHead`) reads it and gives per-node means ``mu`` of its outputs
+(:class:`graphopt.optim.learned.regal.head.REGALHead`) reads it and gives per-node means ``mu`` of its outputs
 (log Beta parameters, crossover offsets); ``samples`` actions ``z ~ N(mu, sigma²)`` are
 drawn, each turned into BRKGA's per-gene distributions (:func:`gene_params`) and run
 through BRKGA at a fixed budget; the reward of an action is the relative improvement of
@@ -13,7 +13,7 @@ over the outputs the cluster uses. At test time REGAL takes ``mu`` itself.
 
 The trainer sees the search only as a function ``search(problem, params, seed) -> value``
 (``params`` None: uniform BRKGA), so that ``rl`` never imports the optimizers; the
-method module (:mod:`graphopt.optim.learned.regal`) hands it in. Runs are resumable
+method module (:mod:`graphopt.optim.learned.regal.method`) hands it in. Runs are resumable
 from their checkpoint folder (weights, Adam state, the torch generator, counters and
 the cache of uniform BRKGA's values), exactly: a resumed run makes the updates an
 uninterrupted one would.
@@ -33,10 +33,10 @@ import torch
 from graphopt.dist.local import stop_requested
 from graphopt.ir import Graph
 from graphopt.ir.features import layer_order, layer_share, node_features
-from graphopt.nn.regal import REGALHead
-from graphopt.rl.checkpoint import load_checkpoint, save_checkpoint
-from graphopt.rl.config import RegalConfig
-from graphopt.rl.run import CURVE_FILE, LOG_FILE, seed_everything, write_log
+from graphopt.optim.learned.regal.head import REGALHead
+from graphopt.runs.checkpoint import load_checkpoint, save_checkpoint
+from graphopt.optim.learned.regal.config import RegalConfig
+from graphopt.runs.run import CURVE_FILE, LOG_FILE, seed_everything, write_log
 from graphopt.sim import Problem
 
 __all__ = ["RegalConfig", "gene_params", "regal_inputs", "rescale", "train_regal"]
@@ -170,7 +170,7 @@ def train_regal(corpus: Sequence[Problem], config: RegalConfig, search: Search,
 
     Raises
     ------
-    graphopt.rl.checkpoint.CheckpointError
+    graphopt.runs.checkpoint.CheckpointError
         ``folder`` holds a checkpoint of another run.
     """
     gen = seed_everything(config.seed, threads=1)
