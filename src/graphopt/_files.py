@@ -7,6 +7,7 @@ files (``ir``, ``hardware``, ``sim``, checkpoints, reports) uses the same code.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -20,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from graphopt.errors import GraphFormatError, GraphoptError
+from graphopt.errors import GraphFormatError, GraphoptError, WriteError
 
 __all__ = ["MAX_JSON_BYTES", "MAX_NPZ_BYTES", "atomic_write", "check_output", "env_limit", "npz_arrays",
-           "read_json", "regular_file"]
+           "read_json", "regular_file", "save_figure", "write_error"]
 
 #: The largest JSON file graphopt reads (graphs, plans, profiles, policies): a bound on
 #: what an outside file can make us allocate, about 5x its size once loaded (a 128 MB plan
@@ -83,21 +84,48 @@ def atomic_write(path: str | os.PathLike, write) -> None:
     """Call ``write(fileobj)`` on a temporary file beside ``path``, then rename it into place.
 
     A link is followed, as ``open()`` would, and kept; a device, pipe or socket is never
-    replaced (the rename would delete it): :class:`GraphoptError`.
+    replaced (the rename would delete it): :class:`GraphoptError`. A write the file system
+    refuses (a full disk, a quota, ``ulimit -f``, a read-only mount) leaves the old file
+    whole and no temporary file, and raises :class:`WriteError`, one line:
+    ``PATH: cannot write (No space left on device)``.
+
+    >>> atomic_write("/proc/graphopt.json", lambda f: f.write(b"{}"))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    graphopt.errors.WriteError: /proc/graphopt.json: cannot write (...)
     """
     path = Path(os.path.realpath(path)) if os.path.islink(path) else Path(path)
     if path.exists() and not path.is_file() and not path.is_dir():
         raise GraphoptError(f"{path}: not a regular file (a device, pipe or socket)")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         with os.fdopen(fd, "wb") as f:
             write(f)
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give what open() would
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+    except BaseException as err:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        if isinstance(err, OSError) and not isinstance(err, GraphoptError):
+            raise write_error(path, err) from None
         raise
+
+
+def save_figure(fig, path: str | os.PathLike, **options) -> Path:
+    """Draw matplotlib figure ``fig`` in memory, in the format of ``path``'s suffix (PNG
+    without one), then :func:`atomic_write` it: a full disk leaves no half image."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format=Path(path).suffix[1:].lower() or "png", **options)
+    atomic_write(path, lambda f: f.write(buf.getvalue()))
+    return Path(path)
+
+
+def write_error(path: str | os.PathLike, err: OSError) -> WriteError:
+    """``err``, raised writing ``path``, as one line: ``PATH: cannot write (REASON)``."""
+    out = WriteError(f"{path}: cannot write ({err.strerror or err})")
+    out.errno, out.filename = err.errno, str(path)
+    return out
 
 
 def read_json(path: str | os.PathLike, error: type[Exception] = GraphFormatError) -> Any:

@@ -5,6 +5,7 @@ loading (about 0.4 s of imports) ends like one during a command: one line and ex
 status 130, never a traceback.
 """
 
+import errno
 import sys
 import warnings
 from pathlib import Path
@@ -24,9 +25,24 @@ def main() -> None:
     # torch.export's own use of a deprecated torch API: nothing a user can act on
     warnings.filterwarnings("ignore", message=r".*LeafSpec.*", category=FutureWarning)
     try:
+        from graphopt.errors import GraphoptError
         from graphopt.cli import app
 
         app()
     except KeyboardInterrupt:
         print("graphopt: interrupted", file=sys.stderr)
         raise SystemExit(130) from None
+    except GraphoptError as err:  # one a command raised past its own one-line handler
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except OSError as err:
+        if err.errno not in WRITE_ERRNOS:
+            raise
+        where = f"{err.filename}: cannot write" if err.filename else "a write failed"
+        print(f"error: {where} ({err.strerror})", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+#: What a file system answers a write it refuses: a full disk, a quota, ``ulimit -f``, a
+#: read-only mount; printed as one line, exit 2, never a traceback.
+WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})

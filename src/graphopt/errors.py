@@ -23,6 +23,7 @@ __all__ = [
     "ProfileError",
     "CostModelError",
     "ExecutionError",
+    "WriteError",
     "check_fields",
     "check_size",
 ]
@@ -68,6 +69,16 @@ class ProfileError(GraphoptError):
 class CostModelError(GraphoptError):
     """A cost-model option, dataset or run directory is unusable (bad value, empty split,
     mismatched feature widths, missing checkpoint)."""
+
+
+class WriteError(GraphoptError, OSError):
+    """A file cannot be written: the disk is full, a quota or ``ulimit -f`` is reached, the
+    file system is read-only. An ``OSError`` too (``errno`` kept), so that code that
+    tolerates a failed write (a cache) still catches it; its message is one line,
+    ``FILE: cannot write (REASON)``."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
 
 class ExecutionError(GraphoptError):

@@ -1,5 +1,5 @@
 """``python -m graphopt.cli``: the ``graphopt`` command."""
 
-from graphopt.cli import app
+from graphopt._main import main
 
-app()
+main()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import os
 import types
 import typing
 from collections.abc import Callable
@@ -23,9 +24,10 @@ from rich.markup import escape
 from graphopt._files import check_output
 from graphopt.errors import GraphoptError, check_fields
 
-__all__ = ["ADDRESS_HELP", "BACKEND_HELP", "GRAPH_HELP", "PARAM_HELP", "check_run_folder",
-           "compile_simulator", "console", "evaluation_backend", "fail", "field_help",
-           "method_params", "mib", "options_from_fields", "parse_field"]
+__all__ = ["ADDRESS_HELP", "BACKEND_HELP", "GRAPH_HELP", "LOCK_FILE", "PARAM_HELP",
+           "check_run_folder", "compile_simulator", "console", "evaluation_backend", "fail",
+           "field_help", "lock_folder", "method_params", "mib", "options_from_fields",
+           "parse_field"]
 
 # Tables are wide; when output goes to a file or a pipe, do not squeeze them to 80 columns.
 console = Console(width=None if Console().is_terminal else 140)
@@ -56,15 +58,59 @@ def fail(err: Exception) -> NoReturn:
     raise typer.Exit(2)
 
 
-def check_run_folder(out: Path, option: str = "--out") -> None:
+#: The file that marks a folder a run is writing in: :func:`lock_folder` holds an
+#: exclusive ``flock`` on it for the run's life (the kernel drops it when the process ends,
+#: however it ends); it stays in the folder, empty of meaning once unlocked.
+LOCK_FILE = ".graphopt.lock"
+
+
+def lock_folder(folder: Path | None, option: str = "--out"):
+    """Claim ``folder`` (made if need be) for this process until it ends or the returned
+    file is closed, so that two runs never write one folder: their files would mix and
+    one's would vanish. None (no folder) claims nothing and returns None.
+
+    Raises
+    ------
+    GraphoptError
+        Another process holds the folder; the message names the option, the folder and
+        that process's id.
+    """
+    import fcntl
+
+    if folder is None:
+        return None
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    f = open(folder / LOCK_FILE, "a+")  # noqa: SIM115 -- held open while the run lasts
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        pid = f.read().strip() or "?"
+        f.close()
+        raise GraphoptError(f"{option} {folder}: another graphopt run (pid {pid}) is writing "
+                            "there; wait for it to end or choose another folder") from None
+    try:  # who holds it, for the message above; a full disk leaves it unsaid
+        f.seek(0)
+        f.truncate()
+        f.write(f"{os.getpid()}\n")
+        f.flush()
+    except OSError:
+        pass
+    return f
+
+
+def check_run_folder(out: Path, option: str = "--out"):
     """:func:`check_output` of a trainer's folder (given to ``option``) and of every file
     the trainer writes there (:data:`graphopt.runs.run.RUN_FILES`): a folder named
-    ``policy.json`` there failed only when the run saved, after training."""
+    ``policy.json`` there failed only when the run saved, after training. Then the folder
+    is claimed (:func:`lock_folder`): keep the returned file while the run lasts."""
     from graphopt.runs.run import RUN_FILES
 
     check_output(out, option, folder=True)
     for name in RUN_FILES:
         check_output(out / name, option)
+    return lock_folder(out, option)
 
 
 def compile_simulator() -> None:

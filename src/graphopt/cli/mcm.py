@@ -63,7 +63,7 @@ def train_mcm(
     items = PRETRAIN_CORPUS if corpus == "default" else tuple(
         c.strip() for c in corpus.split(",") if c.strip())
     try:
-        check_run_folder(out)
+        _lock = check_run_folder(out)  # held while the run lasts
         cfg, flags = ppo_options(PRETRAIN_PPO, ppo)
         command = " ".join(["graphopt train mcm", f"--out {out}",
                             *([f"--corpus {corpus}"] if corpus != "default" else []),
@@ -100,6 +100,10 @@ def train_mcm(
                       rows[-1]["charts/best_ratio"] if rows else None)))
     console.print(t)
     console.print(f"policy, checkpoint, log.csv and curve.png in {out}/")
+    if res.get("interrupted"):
+        console.print(f"interrupted after update {res['updates']}: the checkpoint in {out}/ "
+                      "resumes the run (run the same command again)")
+        raise typer.Exit(130)
 
 
 def bench_mcm(

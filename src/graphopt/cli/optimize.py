@@ -9,7 +9,8 @@ from rich.table import Table
 
 from graphopt._files import check_output
 from graphopt.cli._common import (ADDRESS_HELP, BACKEND_HELP, GRAPH_HELP, PARAM_HELP, compile_simulator,
-                                  console, evaluation_backend, fail, field_help, method_params)
+                                  console, evaluation_backend, fail, field_help, lock_folder,
+                                  method_params)
 from graphopt.errors import MAX_SEED, ClusterError, GraphoptError
 from graphopt.frontends import load_source
 from graphopt.frontends.source import is_program
@@ -76,8 +77,9 @@ def optimize(
     """Compare optimization methods on a graph: a table of step time, speed-ups,
     memory and search cost, and a plan, Chrome trace and Gantt chart per method.
 
-    Ctrl-C stops the running method with its best plan so far and skips the rest; the
-    table and the files then hold what was done, and the exit code is 130.
+    Ctrl-C (or SIGTERM, SIGHUP) stops the running method with its best plan so far and
+    skips the rest; the table and the files then hold what was done, and the exit code is
+    130. A second run into the same --out is refused while the first one lasts.
 
     Example: graphopt optimize zoo:gnmt-4 --methods single,expert,metis,sa --out runs/gnmt4
     """
@@ -95,6 +97,7 @@ def optimize(
         for path in output_paths(out, names) if out else ():  # a file where a method's folder goes
             check_output(path, "--out")
         params = method_params(param, names)
+        _lock = lock_folder(out)  # held while the run lasts: a second run into --out is refused
         c = load_cluster(cluster or _default_cluster(graph))
         traced = _measurable(graph, c.num_devices, devices) if measure else None
         if devices and not measure:

@@ -64,7 +64,7 @@ def train_regal(
                            else f"--{k.replace('_', '-')} {v}")
                           for k, v in vars(config).items() if v != getattr(defaults, k))])
     try:
-        check_run_folder(out)
+        _lock = check_run_folder(out)  # held while the run lasts
         check_fields(config, lambda key: "--" + key.replace("_", "-"))
         check_objective(objective)
         items = TRAIN_CORPUS if corpus == "default" else tuple(

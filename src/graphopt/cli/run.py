@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -146,6 +147,11 @@ def calibrate(
         kind, count = parse_devices(devices)
         if kind != "cpu":
             raise GraphoptError(f"--devices {devices}: calibration measures CPU workers (cpu:N)")
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        if count > max(2, cores or 1):  # each worker a process of a few hundred MB, on its own core
+            raise GraphoptError(f"--devices {devices}: this machine gives graphopt {cores} core(s); "
+                                f"calibration measures one worker per core, so at most "
+                                f"cpu:{max(2, cores or 1)}")
         with console.status(f"measuring {count} CPU worker(s)"):
             measured = measure(count)
         save_cluster(measured, out)

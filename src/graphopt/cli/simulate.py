@@ -145,6 +145,10 @@ def profile(
     except GraphoptError as err:
         fail(err)
     console.print(f"measured {len(p.entries)} distinct ops on {p.device_kind}; wrote {output}")
+    if p.meta.get("repeats_cut"):
+        console.print(f"--time-limit {time_limit:g} s reached: the last op kept the median of "
+                      f"fewer than {repeats:,} runs; {p.meta['signatures'] - p.meta['measured']} "
+                      "op(s) left to the roofline")
     if p.meta["too_large"]:
         console.print(f"{p.meta['too_large']} op(s) left to the roofline: their tensors would take "
                       "more than half this device's memory")

@@ -78,7 +78,7 @@ def train(
     items = PRETRAIN_CORPUS if corpus == "default" else tuple(
         c.strip() for c in corpus.split(",") if c.strip())
     try:
-        check_run_folder(out)
+        _lock = check_run_folder(out)  # held while the run lasts
         if init is not None:
             load_go_policy(init)  # a bad folder fails now, not after the corpus is loaded
         ppo, flags = ppo_options(PRETRAIN_PPO, ppo)
@@ -115,3 +115,7 @@ def train(
                       rows[-1]["charts/best_ratio"] if rows else None)))
     console.print(t)
     console.print(f"policy, checkpoint, log.csv and curve.png in {out}/")
+    if res.get("interrupted"):
+        console.print(f"interrupted after update {res['updates']}: the checkpoint in {out}/ "
+                      "resumes the run (run the same command again)")
+        raise typer.Exit(130)

@@ -204,7 +204,9 @@ def profile_graph(graph: Graph, device: str | torch.device = "cpu", repeats: int
     max_ops : int, optional
         Measure at most this many signatures.
     time_limit : float, optional
-        Start no new signature after this many seconds.
+        Stop after this many seconds (past it by one kernel run at most): no new
+        signature starts, and the one running keeps the median of the repeats it timed
+        (``meta["repeats_cut"]`` counts such signatures, 0 or 1).
     progress : bool
         Show a progress bar.
 
@@ -244,7 +246,7 @@ def profile_graph(graph: Graph, device: str | torch.device = "cpu", repeats: int
             todo.setdefault(sig, float(graph.flops[i]))
     n_todo = len(todo) if max_ops is None else min(len(todo), max_ops)
     entries: dict[Signature, float] = {}
-    fallbacks = too_large = 0
+    fallbacks = too_large = cut = 0
     room = _memory(dev) // 2  # a graph file says how large its ops are: never allocate all of it
     start = time.perf_counter()
     with Progress(disable=not progress, transient=True) as bar:
@@ -263,22 +265,28 @@ def profile_graph(graph: Graph, device: str | torch.device = "cpu", repeats: int
             except _KERNEL_ERRORS:
                 fn = _kernel(sig, flops, torch.float32, dev)
                 fallbacks += 1
+            deadline = None if time_limit is None else start + time_limit
             for _ in range(warmup):
+                if deadline is not None and time.perf_counter() > deadline:
+                    break
                 fn()
             times = []
-            for _ in range(repeats):
+            for _ in range(repeats):  # at least one timed run, then until the deadline
                 sync()
                 t0 = time.perf_counter()
                 fn()
                 sync()
                 times.append(time.perf_counter() - t0)
+                if deadline is not None and t0 + times[-1] > deadline:
+                    cut += 1
+                    break
             entries[sig] = statistics.median(times)
             bar.advance(task)
     meta = {"host": platform.node(), "torch": torch.__version__, "device": str(dev),
             "device_name": _device_name(dev), "repeats": repeats, "warmup": warmup,
             "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "graph": graph.name, "measured": len(entries), "signatures": len(todo),
-            "float32_fallbacks": fallbacks, "too_large": too_large,
+            "float32_fallbacks": fallbacks, "too_large": too_large, "repeats_cut": cut,
             "seconds_spent": round(time.perf_counter() - start, 3)}
     kind = f"cpu:{meta['device_name']}" if dev.type == "cpu" else meta["device_name"]
     return Profile(kind, entries, meta)

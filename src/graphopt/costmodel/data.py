@@ -209,7 +209,8 @@ def load_dataset(path: str | os.PathLike, *, dedup: bool = True,
     Raises
     ------
     CostModelError
-        Nothing to load, or tile and layout graphs mixed under one path.
+        Nothing to load, a graph without configurations, or tile and layout graphs mixed
+        under one path.
     GraphFormatError
         A file is unreadable (the file and key are named).
     """
@@ -239,6 +240,11 @@ def load_dataset(path: str | os.PathLike, *, dedup: bool = True,
     kinds = {g.collection for g in graphs}
     if len(kinds) > 1:
         raise CostModelError(f"{p}: mixes tile and layout graphs; load one collection at a time")
+    empty = [g.name for g in graphs if g.num_configs == 0]
+    if empty:
+        where = p if len(graphs) == 1 else f"{p}: graph {empty[0]!r}"
+        raise CostModelError(f"{where}: no configurations ('config_runtime' is empty); a cost "
+                             "model learns from configurations and their runtimes")
     if dedup:
         graphs = [deduplicate(g) for g in graphs]
     if prune_hops is not None:

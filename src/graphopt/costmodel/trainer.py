@@ -37,7 +37,7 @@ from graphopt.costmodel.gst import HistoryTable, gst_scores, partition
 from graphopt.costmodel.metrics import LOSSES, METRICS, ranking_loss, ranking_metrics
 from graphopt.costmodel.models import MODELS, CostModel, build_model, graph_tensors
 from graphopt.errors import check_fields
-from graphopt._files import read_json
+from graphopt._files import atomic_write, read_json
 from graphopt.runs.checkpoint import CheckpointError, load_checkpoint, read_checkpoint, save_checkpoint
 from graphopt.runs.run import run_name, seed_everything, write_log
 from graphopt.viz.curves import metric_curves
@@ -263,7 +263,8 @@ def train(cfg: TrainConfig) -> Path:
             "config_dim": int(train_graphs[0].config_feat.shape[-1]), "hidden": cfg.hidden,
             "op_embed": cfg.op_embed, "layers": cfg.layers, "dropout": cfg.dropout,
             "train_graphs": [g.name for g in train_graphs], "test_graphs": [g.name for g in test_graphs]}
-    (run / "config.json").write_text(json.dumps(meta, indent=1))
+    text = json.dumps(meta, indent=1)
+    atomic_write(run / "config.json", lambda f: f.write(text.encode()))
 
     # --- model and optimizer
     model = _model_from(meta).to(device)

@@ -23,7 +23,7 @@ from graphopt.errors import GraphoptError
 from graphopt.sim import BatchResult, Plan, Problem, SimResult, simulate, simulate_batch
 
 __all__ = ["OBJECTIVES", "INVALID_PENALTY", "LocalEvaluator", "BudgetExhausted", "check_objective",
-           "objective_values", "runtime_bound", "stop_on_interrupt", "stop_requested",
+           "objective_values", "runtime_bound", "STOP_SIGNALS", "stop_on_interrupt", "stop_requested",
            "make_evaluator", "use_evaluator"]
 
 #: What a search may minimise: step time, or the highest peak memory over devices.
@@ -76,18 +76,25 @@ def make_evaluator(problem: Problem, max_evals: int | None = None,
     return make(problem, max_evals, max_seconds, **options)
 
 
+#: The signals :func:`stop_on_interrupt` turns into a request to stop with the best so far.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 def stop_requested() -> bool:
-    """Whether Ctrl-C asked the work under :func:`stop_on_interrupt` to stop."""
+    """Whether Ctrl-C (or another of :data:`STOP_SIGNALS`) asked the work under
+    :func:`stop_on_interrupt` to stop."""
     return _stop.is_set()
 
 
 @contextlib.contextmanager
 def stop_on_interrupt(notice: str = "stopping at the next safe point with the best so far "
                                     "(Ctrl-C again to abort) ...") -> Iterator[None]:
-    """Within this block the first Ctrl-C (SIGINT) only asks the work to stop: every
+    """Within this block the first Ctrl-C (SIGINT), or SIGTERM (``kill``, a batch system's
+    time limit) or SIGHUP (the terminal closed), only asks the work to stop: every
     :class:`LocalEvaluator` then refuses further batches as if its budget were spent, so a
     search ends with its best plan so far (an evaluator still admits its first batch), and
-    a trainer polls :func:`stop_requested` between whole updates. A second Ctrl-C raises ``KeyboardInterrupt`` as usual.
+    a trainer polls :func:`stop_requested` between whole updates. A second one raises
+    ``KeyboardInterrupt`` as Ctrl-C does.
 
     A raised ``KeyboardInterrupt`` would land wherever the main thread happens to be:
     inside numba's batch simulator (where it surfaces as a ``SystemError``) or halfway
@@ -110,13 +117,18 @@ def stop_on_interrupt(notice: str = "stopping at the next safe point with the be
         if _stop.is_set():
             raise KeyboardInterrupt
         _stop.set()
-        print(f"\n{notice}", file=sys.stderr, flush=True)
+        try:
+            name = "" if signum == signal.SIGINT else f"{signal.Signals(signum).name}: "
+            print(f"\n{name}{notice}", file=sys.stderr, flush=True)
+        except (OSError, ValueError):  # SIGHUP: the terminal may be gone
+            pass
 
-    previous = signal.signal(signal.SIGINT, request)
+    previous = {sig: signal.signal(sig, request) for sig in STOP_SIGNALS}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         _stop.clear()
         _active.release()
 

@@ -70,7 +70,8 @@ class Graph:
     module : array of str, shape (N,)
         Module path the op came from, e.g. ``"encoder.layers.3.attn"`` ("" if unknown).
     coloc : int64 array, shape (N,)
-        Colocation group id; nodes sharing an id must run on one device (-1: none).
+        Colocation group id; nodes sharing an id must run on one device (-1: none). Ids
+        are labels: where one is N or more they are renumbered 0.. in their order.
     src, dst : int64 arrays, shape (E,)
         Edge endpoints: ``dst`` consumes an output of ``src``.
     edge_bytes : float64 array, shape (E,)
@@ -124,6 +125,12 @@ class Graph:
             a = getattr(self, k)
             if a.shape != (n,):
                 raise GraphError(f"graph {self.name!r}: {k} has shape {a.shape}, expected ({n},)")
+        if n and int(self.coloc.max()) >= n:
+            # ids are labels: number them 0.. in order, so that what sizes arrays by the
+            # largest id (a group table, a bincount) never allocates for an id of 2^63-1
+            dense, grouped = self.coloc.copy(), self.coloc >= 0
+            dense[grouped] = np.unique(self.coloc[grouped], return_inverse=True)[1]
+            object.__setattr__(self, "coloc", _frozen(dense))
         e = len(self.src)
         for k in ("dst", "edge_bytes"):
             if getattr(self, k).shape != (e,):

@@ -109,7 +109,9 @@ def output_paths(out: Path, methods: list[str]) -> list[Path]:
 def write_outputs(problem: Problem, results: list[MethodResult], out: Path,
                   extra: dict | None = None) -> Path:
     """Per method ``plan.json``, ``trace.json`` and ``gantt.png`` under ``out/<method>/``,
-    and ``out/report.json`` with every row (the paths of :func:`output_paths`)."""
+    and ``out/report.json`` with every row (the paths of :func:`output_paths`), the report
+    last; all or nothing: a write that fails (a full disk) or is interrupted removes the
+    files this call wrote and the folders it made, then raises."""
     from graphopt.sim.trace import save_chrome_trace
     from graphopt.viz import gantt
 
@@ -118,19 +120,36 @@ def write_outputs(problem: Problem, results: list[MethodResult], out: Path,
     graph = {"name": problem.graph.name, "nodes": problem.num_nodes,
              "fingerprint": problem.graph.fingerprint()}
     plan_file, trace_file, gantt_file = METHOD_FILES
-    for r in results:
-        d = out / r.method
-        r.plan.replace(meta={**r.plan.meta, "graph": graph}).save(d / plan_file)
-        save_chrome_trace(problem, r.result, d / trace_file)
-        gantt(problem, r.result, d / gantt_file,
-              title=f"{problem.graph.name} on {problem.cluster.name}: {r.method}")
     stats = [{k: v for k, v in r.stats.items() if k != "history"} for r in results]
     report = {"graph": problem.graph.name, "nodes": problem.num_nodes,
               "cluster": problem.cluster.name, "lower_bound": problem.lower_bound,
               **(extra or {}),
               "rows": [r.row(ref) | {"stats": s} for r, s in zip(results, stats)]}
     text = json.dumps(report, indent=1, default=_plain)
-    atomic_write(out / "report.json", lambda f: f.write(text.encode()))
+    made = [d for d in [out, *(out / r.method for r in results)] if not d.exists()]
+    written: list[Path] = []
+    try:
+        for r in results:
+            d = out / r.method
+            written.append(d / plan_file)
+            r.plan.replace(meta={**r.plan.meta, "graph": graph}).save(d / plan_file)
+            written.append(d / trace_file)
+            save_chrome_trace(problem, r.result, d / trace_file)
+            written.append(d / gantt_file)
+            gantt(problem, r.result, d / gantt_file,
+                  title=f"{problem.graph.name} on {problem.cluster.name}: {r.method}")
+        written.append(out / "report.json")
+        atomic_write(out / "report.json", lambda f: f.write(text.encode()))
+    except BaseException:
+        # all or nothing: a full disk halfway leaves no folder without its report
+        for path in written:
+            path.unlink(missing_ok=True)
+        for d in reversed(made):
+            try:
+                d.rmdir()
+            except OSError:  # not empty: a lock file, or what was there before
+                pass
+        raise
     return out / "report.json"
 
 

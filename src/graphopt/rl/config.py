@@ -27,8 +27,9 @@ class PPOConfig:
         "help": "Weight of the entropy bonus (mean per node, summed over tasks)."})
     max_grad_norm: float = field(default=0.5, metadata={"gt": 0, "help": "Global gradient-norm clip."})
     anneal_lr: bool = field(default=True, metadata={
-        "help": "Decay the learning rate linearly to 0 over the run's first bound to be "
-                "reached (evals, updates or seconds), as CleanRL does."})
+        "help": "Decay the learning rate linearly to 0 over the run's updates (or evals), "
+                "as CleanRL does; by the clock only when seconds alone bound the run, so "
+                "that a run stopped by --minutes and resumed matches one that never stopped."})
     tune: str = field(default="all", metadata={"choices": ("all", "heads"),
         "help": "What the updates train: ``all`` the weights, or only the ``heads`` (each "
                 "task's last attention layer and output): the trunk's embedding of a graph is "

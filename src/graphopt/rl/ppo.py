@@ -43,6 +43,7 @@ import torch
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from torch import Tensor
 
+from graphopt._files import save_figure
 from graphopt.dist.local import BudgetExhausted, make_evaluator, stop_on_interrupt, stop_requested
 from graphopt.runs.checkpoint import load_checkpoint, save_checkpoint
 from graphopt.rl.config import PPOConfig
@@ -109,6 +110,9 @@ def train(policy: torch.nn.Module, envs: list, cfg: PPOConfig, *, seed: int,
     (:class:`graphopt.optim.learned.go.policy.GOPolicy`, or MCM's chiplet variant) and
     ``envs`` its environments (:class:`graphopt.optim.learned.go.env.GOEnv`, one graph
     each); the two methods that share this trainer own them.
+    With ``cfg.anneal_lr`` the learning rate falls linearly to 0 over the ``updates`` (or
+    ``evals``) bound, never by the clock unless ``seconds`` alone bounds the run, so that a
+    run stopped early and resumed learns exactly as one that never stopped.
 
     Returns a dict: ``best`` (per env: ``(Plan, step time)``, None before a valid plan), ``history``
     (``[evals, seconds, best step time]`` per update of the first env), ``curve`` (batch
@@ -150,7 +154,12 @@ def train(policy: torch.nn.Module, envs: list, cfg: PPOConfig, *, seed: int,
         return ev.exhausted() or (updates is not None and state["update"] >= updates)
 
     def progress_fraction() -> float:
-        return max(ev.fraction_spent(), 0.0 if updates is None else state["update"] / updates)
+        # counts, never the clock, where a count bounds the run: a run stopped by --minutes
+        # and resumed then anneals exactly as one that never stopped
+        if updates is None and evals is None:
+            return ev.fraction_spent()  # seconds alone bound this call
+        return max(0.0 if updates is None else state["update"] / updates,
+                   0.0 if evals is None else ev.evals / evals)
 
     def checkpoint() -> None:
         state["best"] = {str(i): {"time": r.best_time, "plan": r.best}
@@ -278,5 +287,7 @@ def _plot(state: dict, envs: list, path: str, label: str) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=6, ncol=2)
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    try:
+        save_figure(fig, path)
+    finally:
+        plt.close(fig)

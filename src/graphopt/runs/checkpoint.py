@@ -8,14 +8,19 @@ A checkpoint is a folder with two files:
   samples an uninterrupted one would, and any other tensors of the run
   (``data.<key>``: a feature normalizer's statistics, a table of embeddings);
 - ``checkpoint.json``: format and version, the run's ``config`` (hyperparameters and the
-  problem it trains on), the optimizer's parameter groups and the trainer's ``state``
-  (update count, baseline, best plan, history: anything JSON-ready).
+  problem it trains on), the optimizer's parameter groups, the trainer's ``state``
+  (update count, baseline, best plan, history: anything JSON-ready) and the SHA-256 of
+  the weights file (``weights_sha256``).
 
-A checkpoint is resumed only by a run with the same config.
+The weights are written first, then the metadata, each atomically; a process killed
+between the two leaves new weights beside old metadata, which the hash refuses as a torn
+checkpoint rather than resume from a mix of two updates. A checkpoint is resumed only by
+a run with the same config.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -75,9 +80,11 @@ def save_checkpoint(folder: str | os.PathLike, config: dict, modules: dict[str, 
             blobs[f"optim.{index}.{k}"] = torch.as_tensor(v).detach().cpu().contiguous()
     if generator is not None:
         blobs["rng"] = generator.get_state()
-    meta = {"format": FORMAT, "version": VERSION, "config": _plain(config),
-            "param_groups": opt["param_groups"], "state": state}
     blob = save_tensors(blobs)
+    meta = {"format": FORMAT, "version": VERSION, "config": _plain(config),
+            "param_groups": opt["param_groups"], "state": state,
+            "weights_sha256": hashlib.sha256(blob).hexdigest()}
+    _remove_stale(folder, (WEIGHTS, META))
     atomic_write(folder / WEIGHTS, lambda f: f.write(blob))
     text = json.dumps(meta)
     atomic_write(folder / META, lambda f: f.write(text.encode()))
@@ -98,14 +105,36 @@ def read_checkpoint(folder: str | os.PathLike) -> tuple[dict, dict[str, torch.Te
         return None
     meta = read_json(folder / META, error=CheckpointError)
     regular_file(folder / WEIGHTS, CheckpointError)
-    try:
-        tensors = load_tensors((folder / WEIGHTS).read_bytes())
-    except (OSError, SafetensorError) as err:
-        raise CheckpointError(f"{folder}: unreadable checkpoint ({err})") from err
     if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("version") != VERSION:
         raise CheckpointError(f"{folder}/{META}: not a graphopt checkpoint (expected format "
                               f"{FORMAT!r} version {VERSION})")
+    try:
+        blob = (folder / WEIGHTS).read_bytes()
+        tensors = load_tensors(blob)
+    except (OSError, SafetensorError) as err:
+        raise CheckpointError(f"{folder}: unreadable checkpoint ({err})") from err
+    _check_hash(folder, WEIGHTS, META, meta, blob)
     return meta, tensors
+
+
+def _check_hash(folder: Path, weights: str, meta_file: str, meta: dict, blob: bytes) -> None:
+    """Refuse ``blob`` (the file ``weights``) when ``meta`` records another SHA-256: the
+    two files were written by different saves (a kill between them), or one was edited.
+    Metadata without the hash (graphopt before it) is not checked."""
+    want = meta.get("weights_sha256")
+    if want is not None and want != hashlib.sha256(blob).hexdigest():
+        raise CheckpointError(f"{folder}: torn checkpoint: {weights} is not the file "
+                              f"{meta_file} was saved with (a write was killed between the "
+                              "two, or one was changed); remove both to start afresh")
+
+
+def _remove_stale(folder: Path, names: tuple[str, ...]) -> None:
+    """Remove the temporary files a killed :func:`atomic_write` of ``names`` left in
+    ``folder`` (``.NAME.XXXX.tmp``); only this run writes there."""
+    if folder.is_dir():
+        for name in names:
+            for tmp in folder.glob(f".{name}.*.tmp"):
+                tmp.unlink(missing_ok=True)
 
 
 def load_checkpoint(folder: str | os.PathLike, config: dict, modules: dict[str, nn.Module],
@@ -197,9 +226,11 @@ def save_policy(folder: str | os.PathLike, policy: nn.Module, config: dict, info
     ``info`` (JSON) into ``folder``, each file atomically; no optimizer state."""
     folder = Path(folder)
     blob = save_tensors({k: v.detach().contiguous() for k, v in policy.state_dict().items()})
+    _remove_stale(folder, (POLICY_WEIGHTS, POLICY_META))
     atomic_write(folder / POLICY_WEIGHTS, lambda f: f.write(blob))
     text = json.dumps({"format": POLICY_FORMAT, "version": VERSION, "config": _plain(config),
-                       "info": info}, indent=1)
+                       "info": info, "weights_sha256": hashlib.sha256(blob).hexdigest()},
+                      indent=1)
     atomic_write(folder / POLICY_META, lambda f: f.write(text.encode()))
     return folder
 
@@ -218,14 +249,16 @@ def load_policy(folder: str | os.PathLike, build) -> tuple[nn.Module, dict]:
     folder = Path(folder)
     meta = read_json(folder / POLICY_META, error=CheckpointError)
     regular_file(folder / POLICY_WEIGHTS, CheckpointError)
-    try:
-        tensors = load_tensors((folder / POLICY_WEIGHTS).read_bytes())
-    except (OSError, SafetensorError) as err:
-        raise CheckpointError(f"{folder}: no readable policy ({err})") from err
     if not isinstance(meta, dict) or meta.get("format") != POLICY_FORMAT \
             or meta.get("version") != VERSION:
         raise CheckpointError(f"{folder}/{POLICY_META}: not a graphopt policy (expected format "
                               f"{POLICY_FORMAT!r} version {VERSION})")
+    try:
+        blob = (folder / POLICY_WEIGHTS).read_bytes()
+        tensors = load_tensors(blob)
+    except (OSError, SafetensorError) as err:
+        raise CheckpointError(f"{folder}: no readable policy ({err})") from err
+    _check_hash(folder, POLICY_WEIGHTS, POLICY_META, meta, blob)
     try:
         with torch.device("meta"):  # shapes only: a config far larger than its weights allocates nothing
             shapes = {k: tuple(v.shape) for k, v in build(meta["config"]).state_dict().items()}

@@ -113,9 +113,10 @@ def _pyplot() -> Any:
 def _save(fig: Any, path: str | os.PathLike) -> Path:
     import matplotlib.pyplot as plt
 
+    from graphopt._files import save_figure
+
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    try:
+        return save_figure(fig, path)
+    finally:
+        plt.close(fig)

@@ -1,0 +1,286 @@
+"""Issue 37, faults and hostile inputs: a full disk at each writer, a kill between a
+checkpoint's two files, SIGTERM and SIGHUP during a search, two runs into one folder, and
+inputs that asked for unbounded memory or time. Each case ends in one line and exit 2, or
+in the right recovery; none leaves a partial file where a whole one was promised.
+
+The full disk is ``ulimit -f`` in a subprocess (Python ignores SIGXFSZ, so a write past
+the limit fails with EFBIG as one on a full disk fails with ENOSPC), or ``os.replace``
+raising ENOSPC in process.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from graphopt._files import atomic_write
+from graphopt.errors import GraphoptError, WriteError
+
+SRC = str(Path(__file__).parents[2] / "src")
+LIMIT = 64  # bytes: every output below is larger, a lock file's pid is not
+
+
+def graphopt(*argv: str, fsize: int | None = None, **kw) -> subprocess.CompletedProcess:
+    """Run the ``graphopt`` command (its real entry point), under ``ulimit -f fsize``."""
+    def limit() -> None:
+        if fsize is not None:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.run([sys.executable, "-m", "graphopt.cli", *argv], capture_output=True,
+                          text=True, preexec_fn=limit, env=env, timeout=300, **kw)
+
+
+def files(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+
+
+@pytest.fixture(scope="module")
+def plan(tmp_path_factory) -> Path:
+    """A plan of example:mlp, for the writers that take one."""
+    out = tmp_path_factory.mktemp("plan")
+    r = graphopt("optimize", "example:mlp", "-c", "p100:2", "--methods", "expert", "--out", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    return out / "expert" / "plan.json"
+
+
+# -- a full disk at every writer: one line naming the file, exit 2, nothing left -----------------
+FULL_DISK = [  # (argv, the file named); {d} the output folder, {plan} a plan of example:mlp
+    ("optimize example:mlp -c p100:2 --methods single,expert --out {d}/o", "{d}/o/single/plan.json"),
+    ("import example:mlp -o {d}/g.npz", "{d}/g.npz"),
+    ("import example:mlp -o {d}/g.json", "{d}/g.json"),
+    ("simulate example:mlp -c p100:2 --json {d}/s.json", "{d}/s.json"),
+    ("simulate example:mlp -c p100:2 --trace {d}/t.json", "{d}/t.json"),
+    ("simulate example:mlp -c p100:2 --gantt {d}/g.png", "{d}/g.png"),
+    ("profile example:mlp --repeats 1 -o {d}/p.json", "{d}/p.json"),
+    ("export {plan} -g example:mlp -f device-map -o {d}/m.json", "{d}/m.json"),
+    ("train --corpus example:mlp@p100:2 --updates 1 --out {d}/t", "{d}/t/weights.safetensors"),
+]
+
+
+@pytest.mark.parametrize("argv, named", FULL_DISK, ids=[a.split(" -")[0] for a, _ in FULL_DISK])
+def test_a_full_disk_is_one_line_naming_the_file(tmp_path, plan, argv, named):
+    r = graphopt(*argv.format(d=tmp_path, plan=plan).split(), fsize=LIMIT)
+    out = r.stdout + r.stderr
+    assert r.returncode == 2 and "Traceback" not in out, out
+    assert out.strip().splitlines()[-1] == \
+        f"error: {named.format(d=tmp_path)}: cannot write (File too large)", out
+    assert files(tmp_path) in ([], ["o/.graphopt.lock"], ["t/.graphopt.lock"]), files(tmp_path)
+
+
+def test_atomic_write_on_a_full_disk_keeps_the_old_file(tmp_path, monkeypatch):
+    target = tmp_path / "plan.json"
+    target.write_text("old")
+
+    def full(*args):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr("graphopt._files.os.replace", full)
+    with pytest.raises(WriteError) as err:
+        atomic_write(target, lambda f: f.write(b"new"))
+    assert str(err.value) == f"{target}: cannot write (No space left on device)"
+    assert isinstance(err.value, OSError) and err.value.errno == errno.ENOSPC  # caches still tolerate it
+    assert files(tmp_path) == ["plan.json"] and target.read_text() == "old"
+
+
+def test_optimize_outputs_are_all_or_nothing(tmp_path, monkeypatch):
+    from graphopt.hardware import load_cluster
+    from graphopt.ir.generate import mlp_training_graph
+    from graphopt.optim.compare import compare, write_outputs
+    from graphopt.sim import Problem
+
+    prob = Problem(mlp_training_graph(layers=1, hidden=8, batch=2), load_cluster("p100:2"))
+    results = compare(prob, ["single", "expert"])
+    real, calls = __import__("graphopt.viz", fromlist=["gantt"]).gantt, []
+
+    def gantt_then_full(*args, **kw):  # the disk fills at the second method's chart
+        calls.append(1)
+        if len(calls) == 2:
+            raise WriteError(f"{args[2]}: cannot write (No space left on device)")
+        return real(*args, **kw)
+    monkeypatch.setattr("graphopt.viz.gantt", gantt_then_full)
+    with pytest.raises(WriteError):
+        write_outputs(prob, results, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+# -- a kill between a checkpoint's two files ------------------------------------------------------
+def test_a_torn_checkpoint_is_refused_and_stale_temporaries_are_removed(tmp_path):
+    from graphopt.runs.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+
+    def saved(folder, step):
+        net = torch.nn.Linear(2, 2)
+        opt = torch.optim.Adam(net.parameters())
+        net(torch.ones(1, 2)).sum().backward()
+        opt.step()
+        return save_checkpoint(folder, {"lr": 1}, {"net": net}, opt, None, {"update": step})
+
+    old, new = saved(tmp_path / "old", 50), saved(tmp_path / "new", 100)
+    # killed after the weights' rename, before the metadata's: update-100 weights, update-50 metadata
+    (old / "weights.safetensors").write_bytes((new / "weights.safetensors").read_bytes())
+    (old / ".checkpoint.json.abc123.tmp").write_text('{"half')
+    net = torch.nn.Linear(2, 2)
+    with pytest.raises(CheckpointError, match="torn checkpoint: weights.safetensors is not the "
+                                              "file checkpoint.json was saved with"):
+        load_checkpoint(old, {"lr": 1}, {"net": net}, torch.optim.Adam(net.parameters()), None)
+    saved(old, 51)  # a new save makes it whole and removes the killed write's leftovers
+    assert files(old) == ["checkpoint.json", "weights.safetensors"]
+    assert load_checkpoint(old, {"lr": 1}, {"net": net}, torch.optim.Adam(net.parameters()),
+                           None) == {"update": 51}
+
+
+# -- signals and a second run ---------------------------------------------------------------------
+def _wait_for_search(p: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 60
+    while len(os.listdir(f"/proc/{p.pid}/task")) <= 4 and time.monotonic() < deadline:
+        time.sleep(0.2)  # numba's worker threads start with the simulator
+    time.sleep(3.0)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_sigterm_and_sighup_in_optimize_save_the_best_plan_like_ctrl_c(tmp_path, sig):
+    p = subprocess.Popen([sys.executable, "-m", "graphopt.cli", "optimize", "example:layered-300",
+                          "-c", "p100:2", "--methods", "single,sa,metis", "--budget", "1000000000",
+                          "--out", str(tmp_path)], stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True,
+                         env={**os.environ, "PYTHONPATH": SRC})
+    _wait_for_search(p)
+    p.send_signal(sig)
+    out, _ = p.communicate(timeout=120)
+    assert "Traceback" not in out and p.returncode == 130, out
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["interrupted"] and "metis" not in [r["method"] for r in report["rows"]]
+    assert (tmp_path / "single" / "plan.json").is_file()
+
+
+def test_a_second_run_into_one_folder_is_refused(tmp_path):
+    from graphopt.cli._common import lock_folder
+
+    held = lock_folder(tmp_path / "out")
+    with pytest.raises(GraphoptError, match=f"another graphopt run \\(pid {os.getpid()}\\)"):
+        lock_folder(tmp_path / "out")
+    r = graphopt("optimize", "example:mlp", "-c", "p100:2", "--methods", "single",
+                 "--out", str(tmp_path / "out"))
+    assert r.returncode == 2 and r.stdout.strip().splitlines() == [
+        f"error: --out {tmp_path}/out: another graphopt run (pid {os.getpid()}) is writing "
+        "there; wait for it to end or choose another folder"], r.stdout + r.stderr
+    held.close()
+    lock_folder(tmp_path / "out").close()  # free again once the first run ends
+
+
+def test_train_after_ctrl_c_says_so_and_exits_130(tmp_path):
+    p = subprocess.Popen([sys.executable, "-m", "graphopt.cli", "train", "--corpus",
+                          "example:mlp@p100:2", "--updates", "100000",
+                          "--out", str(tmp_path)], stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True, env={**os.environ, "PYTHONPATH": SRC})
+    _wait_for_search(p)
+    p.send_signal(signal.SIGINT)
+    out, _ = p.communicate(timeout=120)
+    assert p.returncode == 130 and "Traceback" not in out, out
+    assert "interrupted after update" in out and "resumes the run" in out, out
+    assert (tmp_path / "checkpoint.json").is_file()
+
+
+def test_the_learning_rate_anneals_by_updates_not_the_clock():
+    # a --minutes bound beside --updates used to decay the rate by elapsed time, so a run
+    # stopped by it and resumed learned otherwise than one that never stopped
+    from graphopt.hardware import load_cluster
+    from graphopt.ir.generate import layered_graph
+    from graphopt.optim.learned.go.method import new_policy
+    from graphopt.optim.learned.go.env import GOEnv
+    from graphopt.rl.ppo import PPOConfig, train
+    from graphopt.sim import Problem
+
+    prob = Problem(layered_graph(4, 3, seed=0), load_cluster("p100:2"))
+    cfg = PPOConfig(num_samples=4, anneal_lr=True)
+    env = GOEnv(prob, frozenset({"placement"}))
+    timed_policy, straight_policy = new_policy(0, dim=16), new_policy(0, dim=16)
+    timed = train(timed_policy, [env], cfg, seed=0, updates=4, seconds=1e6, progress=False)
+    straight = train(straight_policy, [env], cfg, seed=0, updates=4, progress=False)
+    assert [r["charts/learning_rate"] for r in timed["log"]] == \
+        [r["charts/learning_rate"] for r in straight["log"]] == [cfg.lr * (1 - k / 4) for k in range(4)]
+    for a, b in zip(timed_policy.parameters(), straight_policy.parameters()):
+        assert torch.equal(a, b)
+
+
+# -- inputs that asked for unbounded memory or time -----------------------------------------------
+@pytest.mark.parametrize("big", [6 * 10**8, 10**12, 2**63 - 1])
+def test_huge_colocation_ids_are_renumbered_not_allocated(tmp_path, big):
+    from graphopt.hardware import load_cluster
+    from graphopt.ir.generate import mlp_training_graph
+    from graphopt.ir.io import graph_to_dict, load_graph
+    from graphopt.optim import Budget, optimize
+    from graphopt.sim import Problem
+
+    g = graph_to_dict(mlp_training_graph(layers=2, hidden=8, batch=2))
+    groups = sorted({n["coloc"] for n in g["nodes"] if n["coloc"] >= 0})
+    for n in g["nodes"]:
+        if n["coloc"] >= 0:
+            n["coloc"] = big - groups.index(n["coloc"])  # the largest id 2^63-1: no overflow
+    (tmp_path / "g.json").write_text(json.dumps(g))
+    graph = load_graph(tmp_path / "g.json")
+    assert sorted(set(graph.coloc.tolist()) - {-1}) == list(range(len(groups)))
+    prob = Problem(graph, load_cluster("p100:2"))
+    for method in ("m-etf", "heft", "sa"):
+        plan, _ = optimize(prob, method, budget=Budget(evals=50))
+        grouped = graph.coloc >= 0
+        for c in set(graph.coloc[grouped].tolist()):  # each group stays on one device
+            assert len(set(plan.placement[graph.coloc == c].tolist())) == 1
+
+
+def test_profile_honours_its_time_limit_whatever_the_repeats():
+    from graphopt.cost.profile import profile_graph
+    from graphopt.ir.generate import mlp_training_graph
+
+    start = time.perf_counter()
+    p = profile_graph(mlp_training_graph(layers=1, hidden=8, batch=4), repeats=10**9,
+                      time_limit=0.5, progress=False)
+    assert time.perf_counter() - start < 5 and p.meta["repeats_cut"] == 1 and len(p.entries) == 1
+
+
+def test_a_tpugraphs_file_declaring_millions_of_nodes_is_refused_unread(tmp_path):
+    from graphopt.errors import GraphFormatError
+    from graphopt.frontends.tpugraphs.npz import load_tpugraphs_npz
+
+    n = 6_000_000
+    np.savez_compressed(tmp_path / "big.npz", node_feat=np.zeros((n, 1), np.float32),
+                        node_opcode=np.zeros(n, np.uint8), edge_index=np.zeros((0, 2), np.int64),
+                        config_runtime=np.ones(1), node_config_feat=np.zeros((1, 0, 18), np.float32),
+                        node_config_ids=np.zeros(0, np.int64))
+    assert (tmp_path / "big.npz").stat().st_size < 100_000
+    start = time.perf_counter()
+    with pytest.raises(GraphFormatError, match="'node_feat' declares 6,000,000 rows, more than "
+                                               "the 1,000,000"):
+        load_tpugraphs_npz(tmp_path / "big.npz")
+    assert time.perf_counter() - start < 1
+
+
+def test_a_cost_model_file_without_configurations_is_one_line(tmp_path):
+    from graphopt.costmodel.data import CostModelError, load_dataset
+
+    np.savez(tmp_path / "none.npz", node_feat=np.zeros((3, 140), np.float32),
+             node_opcode=np.full(3, 63, np.uint8), edge_index=np.array([[1, 0], [2, 1]]),
+             config_runtime=np.zeros(0), node_config_feat=np.zeros((0, 2, 18), np.float32),
+             node_config_ids=np.array([0, 1]))
+    with pytest.raises(CostModelError, match="none.npz: no configurations"):
+        load_dataset(tmp_path / "none.npz")
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) >= 64, reason="64 workers fit this machine")
+def test_calibrate_takes_at_most_a_worker_per_core(tmp_path):
+    from typer.testing import CliRunner
+
+    from graphopt.cli import app
+
+    r = CliRunner().invoke(app, ["calibrate", "--devices", "cpu:64", "-o", str(tmp_path / "c.toml")])
+    assert r.exit_code == 2 and "calibration measures one worker per core" in r.output, r.output
+    assert not (tmp_path / "c.toml").exists()
