@@ -30,7 +30,7 @@ ALLOWED: dict[str, set[str]] = {
     "viz": {"errors", "_files", "ir", "sim"},
     "dist": {"errors", "_files", "ir", "hardware", "sim"},
     "rl": {"_lazy", "errors", "_files", "ir", "hardware", "sim", "dist", "nn", "viz"},
-    "optim": {"errors", "_files", "ir", "hardware", "cost", "sim", "dist", "nn", "rl", "viz",
+    "optim": {"_lazy", "errors", "_files", "ir", "hardware", "cost", "sim", "dist", "nn", "rl", "viz",
               "frontends", "zoo"},
     "exec": {"errors", "_files", "ir", "hardware", "cost", "sim", "frontends", "zoo", "viz"},
     "rewrite": {"_lazy", "errors", "_files", "ir", "hardware", "cost", "sim", "frontends", "zoo"},
