@@ -23,7 +23,9 @@ run: $(STAMP)
 		--budget 1000 --out runs/gnmt-2
 
 # CI has two cores; a test file runs whole on one worker (its fixtures and worker pools
-# are per file). Serially the suite took 8 min on a slow 2-core machine, on two workers 5.
+# are per file). How long the suite takes depends on the machine and its load: a report
+# (issue 37) saw 12 min on a loaded 2-core machine. Time it with `time make test` and read
+# `uptime`'s load average beside the figure.
 # The simulator is compiled once first (about a minute on a fresh clone), so that the
 # workers load it from numba's cache rather than both compiling it.
 TEST_WORKERS ?= 2

@@ -80,6 +80,7 @@ def test_zoo_list_and_unknown_model(tmp_path, monkeypatch):
     monkeypatch.setenv("GRAPHOPT_CACHE", str(tmp_path))
     r = run("zoo", "list")
     assert r.exit_code == 0 and "gnmt-8" in r.output and "held out" in r.output
+    assert "rnnlm-2-quick" in r.output and "transformer-xl-8-quick" in r.output  # the tour's
     r = run("zoo", "build", "nope")
     assert r.exit_code == 2 and "unknown zoo model" in r.output
 

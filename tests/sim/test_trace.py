@@ -53,7 +53,7 @@ def test_saved_trace_is_json_with_one_event_per_kernel_and_transfer(case, tmp_pa
     trace = json.loads(path.read_text())
     assert trace["displayTimeUnit"] == "ms"
     kernels, transfers = _x(trace, False), _x(trace, True)
-    assert Counter(e["name"] for e in kernels) == Counter(str(names[k]) for k in tl.kernel)
+    assert Counter(e["args"]["root"] for e in kernels) == Counter(str(names[k]) for k in tl.kernel)
     assert Counter(e["name"] for e in transfers) == Counter(
         f"{names[k]} -> {devs[d].name}" for k, d in zip(tl.transfer_kernel, tl.transfer_dst))
     assert sorted(e["args"]["bytes"] for e in transfers) == sorted(tl.transfer_bytes.tolist())
@@ -121,3 +121,24 @@ def test_missing_timeline_is_an_error(tmp_path):
     with pytest.raises(GraphoptError, match=r"timeline=True"):
         save_chrome_trace(prob, r, tmp_path / "t.json")
     assert not list(tmp_path.iterdir())
+
+
+def test_fused_kernel_named_by_its_dominant_op_and_lists_its_ops():
+    """A fused kernel takes the name of its most expensive op alone on its device (e.g. a
+    matmul, not the relu_backward that roots it); its args name the root and every op."""
+    prob, r = _mlp()
+    tl = r.timeline
+    g, time = prob.graph, prob.costs.time
+    index = {name: i for i, name in enumerate(g.names.tolist())}
+    kernels = [e for e in chrome_trace(prob, r)["traceEvents"]
+               if e["ph"] == "X" and e["cat"] != "transfer"]
+    assert len(kernels) == len(tl.kernel)
+    renamed = 0
+    for e, root, dev in zip(kernels, tl.kernel.tolist(), tl.device.tolist()):
+        ops = [index[o] for o in e["args"]["ops"]]
+        assert e["args"]["root"] == g.names[root] and root in ops
+        assert len(ops) == e["args"]["fused_ops"] and ops == sorted(ops)
+        assert index[e["name"]] == max(ops, key=lambda i: (time[i, dev], -i))
+        assert e["args"]["op"] == g.op[index[e["name"]]]
+        renamed += e["name"] != e["args"]["root"]
+    assert renamed  # some fused kernel's root is not its most expensive op

@@ -115,6 +115,10 @@ def zoo_list() -> None:
                   f"{r.go_one:.3f} / {r.human_expert:.3f}" if r else "-",
                   "yes" if cache_path(e).is_file() else "no", e.description)
     console.print(t)
+    quick = ", ".join(f"{name}-quick" for name in list_models())
+    console.print(f"Quick sizes (same structure, small tensors and short unrolls: built in "
+                  f"seconds, one training step in about a second on a CPU core): {quick}",
+                  highlight=False)
 
 
 @zoo_app.command("build")

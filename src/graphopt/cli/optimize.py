@@ -236,17 +236,17 @@ def methods(
     import dataclasses
     import typing
 
-    from graphopt.optim import get_optimizer, list_optimizers
+    if name is None:  # read from the sources: importing the methods takes seconds
+        from graphopt.optim.catalog import catalog
 
-    if name is None:
         t = Table(title="methods (graphopt methods NAME lists a method's hyperparameters)")
         t.add_column("name")
         t.add_column("what it is")
-        for method in list_optimizers():
-            doc = (type(get_optimizer(method)).__doc__ or "").strip().splitlines()
-            t.add_row(method, doc[0] if doc else "")
+        for method, what in catalog().items():
+            t.add_row(method, what)
         console.print(t)
         return
+    from graphopt.optim import get_optimizer
     try:
         cls = type(get_optimizer(name))
     except GraphoptError as err:

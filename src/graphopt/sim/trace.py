@@ -14,7 +14,7 @@ from graphopt._files import atomic_write
 from graphopt.ir.ops import op_class
 from graphopt.sim.problem import Problem, SimResult, Timeline
 
-__all__ = ["chrome_trace", "require_timeline", "save_chrome_trace", "used_links"]
+__all__ = ["chrome_trace", "kernel_ops", "require_timeline", "save_chrome_trace", "used_links"]
 
 _US = 1e6  # trace timestamps are in microseconds
 
@@ -32,12 +32,56 @@ def used_links(tl: Timeline) -> list[tuple[int, int]]:
     return [(int(s), int(d)) for s, d in pairs]
 
 
+def kernel_ops(problem: Problem, tl: Timeline) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Per kernel of ``tl``: the op that dominates it, and its ops.
+
+    A fused kernel is named by its root (the node the timeline keeps), often a ``view``
+    or a cheap elementwise op; what it does is told by the op that takes the longest
+    alone on the kernel's device (``costs.time``, FLOPs and bytes priced by the cost
+    model), which is what traces and Gantt charts show.
+
+    Returns
+    -------
+    dominant : ndarray
+        (K,) node index of each kernel's most expensive op.
+    ops : list of ndarray
+        Each kernel's node indices in topological order (a duplicated op appears in the
+        kernel of its first consumer).
+
+    Examples
+    --------
+    >>> from graphopt.hardware import load_cluster
+    >>> from graphopt.ir.generate import mlp_training_graph
+    >>> from graphopt.sim import Plan, simulate
+    >>> prob = Problem(mlp_training_graph(), load_cluster("dgx1-v100:1"))
+    >>> tl = simulate(prob, Plan(), timeline=True).timeline
+    >>> dominant, ops = kernel_ops(prob, tl)
+    >>> bool(all(d in o for d, o in zip(dominant, ops)))
+    True
+    """
+    n, k = problem.graph.num_nodes, len(tl.kernel)
+    where = np.full(n, -1, dtype=np.int64)
+    where[tl.kernel] = np.arange(k)
+    node_kernel = where[tl.group]
+    nodes = np.flatnonzero(node_kernel >= 0)
+    kern = node_kernel[nodes]
+    alone = problem.costs.time[nodes, tl.device[kern]]
+    order = np.lexsort((nodes, -alone, kern))  # by kernel, most expensive first, then index
+    first = np.searchsorted(kern[order], np.arange(k))
+    dominant = nodes[order][first]
+    by_kernel = np.argsort(kern, kind="stable")  # nodes ascend, so topological within one
+    ops = np.split(nodes[by_kernel], np.searchsorted(kern[by_kernel], np.arange(1, k)))
+    return dominant, ops
+
+
 def chrome_trace(problem: Problem, result: SimResult) -> dict:
     """The timeline of ``result`` as a Chrome Trace Event Format dict.
 
     Each device is a process (``pid`` = device index) with one ``compute`` thread; the
     links that carried transfers are threads of one more process, ``links``. Every
-    kernel and every transfer is a complete event (``"ph": "X"``, times in µs).
+    kernel and every transfer is a complete event (``"ph": "X"``, times in µs). A kernel
+    is named by the op that dominates it (:func:`kernel_ops`); its args list its ``ops``
+    and its ``root`` (the node that names it in the timeline and in transfers).
 
     Raises
     ------
@@ -78,12 +122,15 @@ def chrome_trace(problem: Problem, result: SimResult) -> dict:
 
     size = np.bincount(tl.group, minlength=g.num_nodes)[tl.kernel].tolist()
     flops = np.bincount(tl.group, weights=g.flops, minlength=g.num_nodes)[tl.kernel].tolist()
-    for k, d, t0, t1, n, f in zip(tl.kernel.tolist(), tl.device.tolist(), tl.start.tolist(),
-                                  tl.end.tolist(), size, flops):
-        op = ops[k]
-        events.append({"ph": "X", "pid": d, "tid": 0, "name": names[k], "cat": op_class(op),
+    dominant, members = kernel_ops(problem, tl)
+    for k, top, m, d, t0, t1, n, f in zip(tl.kernel.tolist(), dominant.tolist(), members,
+                                          tl.device.tolist(), tl.start.tolist(), tl.end.tolist(),
+                                          size, flops):
+        op = ops[top]
+        events.append({"ph": "X", "pid": d, "tid": 0, "name": names[top], "cat": op_class(op),
                        "ts": t0 * _US, "dur": (t1 - t0) * _US,
-                       "args": {"op": op, "fused_ops": n, "flops": f, "device": devices[d].name}})
+                       "args": {"op": op, "fused_ops": n, "flops": f, "device": devices[d].name,
+                                "root": names[k], "ops": [names[i] for i in m.tolist()]}})
     for k, s, d, t0, t1, b in zip(tl.transfer_kernel.tolist(), tl.transfer_src.tolist(),
                                   tl.transfer_dst.tolist(), tl.transfer_start.tolist(),
                                   tl.transfer_end.tolist(), tl.transfer_bytes.tolist()):

@@ -14,7 +14,7 @@ from matplotlib.patches import Patch
 from graphopt._files import atomic_write
 from graphopt.ir.ops import OP_CLASSES
 from graphopt.sim.problem import Problem, SimResult
-from graphopt.sim.trace import require_timeline, used_links
+from graphopt.sim.trace import kernel_ops, require_timeline, used_links
 
 __all__ = ["gantt"]
 
@@ -44,7 +44,9 @@ def gantt(problem: Problem, result: SimResult, path: str | os.PathLike, title: s
 
     Rows are the devices' compute, then every directed link that carried a transfer,
     each labelled with its busy share of the step. Kernels are coloured by the op class
-    of their root op, transfers in grey; the x axis is in ms and the title gives the
+    of the op that dominates them (:func:`~graphopt.sim.trace.kernel_ops`; a fused
+    kernel's root is often a cheap view), the widest (over 1/12 of the step, 40 at most)
+    named by it; transfers in grey; the x axis is in ms and the title gives the
     step time, its ratio to the lower bound and the plan's validity.
 
     Parameters
@@ -81,7 +83,9 @@ def gantt(problem: Problem, result: SimResult, path: str | os.PathLike, title: s
     step = max(result.step_time, 1e-12)
     link = tl.transfer_src * nd + tl.transfer_dst
     link_busy = np.bincount(link, weights=tl.transfer_end - tl.transfer_start, minlength=nd * nd)
-    k = (tl.start, tl.end, tl.device * nc + problem.costs.class_id[tl.kernel])
+    # a fused kernel takes the colour and name of the op that dominates it, not its root's
+    dominant = kernel_ops(problem, tl)[0]
+    k = (tl.start, tl.end, tl.device * nc + problem.costs.class_id[dominant])
     t = (tl.transfer_start, tl.transfer_end, link)
     merged = len(tl.kernel) + len(link) > max_kernels
     if merged:
@@ -102,6 +106,11 @@ def gantt(problem: Problem, result: SimResult, path: str | os.PathLike, title: s
     edge = 0.5 if len(kbars) + len(tbars) <= 1000 else 0.0  # white gaps between wide bars
     for r, (_, _, bars, color, h) in enumerate(rows):
         ax.broken_barh(bars, (r - h / 2, h), facecolors=color, edgecolor="white", linewidth=edge)
+    if not merged:  # kernels wide enough to hold it carry their dominant op's name
+        names = problem.graph.names
+        for i in np.flatnonzero(tl.end - tl.start > step / 12)[:40]:
+            ax.text((tl.start[i] + tl.end[i]) / 2 * _MS, tl.device[i], names[dominant[i]][:24],
+                    ha="center", va="center", fontsize="x-small", clip_on=True)
     ax.set_yticks(range(n), [f"{label}  {busy / step:4.0%}" for label, busy, *_ in rows],
                   fontsize="medium" if n <= 12 else "small")
     ax.set_ylim(n - 0.5, -0.5)
