@@ -7,9 +7,10 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from graphopt.cli._common import GRAPH_HELP, check_output, console, fail, mib
+from graphopt.cli._common import GRAPH_HELP, check_output, console, fail
 from graphopt.errors import GraphoptError
 from graphopt.frontends import load_source
+from graphopt.ir.graph import format_bytes
 
 app = typer.Typer()
 
@@ -29,8 +30,8 @@ def info(graph: str = typer.Argument(..., help=GRAPH_HELP)) -> None:
     t.add_row("ops", f"{s['nodes']:,}")
     t.add_row("edges", f"{s['edges']:,}")
     t.add_row("GFLOPs per step", f"{s['flops'] / 1e9:,.3f}")
-    t.add_row("memory traffic (MiB)", mib(s["bytes_moved"]))
-    t.add_row("persistent (MiB)", mib(s["persistent_bytes"]))
+    t.add_row("memory traffic", format_bytes(s["bytes_moved"]))
+    t.add_row("persistent", format_bytes(s["persistent_bytes"]))
     t.add_row("longest path (ops)", f"{s['max_depth'] + 1:,}")
     t.add_row("colocation groups", f"{s['colocation_groups']:,}")
     t.add_row("op classes", ", ".join(f"{k} {v}" for k, v in s["op_classes"].items()))
@@ -153,7 +154,7 @@ def zoo_build(
     t.add_row("edges", f"{s['edges']:,}")
     t.add_row("parameters", f"{g.meta['zoo']['parameters']:,}")
     t.add_row("TFLOPs per step", f"{s['flops'] / 1e12:,.3f}")
-    t.add_row("weights (MiB)", mib(s["persistent_bytes"]))
+    t.add_row("weights", format_bytes(s["persistent_bytes"]))
     t.add_row("devices (GO's Table 2)", str(entry.num_devices))
     t.add_row("split", "train" if entry.train_split else "held out")
     t.add_row("seconds", f"{seconds:.1f}")

@@ -138,7 +138,7 @@ def optimize(
             t.add_column(col, justify="right")
         t.caption = (f"measured: median of {measure_steps} steps after a warm-up on "
                      f"{devices or f'cpu:{c.num_devices}'}, the plans in turns")
-    from graphopt.sim.problem import format_bytes  # imports numba: only for the table
+    from graphopt.ir.graph import format_bytes
 
     for r in results:
         res, st = r.result, r.stats

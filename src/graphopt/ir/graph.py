@@ -18,7 +18,7 @@ import numpy as np
 
 from graphopt.errors import GraphError
 
-__all__ = ["MAX_BYTES", "MAX_FLOPS", "MAX_RANK", "Graph", "GraphBuilder"]
+__all__ = ["MAX_BYTES", "MAX_FLOPS", "MAX_RANK", "Graph", "GraphBuilder", "format_bytes"]
 
 #: Output shapes are stored padded to this rank with -1; higher ranks fold their
 #: leading dimensions together (the element count is kept).
@@ -514,3 +514,17 @@ def _stable_toposort(src: np.ndarray, dst: np.ndarray, n: int, names: list[str],
         path = " -> ".join(names[i] for i in cycle[:8])
         raise GraphError(f"graph {gname!r}: cycle through nodes {path}")
     return np.asarray(out, dtype=np.int64)
+
+
+def format_bytes(x: float) -> str:
+    """A memory size for people: GiB from 1 GiB up, MiB from 1 MiB, else KiB, so that a
+    small size never shows as ``0.00 GiB``.
+
+    >>> format_bytes(17.2 * 2**30), format_bytes(2**20), format_bytes(1536)
+    ('17.20 GiB', '1.0 MiB', '1.5 KiB')
+    """
+    if abs(x) >= 2**30:
+        return f"{x / 2**30:,.2f} GiB"
+    if abs(x) >= 2**20:
+        return f"{x / 2**20:.1f} MiB"
+    return f"{x / 2**10:.1f} KiB"
