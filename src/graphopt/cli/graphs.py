@@ -8,6 +8,7 @@ import typer
 from rich.table import Table
 
 from graphopt.cli._common import GRAPH_HELP, check_output, console, fail
+from graphopt.cli.options import out_option
 from graphopt.errors import GraphoptError
 from graphopt.frontends import load_source
 from graphopt.ir.graph import format_bytes
@@ -120,8 +121,8 @@ def zoo_list() -> None:
 @zoo_app.command("build")
 def zoo_build(
     name: str = typer.Argument(..., help="Zoo model (see 'graphopt zoo list'). Example: gnmt-8"),
-    out: Path | None = typer.Option(None, "--out", "-o",
-                                    help="Also save the graph here (.npz or .json)."),
+    out: Path | None = out_option(None, "Also save the graph here (.npz or .json). "
+                                        "Example: gnmt-8.npz"),
     no_cache: bool = typer.Option(False, "--no-cache",
                                   help="Build from scratch; neither read nor write the cache."),
 ) -> None:

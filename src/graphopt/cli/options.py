@@ -23,7 +23,7 @@ from graphopt.errors import MAX_SEED, GraphoptError
 __all__ = ["ADDRESS_HELP", "BACKEND_HELP", "DEFAULT_CLUSTER", "MAX_BUDGET", "MAX_TRIALS",
            "address_option", "backend_option", "budget_option", "check_cluster_spec",
            "check_methods", "cluster_option", "default_cluster", "methods_option",
-           "out_option", "seed_option", "split_methods", "trials_option"]
+           "out_option", "seed_option", "split_item", "split_methods", "trials_option"]
 
 DEFAULT_CLUSTER = "dgx1-v100:4"  # a graph that is not a zoo model
 MAX_BUDGET = 10**9
@@ -58,6 +58,23 @@ def default_cluster(graph: str) -> str:
     return DEFAULT_CLUSTER
 
 
+def split_item(item: str, cluster: str | None) -> tuple[str, str]:
+    """``GRAPH@CLUSTER`` or ``GRAPH`` (then on ``cluster``, or when that is None on
+    :func:`default_cluster`) as ``(GRAPH, CLUSTER)``, as ``tune`` and ``train`` read
+    their items (:func:`graphopt.frontends.split_source`).
+
+    Examples
+    --------
+    >>> split_item("zoo:gnmt-2", None), split_item("example:mlp@p100:2", "h100:8")
+    (('zoo:gnmt-2', 'dgx1-v100:2'), ('example:mlp', 'p100:2'))
+    """
+    from graphopt.frontends import split_source
+
+    graph, at, _ = item.rpartition("@")
+    graph = graph if at else item
+    return split_source(item, cluster or (default_cluster(graph) if graph and not at else None))
+
+
 def _fail(err: GraphoptError) -> None:
     from graphopt.cli._common import fail
 
@@ -79,14 +96,13 @@ def check_cluster_spec(spec: str, option: str = "--cluster") -> str:
     'h100:2'
     >>> check_cluster_spec("h100:٢")
     Traceback (most recent call last):
-    graphopt.errors.GraphoptError: --cluster 'h100:٢': device count '٢' is not a whole number in ASCII digits (expected NAME[:COUNT], e.g. dgx1-v100:4)
+    graphopt.errors.GraphoptError: --cluster 'h100:٢': device count '٢' is not ASCII digits (NAME[:COUNT])
     """
     if ":" in spec and not spec.endswith(".toml"):
         count = spec.rpartition(":")[2]
         if not (count.isascii() and count.isdigit()):
-            raise GraphoptError(f"{option} {spec!r}: device count {count!r} is not a whole "
-                                "number in ASCII digits (expected NAME[:COUNT], e.g. "
-                                "dgx1-v100:4)")
+            raise GraphoptError(f"{option} {spec!r}: device count {count!r} is not ASCII "
+                                "digits (NAME[:COUNT])")
     return spec
 
 
@@ -166,9 +182,9 @@ def seed_option(help: str = "Seed of every random choice.", default: int = 0) ->
                         callback=_bounded(0, MAX_SEED, "--seed"))
 
 
-def backend_option(extra: str = "") -> Any:
-    """``--backend``: local or ray (see :data:`BACKEND_HELP`)."""
-    return typer.Option("local", "--backend", help=BACKEND_HELP + extra)
+def backend_option(extra: str = "", *, help: str | None = None) -> Any:
+    """``--backend``: local or ray (:data:`BACKEND_HELP` and ``extra``, or ``help``)."""
+    return typer.Option("local", "--backend", help=help or BACKEND_HELP + extra)
 
 
 def address_option() -> Any:

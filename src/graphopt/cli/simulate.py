@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 
 from graphopt.cli._common import GRAPH_HELP, check_output, check_plan, console, fail
+from graphopt.cli.options import cluster_option, default_cluster, out_option
 from graphopt.errors import GraphoptError
 from graphopt.frontends import load_source
 from graphopt.ir.graph import format_bytes
@@ -20,8 +21,7 @@ app = typer.Typer()
 @app.command()
 def simulate(
     graph: str = typer.Argument(..., help=GRAPH_HELP),
-    cluster: str = typer.Option("dgx1-v100:4", "--cluster", "-c",
-                                help="Preset NAME[:COUNT] or a .toml file. Example: h100:8"),
+    cluster: str | None = cluster_option(example="h100:8"),
     plan: Path | None = typer.Option(None, "--plan", "-p",
                                         help="plan.json to simulate; default: everything on "
                                              "device 0, FIFO order, compiler fusion. "
@@ -55,7 +55,7 @@ def simulate(
         for path, option in ((trace, "--trace"), (gantt, "--gantt"), (out, "--json")):
             check_output(path, option)
         g = load_source(graph)
-        c = load_cluster(cluster)
+        c = load_cluster(cluster or default_cluster(graph))
         prof = _load_profile_arg(profile) if profile else None
         p = Plan.load(plan) if plan else Plan()
         prob = Problem(g, c, profile=prof)
@@ -176,8 +176,11 @@ def clusters() -> None:
 
 
 @app.command()
-def demo(out: Path = typer.Option(Path("runs/demo"), help="Folder for the output files."),
-         cluster: str = typer.Option("dgx1-v100:2", help="Cluster preset NAME[:COUNT]."),
+def demo(out: Path = out_option(Path("runs/demo"), "Folder for the output files. "
+                                                  "Example: runs/demo"),
+         cluster: str = cluster_option("dgx1-v100:2", default_help="default dgx1-v100:2, "
+                                                                   "where the demo's MLP fits",
+                                       example="h100:4"),
          ) -> None:
     """The main job on built-in defaults: simulate an MLP training step on a cluster, on
     one device and split layer-wise across devices, and write traces and Gantt charts.
