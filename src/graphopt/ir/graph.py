@@ -405,9 +405,30 @@ class GraphBuilder:
         self._index: dict[str, int] = {}
         self._edges: list[tuple[int, int, float]] = []
         self._coloc: dict[str, int] = {}
+        self._copies: dict[str, int] = {}  # name -> the last #k suffix given to a copy of it
 
     def __len__(self) -> int:
         return len(self._nodes)
+
+    def unique_name(self, name: str) -> str:
+        """``name`` when no node has it yet, else ``name#2``, ``name#3``, ... the first
+        free one: how the frontends (jax, onnx, hlo) name a node whose source name
+        repeats. Linear over many copies: the search resumes at the last suffix given.
+
+        Examples
+        --------
+        >>> b = GraphBuilder("g")
+        >>> [b.add_node(b.unique_name("x"), "input") for _ in range(3)]
+        [0, 1, 2]
+        >>> list(b._index)
+        ['x', 'x#2', 'x#3']
+        """
+        base, k = name, self._copies.get(name, 1)
+        while name in self._index:
+            k += 1
+            name = f"{base}#{k}"
+        self._copies[base] = k
+        return name
 
     def add_node(self, name: str, op: str, *, shape: Sequence[int] = (), dtype: str = "float32",
                  flops: float = 0.0, bytes_read: float = 0.0, bytes_written: float = 0.0,

@@ -19,22 +19,24 @@ import torch
 from graphopt.rl.checkpoint import load_checkpoint, save_checkpoint
 from graphopt.rl.run import CURVE_FILE, LOG_FILE, write_log
 from graphopt.sim import Plan
+from graphopt.sim.plan import INVALID_PENALTY
 from graphopt.viz.curves import learning_curve
 
 __all__ = ["EMABaseline", "new_run_state", "record_update", "restore_run", "run_stats",
            "save_run", "sqrt_cost", "staircase_lr", "time_to_within"]
 
 
-def sqrt_cost(step_time: np.ndarray, valid: np.ndarray, invalid_step_time: float) -> np.ndarray:
-    """√(step time), with ``invalid_step_time`` standing in for an invalid plan's time.
+def sqrt_cost(step_time: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """√(step time), an invalid plan charged ``INVALID_PENALTY**2`` seconds (a cost of
+    :data:`~graphopt.sim.plan.INVALID_PENALTY`; grappler's 100 s).
 
     The square root separates short step times better than the time itself
     (Mirhoseini et al. 2017, §3).
 
-    >>> sqrt_cost(np.array([0.04, 0.09]), np.array([True, False]), 100.0).tolist()
+    >>> sqrt_cost(np.array([0.04, 0.09]), np.array([True, False])).tolist()
     [0.2, 10.0]
     """
-    return np.sqrt(np.where(valid, step_time, invalid_step_time))
+    return np.sqrt(np.where(valid, step_time, INVALID_PENALTY**2))
 
 
 @dataclass

@@ -31,7 +31,7 @@ the best placement seen and the run's statistics.
 4. **Training.** Grouper and placer are trained jointly by REINFORCE:
    ``loss = mean((c − b) / b · (log π_place + log π_group)) − β · (H_place + H_group)``,
    cost ``c = √(step time)``, an
-   invalid plan (out of memory) charged √(``failing_signal``) seconds; the baseline ``b``
+   invalid plan (out of memory) charged √(``INVALID_PENALTY**2``) seconds; the baseline ``b``
    is an exponential moving average (0.9) of the costs of non-failing samples. Adam
    with learning rate 0.003, ×0.95 every 50 updates from update 400; gradients clipped
    to norm 1; Gaussian noise (0.5 × the logits' RMS) on every logit for the first 750
@@ -206,8 +206,6 @@ class HDP:
         "help": "Placer logits squashed into [−C, C] (grappler: 1; HDP §4: C = 5)."})
     baseline_decay: float = field(default=0.9, metadata={"min": 0, "max": 1,
         "help": "Decay of the moving-average baseline, updated on non-failing samples (grappler: 0.9)."})
-    failing_signal: float = field(default=100.0, metadata={"gt": 0,
-        "help": "Seconds an invalid placement is charged (grappler: 100)."})
     threads: int = field(default=1, metadata={"min": 1, "limit": MAX_THREADS,
         "help": "torch CPU threads for the networks (the simulator has its own)."})
     checkpoint_every: int = field(default=50, metadata={"min": 1,
@@ -294,7 +292,7 @@ class HDP:
                     res = ev.evaluate(placements, rows(base.priority, len(placements)),
                                       rows(base.fusion, len(placements)))
                     k = len(res.step_time)
-                    cost = sqrt_cost(res.step_time, res.valid, self.failing_signal)
+                    cost = sqrt_cost(res.step_time, res.valid)
                     advantage = torch.as_tensor(baseline.advantage(cost), dtype=torch.float32)
                     loss = (advantage * (place_log_prob[:k] + group_log_prob)).mean() - \
                         self.entropy_coef * (place_entropy[:k].mean() + group_entropy)
