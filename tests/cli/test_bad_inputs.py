@@ -278,7 +278,7 @@ CASES = [
     ("optimize example:mlp --methods , --budget 10", "no method named"),
     ("optimize example:mlp --methods sa --budget 10 --seed -1", "--seed"),
     # torch.manual_seed took it as an overflow traceback, after the graph was loaded
-    ("optimize example:mlp --methods hdp --seed 100000000000000000000000", "--seed 100000000000000000000000: expected"),
+    ("optimize example:mlp --methods hdp --seed 100000000000000000000000", "expected a whole number"),
     ("train --seed 4294967296 --updates 1 --out {d}/t", "--seed 4294967296: expected a whole number"),
     ("tune example:mlp -m sa --seeds 0,-1 --out {d}/t.json", "--seeds '0,-1': expected whole numbers in 0"),
     ("costmodel train --data {d}/tiles --seed 4294967296 --out {d}/cm", "--seed=4294967296: expected <="),
@@ -534,7 +534,7 @@ CASES = [
     ("simulate example:mlp -c dgx1-v100:0", "cluster 'dgx1-v100' has 8 devices; cannot take"),
     ("simulate example:mlp -c dgx1-v100:x", "cluster 'dgx1-v100:x': device count 'x' is not"),
     ("simulate example:mlp -c dgx1-v100:99", "cluster 'dgx1-v100' has 8 devices; cannot take"),
-    ("simulate example:mlp -c dgx1-v100:-2", "cluster 'dgx1-v100' has 8 devices; cannot take"),
+    ("simulate example:mlp -c dgx1-v100:-2", "device count '-2' is not ASCII digits"),
     ("simulate example:mlp -c bogus:2", "unknown cluster preset 'bogus'; known presets"),
     ("simulate example:mlp -c :2", "unknown cluster preset ''; known presets: cpu"),
     ("simulate example:mlp -c /etc/passwd", "unknown cluster preset '/etc/passwd'; known"),
@@ -569,9 +569,8 @@ CASES = [
     ("train --updates 1 --clip-coef 0 --out {d}/t8", "--clip-coef=0.0: expected > 0"),
     ("train --updates 1 --ent-coef -1 --out {d}/t9", "--ent-coef=-1.0: expected >= 0"),
     ("train --updates 1 --max-grad-norm -1 --out {d}/t10", "--max-grad-norm=-1.0: expected > 0"),
-    ("train --updates 1 --invalid-ratio 0 --out {d}/t11", "--invalid-ratio=0.0: expected >= 1"),
     ("train --updates 1 --task bogus --out {d}/t12", "unknown task ['bogus']; tasks are fusion"),
-    ("train --updates 1 --corpus bogus:x --out {d}/t13", "graph source 'bogus:x': expected GRAPH@CLUSTER"),
+    ("train --updates 1 --corpus bogus:x --out {d}/t13", "no importer for"),  # on dgx1-v100:4
     ("train --updates 1 --corpus , --out {d}/t14", "--corpus ',': no GRAPH@CLUSTER item"),
     ("run example:mlp --steps 0", "Invalid value for '--steps'"),
     ("run example:mlp --steps 100000", "Invalid value for '--steps'"),
