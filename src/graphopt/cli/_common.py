@@ -22,12 +22,12 @@ from rich.console import Console
 from rich.markup import escape
 
 from graphopt._files import check_output
+from graphopt.cli.options import ADDRESS_HELP, BACKEND_HELP
 from graphopt.errors import GraphoptError, check_fields
 
 __all__ = ["ADDRESS_HELP", "BACKEND_HELP", "GRAPH_HELP", "LOCK_FILE", "PARAM_HELP",
            "check_run_folder", "compile_simulator", "console", "evaluation_backend", "fail",
-           "field_help", "lock_folder", "method_params", "mib", "options_from_fields",
-           "parse_field"]
+           "field_help", "lock_folder", "method_params", "options_from_fields", "parse_field"]
 
 # Tables are wide; when output goes to a file or a pipe, do not squeeze them to 80 columns.
 console = Console(width=None if Console().is_terminal else 140)
@@ -42,15 +42,6 @@ PARAM_HELP = ("Set a method's hyperparameter, METHOD.KEY=VALUE (repeatable; 'gra
               "METHOD' lists the keys, their types, defaults and help), or every one in a "
               ".json file written by 'graphopt tune'. Example: "
               "-p rl-lstm.lr=0.01 -p hdp.checkpoint_dir=runs/ckpt -p runs/tune/best.json")
-
-BACKEND_HELP = ("Where the simulations run: 'local' (this process) or 'ray' (a pool of Ray "
-                "actors, one per CPU, on a local Ray started for the run or the cluster of "
-                "--address; see docs/distributed.md). Example: --backend ray")
-
-ADDRESS_HELP = ("With --backend ray, the Ray cluster to join: 'auto' (the one this node "
-                "belongs to), HOST:6379 or ray://HOST:10001; default a local Ray started for "
-                "the run. Example: --address auto")
-
 
 def fail(err: Exception) -> NoReturn:
     """Print ``err`` as one line and exit 2 (a user's mistake: no traceback)."""
@@ -164,11 +155,6 @@ def evaluation_backend(backend: str, address: str | None, *, pool: bool = True):
         raise GraphoptError(f"--backend ray needs {err.name}: pip install 'graphopt[ray]'"
                             ) from None
     return dist_ray.ray_backend(address) if pool else dist_ray.ray_session(address)
-
-
-def mib(x: float) -> str:
-    """Bytes shown as MiB with one decimal."""
-    return f"{x / 2**20:,.1f}"
 
 
 def field_help(f: dataclasses.Field) -> str:

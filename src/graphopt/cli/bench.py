@@ -8,14 +8,16 @@ from pathlib import Path
 import typer
 
 from graphopt._files import check_output
-from graphopt.cli._common import (ADDRESS_HELP, PARAM_HELP, compile_simulator, console, evaluation_backend,
-                                  fail, method_params)
+from graphopt.cli._common import (PARAM_HELP, compile_simulator, console,
+                                  evaluation_backend, fail, method_params)
 from graphopt.cli.fusion import bench_fusion
 from graphopt.cli.mcm import bench_mcm
 from graphopt.cli.regal import bench_regal
+from graphopt.cli.options import (address_option, backend_option, budget_option,
+                                  cluster_option, methods_option, out_option, seed_option)
 from graphopt.cli.rewrite import bench_rewrite
 from graphopt.benchmarks import RESULTS, earlier_seconds, plan_line, say
-from graphopt.errors import MAX_SEED, GraphoptError
+from graphopt.errors import GraphoptError
 
 app = typer.Typer(no_args_is_help=True, help="Benchmarks; results go to --out (default under "
                                              "runs/bench/); a Markdown file's tables change only "
@@ -29,17 +31,18 @@ app.command("rewrite")(bench_rewrite)
 @app.command("go-table2")
 def bench_go_table2(
     quick: bool = typer.Option(False, "--quick", help="Small versions of every model (CI)."),
-    cluster: str = typer.Option("p100", help="Preset whose first N devices each row uses "
-                                             "(N from GO's Table 2). Example: dgx1-v100"),
-    methods: str = typer.Option(",".join(["single", "expert", "metis", "m-etf", "m-sct", "heft",
-                                          "sa", "brkga"]),
-                                help="Methods, comma-separated. Example: expert,metis,sa"),
-    budget: int = typer.Option(2000, min=1, help="Evaluations per search method."),
+    cluster: str = cluster_option("p100", what="Preset whose first N devices each row uses (N "
+                                               "from GO's Table 2)", default_help="default p100",
+                                  example="dgx1-v100"),
+    methods: str = methods_option(",".join(["single", "expert", "metis", "m-etf", "m-sct",
+                                            "heft", "sa", "brkga"]), "Methods, comma-separated.",
+                                  example="expert,metis,sa"),
+    budget: int = budget_option(2000, "Evaluations per search method."),
     rows: str = typer.Option("", help="Only these zoo models, comma-separated (default: "
                                       "all 14). Example: gnmt-2,rnnlm-4"),
-    seed: int = typer.Option(0, min=0, max=MAX_SEED, help="Seed of every method."),
-    out: Path | None = typer.Option(None, help="Results JSON; default "
-                                                "runs/bench/go-table2[-quick].json"),
+    seed: int = seed_option("Seed of every method."),
+    out: Path | None = out_option(None, "Results JSON; default runs/bench/go-table2[-quick].json. "
+                                        "Example: /tmp/t2.json"),
     docs: Path | None = typer.Option(None, help="Markdown file whose go-table2 section is "
                                                 "rewritten (default: none). Example: "
                                                 "docs/benchmarks.md"),
@@ -50,12 +53,11 @@ def bench_go_table2(
     redo: str = typer.Option("", help="With --resume, run these methods again even where "
                                       "present, comma-separated. Example: sa,brkga"),
     param: list[str] = typer.Option([], "--param", "-p", help=PARAM_HELP),
-    backend: str = typer.Option("local", "--backend",
-                                help="Where the rows run: 'local' (one after another here) or "
-                                     "'ray' (each row a Ray task, on a local Ray started for "
-                                     "the run or the cluster of --address; results gathered "
-                                     "into the same file and table). Example: --backend ray"),
-    address: str | None = typer.Option(None, "--address", help=ADDRESS_HELP),
+    backend: str = backend_option(
+        help="Where the rows run: 'local' (one after another here) or 'ray' (each row a Ray "
+             "task, on a local Ray started for the run or the cluster of --address; results "
+             "gathered into the same file and table). Example: --backend ray"),
+    address: str | None = address_option(),
 ) -> None:
     """GO's Table 2 on our zoo: every baseline on the 14 models, equal budgets; the learned
     placers (rl-lstm, hdp) added on chosen rows with --resume.
@@ -102,8 +104,9 @@ def bench_go_table2(
 @app.command("go")
 def bench_go(
     quick: bool = typer.Option(False, "--quick", help="Small versions of every model (CI)."),
-    cluster: str = typer.Option("p100", help="Preset whose first N devices each row uses."),
-    budget: int = typer.Option(2000, min=1, help="Evaluations per method."),
+    cluster: str = cluster_option("p100", what="Preset whose first N devices each row uses",
+                                  default_help="default p100", example="dgx1-v100"),
+    budget: int = budget_option(2000, "Evaluations per method."),
     learned_rows: str = typer.Option("", help="Rows where every method runs, comma-separated "
                                               "(default: the rows where PPO fits the budget, "
                                               "see docs/go.md). Example: rnnlm-2,wavenet-2x18"),
@@ -121,8 +124,9 @@ def bench_go(
                                            "comma-separated; expert among them (default: "
                                            "go-table2's, portfolio included). Example: "
                                            "expert,portfolio"),
-    seed: int = typer.Option(0, min=0, max=MAX_SEED, help="Seed of every method."),
-    out: Path | None = typer.Option(None, help="Results JSON; default runs/bench/go[-quick].json"),
+    seed: int = seed_option("Seed of every method."),
+    out: Path | None = out_option(None, "Results JSON; default runs/bench/go[-quick].json. "
+                                        "Example: /tmp/go.json"),
     docs: Path | None = typer.Option(None, help="Markdown file whose go sections are rewritten "
                                                 "(default: none). Example: docs/benchmarks.md"),
     resume: bool = typer.Option(False, help="Keep the rows already in --out (same settings)."),

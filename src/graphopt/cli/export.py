@@ -9,6 +9,7 @@ from rich.table import Table
 
 from graphopt._files import check_output
 from graphopt.cli._common import GRAPH_HELP, console, fail
+from graphopt.cli.options import cluster_option, out_option
 from graphopt.errors import GraphoptError, PlanError
 
 app = typer.Typer()
@@ -27,11 +28,10 @@ def export(
     fmt: str = typer.Option(..., "--format", "-f",
                             help="device-map: accelerate's {module: device} JSON; pipeline: "
                                  "torch.distributed.pipelining's split_spec. Example: pipeline"),
-    out: Path = typer.Option(..., "--out", "-o", help="JSON file to write. Example: map.json"),
-    cluster: str | None = typer.Option(None, "--cluster", "-c",
-                                       help="Cluster that prices the ops a device map moves and "
-                                            "names its devices; default: cpu:N, N the plan's "
-                                            "device count. Example: cpu-v100:3"),
+    out: Path = out_option(..., "JSON file to write. Example: map.json"),
+    cluster: str | None = cluster_option(
+        what="It prices the ops a device map moves and names its devices",
+        default_help="default cpu:N, N the plan's device count", example="cpu-v100:3"),
 ) -> None:
     """Export a plan to the tools users run: a Hugging Face accelerate device_map where the
     plan places whole modules, or torch.distributed.pipelining split points where it is a

@@ -8,7 +8,8 @@ import typer
 
 from graphopt._files import check_output
 from graphopt.cli._common import compile_simulator, console, fail
-from graphopt.errors import MAX_SEED, GraphoptError
+from graphopt.cli.options import budget_option, cluster_option, out_option, seed_option
+from graphopt.errors import GraphoptError
 
 
 def _rows(text: str, default: tuple[str, ...]) -> tuple[str, ...]:
@@ -18,9 +19,9 @@ def _rows(text: str, default: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def bench_fusion(
-    cluster: str = typer.Option("p100", help="Preset whose first N devices each row uses. "
-                                             "Example: dgx1-v100"),
-    budget: int = typer.Option(500, min=1, help="Evaluations of every search. Example: 2000"),
+    cluster: str = cluster_option("p100", what="Preset whose first N devices each row uses",
+                                  default_help="default p100", example="dgx1-v100"),
+    budget: int = budget_option(500, "Evaluations of every search."),
     full: bool = typer.Option(False, "--full", help="The full-size models (default: their "
                                                     "quick versions, minutes in all)."),
     table3_rows: str = typer.Option("", help="Rows of GO's Table 3 (default: GNMT, RNNLM and "
@@ -37,8 +38,9 @@ def bench_fusion(
     method: str = typer.Option("sa", help="Search of the multi-task table. Example: brkga"),
     learned: bool = typer.Option(False, help="Also GO (go-one: PPO on each graph, far slower "
                                              "than the searches) on the first two tables."),
-    seed: int = typer.Option(0, min=0, max=MAX_SEED, help="Seed of every method."),
-    out: Path = typer.Option(Path("runs/bench/fusion.json"), help="Results JSON."),
+    seed: int = seed_option("Seed of every method."),
+    out: Path = out_option(Path("runs/bench/fusion.json"), "Results JSON. "
+                                                           "Example: /tmp/fusion.json"),
     docs: Path | None = typer.Option(None, help="Markdown file whose fusion section is rewritten "
                                                 "(default: none). Example: docs/benchmarks.md"),
 ) -> None:

@@ -8,9 +8,11 @@ import typer
 from rich.table import Table
 
 from graphopt._files import check_output
-from graphopt.cli._common import GRAPH_HELP, console, fail, mib
+from graphopt.cli._common import GRAPH_HELP, console, fail
+from graphopt.cli.options import out_option
 from graphopt.errors import GraphoptError
 from graphopt.frontends import load_source
+from graphopt.ir.graph import format_bytes
 
 app = typer.Typer()
 
@@ -30,8 +32,8 @@ def info(graph: str = typer.Argument(..., help=GRAPH_HELP)) -> None:
     t.add_row("ops", f"{s['nodes']:,}")
     t.add_row("edges", f"{s['edges']:,}")
     t.add_row("GFLOPs per step", f"{s['flops'] / 1e9:,.3f}")
-    t.add_row("memory traffic (MiB)", mib(s["bytes_moved"]))
-    t.add_row("persistent (MiB)", mib(s["persistent_bytes"]))
+    t.add_row("memory traffic", format_bytes(s["bytes_moved"]))
+    t.add_row("persistent", format_bytes(s["persistent_bytes"]))
     t.add_row("longest path (ops)", f"{s['max_depth'] + 1:,}")
     t.add_row("colocation groups", f"{s['colocation_groups']:,}")
     t.add_row("op classes", ", ".join(f"{k} {v}" for k, v in s["op_classes"].items()))
@@ -124,8 +126,8 @@ def zoo_list() -> None:
 @zoo_app.command("build")
 def zoo_build(
     name: str = typer.Argument(..., help="Zoo model (see 'graphopt zoo list'). Example: gnmt-8"),
-    out: Path | None = typer.Option(None, "--out", "-o",
-                                    help="Also save the graph here (.npz or .json)."),
+    out: Path | None = out_option(None, "Also save the graph here (.npz or .json). "
+                                        "Example: gnmt-8.npz"),
     no_cache: bool = typer.Option(False, "--no-cache",
                                   help="Build from scratch; neither read nor write the cache."),
 ) -> None:
@@ -158,7 +160,7 @@ def zoo_build(
     t.add_row("edges", f"{s['edges']:,}")
     t.add_row("parameters", f"{g.meta['zoo']['parameters']:,}")
     t.add_row("TFLOPs per step", f"{s['flops'] / 1e12:,.3f}")
-    t.add_row("weights (MiB)", mib(s["persistent_bytes"]))
+    t.add_row("weights", format_bytes(s["persistent_bytes"]))
     t.add_row("devices (GO's Table 2)", str(entry.num_devices))
     t.add_row("split", "train" if entry.train_split else "held out")
     t.add_row("seconds", f"{seconds:.1f}")

@@ -9,10 +9,12 @@ import typer
 from rich.table import Table
 
 from graphopt._files import check_output
-from graphopt.cli._common import (ADDRESS_HELP, BACKEND_HELP, PARAM_HELP, check_run_folder,
-                                  compile_simulator, console, evaluation_backend, fail, method_params,
+from graphopt.cli._common import (PARAM_HELP, check_run_folder, compile_simulator,
+                                  console, evaluation_backend, fail, method_params,
                                   options_from_fields, ppo_options)
-from graphopt.errors import MAX_SEED, MAX_THREADS, GraphoptError
+from graphopt.cli.options import (address_option, backend_option, budget_option,
+                                  methods_option, out_option, seed_option)
+from graphopt.errors import MAX_THREADS, GraphoptError
 from graphopt.rl.config import PPOConfig
 
 __all__ = ["bench_mcm", "train_mcm"]
@@ -20,10 +22,10 @@ __all__ = ["bench_mcm", "train_mcm"]
 
 @options_from_fields(PPOConfig, unset_default="pre-training's")
 def train_mcm(
-    out: Path = typer.Option(Path("runs/mcm-pretrain"), "--out", "-o",
-                             help="Folder for the checkpoint (resumed when it exists), log.csv, "
-                                  "curve.png and the policy (policy.safetensors + policy.json). "
-                                  "Example: runs/mcm"),
+    out: Path = out_option(Path("runs/mcm-pretrain"),
+                           "Folder for the checkpoint (resumed when it exists), log.csv, "
+                           "curve.png and the policy (policy.safetensors + policy.json). "
+                           "Example: runs/mcm"),
     corpus: str = typer.Option("default", help="Graphs to pre-train on, comma-separated "
                                                "GRAPH@PRESET items, GRAPH a name of "
                                                "graphopt.benchmarks.mcm.GRAPHS, or 'default' "
@@ -36,12 +38,10 @@ def train_mcm(
                                                             "Example: 15"),
     repair_seconds: float = typer.Option(0.1, min=0.001, help="CP-SAT seconds per repaired "
                                                               "proposal. Example: 0.5"),
-    seed: int = typer.Option(0, min=0, max=MAX_SEED,
-                             help="Seed of the policy's initialization and sampling."),
+    seed: int = seed_option("Seed of the policy's initialization and sampling."),
     threads: int = typer.Option(1, min=1, max=MAX_THREADS, help="torch CPU threads."),
-    backend: str = typer.Option("local", "--backend",
-                                help=BACKEND_HELP + " (the rollouts' simulations go to the pool)"),
-    address: str | None = typer.Option(None, "--address", help=ADDRESS_HELP),
+    backend: str = backend_option(" (the rollouts' simulations go to the pool)"),
+    address: str | None = address_option(),
     **ppo,
 ) -> None:
     """Pre-train the MCM policy (GO's network with a chiplet head) with PPO on repaired
@@ -112,17 +112,16 @@ def bench_mcm(
                                         "bert-base,resnet-50"),
     presets: str = typer.Option("", help="MCM presets, comma-separated (default: "
                                          "mcm-ring4,mcm-ring8,mcm-ring16). Example: mcm-ring4"),
-    methods: str = typer.Option("", help="Methods, comma-separated (default: every MCM "
-                                         "method). Example: mcm-random,mcm-sa,mcm-finetune"),
-    budget: int = typer.Option(64, min=1, help="Evaluations (repaired partitions) per search "
-                                               "method. Example: 128"),
+    methods: str = methods_option("", "Methods, comma-separated (default: every MCM method).",
+                                  example="mcm-random,mcm-sa,mcm-finetune"),
+    budget: int = budget_option(64, "Evaluations (repaired partitions) per search method."),
     scratch_budget: int = typer.Option(0, min=0, help="Evaluations of mcm-one (from scratch) "
                                                       "and mcm-finetune on every graph and "
                                                       "preset, for the fine-tuning speed-up "
                                                       "(0: skip). Example: 512"),
-    seed: int = typer.Option(0, min=0, max=MAX_SEED, help="Seed of every method."),
-    out: Path = typer.Option(Path("runs/bench/mcm.json"), help="Results JSON (extended "
-                                                               "row by row)."),
+    seed: int = seed_option("Seed of every method."),
+    out: Path = out_option(Path("runs/bench/mcm.json"), "Results JSON (extended row by "
+                                                        "row). Example: /tmp/mcm.json"),
     docs: Path | None = typer.Option(None, help="Markdown file whose mcm section is rewritten "
                                                 "(default: none). Example: docs/benchmarks.md"),
     param: list[str] = typer.Option([], "--param", "-p", help=PARAM_HELP),

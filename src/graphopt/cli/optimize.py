@@ -8,10 +8,12 @@ import typer
 from rich.table import Table
 
 from graphopt._files import check_output
-from graphopt.cli._common import (ADDRESS_HELP, BACKEND_HELP, GRAPH_HELP, PARAM_HELP, compile_simulator,
-                                  console, evaluation_backend, fail, field_help, lock_folder,
-                                  method_params)
-from graphopt.errors import MAX_SEED, ClusterError, GraphoptError
+from graphopt.cli._common import (GRAPH_HELP, PARAM_HELP, compile_simulator, console,
+                                  evaluation_backend, fail, field_help, lock_folder, method_params)
+from graphopt.cli.options import (address_option, backend_option, budget_option,
+                                  cluster_option, default_cluster, methods_option, out_option,
+                                  seed_option, split_methods)
+from graphopt.errors import ClusterError, GraphoptError
 from graphopt.frontends import load_source
 from graphopt.frontends.source import is_program
 
@@ -21,22 +23,14 @@ app = typer.Typer()
 @app.command()
 def optimize(
     graph: str = typer.Argument(..., help=GRAPH_HELP),
-    cluster: str | None = typer.Option(None, "--cluster", "-c",
-                                          help="Preset NAME[:COUNT] or a .toml file; default for "
-                                               "a zoo model: dgx1-v100 with the device count of "
-                                               "GO's Table 2, else dgx1-v100:4. A file from "
-                                               "'graphopt calibrate' with a PyTorch program "
-                                               "(zoo:NAME, .pt2): its ops are first timed on one "
-                                               "worker, as 'graphopt run' does. Example: p100:4"),
+    cluster: str | None = cluster_option(
+        what="With a PyTorch program (zoo:NAME, .pt2) and a calibrated file, the program's "
+             "ops are first timed on one worker, as 'graphopt run' does"),
     task: str = typer.Option("placement", "--task", "-t",
                              help="What to decide, comma-separated: placement, scheduling, "
                                   "fusion. Example: placement,scheduling"),
-    methods: str = typer.Option("single,expert,metis,m-etf,heft,sa", "--methods", "-m",
-                                help="Methods to compare, comma-separated ('graphopt methods' "
-                                     "lists them). Example: metis,sa,brkga"),
-    budget: int = typer.Option(2000, "--budget", "-b", min=1,
-                               help="Simulator evaluations allowed to each search method. "
-                                    "Example: 5000"),
+    methods: str = methods_option("single,expert,metis,m-etf,heft,sa"),
+    budget: int = budget_option(2000),
     seconds: float | None = typer.Option(None, "--time", min=0.0,
                                             help="Wall-clock seconds allowed to each method. "
                                                  "Example: 60"),
@@ -47,10 +41,9 @@ def optimize(
     init: str | None = typer.Option(None, "--init",
                                        help="Start every method from this method's plan. "
                                             "Example: metis"),
-    seed: int = typer.Option(0, "--seed", min=0, max=MAX_SEED, help="Seed of every random choice."),
-    out: Path | None = typer.Option(None, "--out", "-o",
-                                       help="Folder for plan.json, trace.json and gantt.png per "
-                                            "method and report.json. Example: runs/gnmt4"),
+    seed: int = seed_option(),
+    out: Path | None = out_option(None, "Folder for plan.json, trace.json and gantt.png per "
+                                        "method and report.json. Example: runs/gnmt4"),
     param: list[str] = typer.Option([], "--param", "-p", help=PARAM_HELP),
     measure: bool = typer.Option(False, "--measure",
                                  help="Also run each method's final plan for real (graphopt "
@@ -65,8 +58,8 @@ def optimize(
                                            "warm-up step; the plans run in turns, a step "
                                            "each, so that a machine whose speed drifts "
                                            "weighs on all alike. Example: 10"),
-    backend: str = typer.Option("local", "--backend", help=BACKEND_HELP),
-    address: str | None = typer.Option(None, "--address", help=ADDRESS_HELP),
+    backend: str = backend_option(),
+    address: str | None = address_option(),
     memory_fraction: float | None = typer.Option(
         None, "--memory-fraction", min=0.0,
         help="Give every device the persistent bytes (weights, optimizer state) of the "
@@ -89,7 +82,7 @@ def optimize(
     from graphopt.sim import Problem
 
     try:
-        names = [m.strip() for m in methods.split(",") if m.strip()]
+        names = split_methods(methods)
         if not names:
             raise GraphoptError(f"--methods {methods!r}: no method named; 'graphopt methods' "
                                 "lists them")
@@ -98,7 +91,7 @@ def optimize(
             check_output(path, "--out")
         params = method_params(param, names)
         _lock = lock_folder(out)  # held while the run lasts: a second run into --out is refused
-        c = load_cluster(cluster or _default_cluster(graph))
+        c = load_cluster(cluster or default_cluster(graph))
         traced = _measurable(graph, c.num_devices, devices) if measure else None
         if devices and not measure:
             raise GraphoptError(f"--devices {devices}: only with --measure")
@@ -143,7 +136,7 @@ def optimize(
             t.add_column(col, justify="right")
         t.caption = (f"measured: median of {measure_steps} steps after a warm-up on "
                      f"{devices or f'cpu:{c.num_devices}'}, the plans in turns")
-    from graphopt.sim.problem import format_bytes  # imports numba: only for the table
+    from graphopt.ir.graph import format_bytes
 
     for r in results:
         res, st = r.result, r.stats
@@ -213,14 +206,6 @@ def _measured_cells(measured: dict | None) -> tuple[str, str]:
         return "-", "-"
     speedup = measured["speedup_vs_single"]
     return f"{measured['median'] * 1e3:.2f}", f"{speedup:.2f}x" if speedup else "-"
-
-
-def _default_cluster(graph: str) -> str:
-    if graph.startswith("zoo:"):
-        from graphopt.zoo import get_entry
-
-        return f"dgx1-v100:{get_entry(graph[4:]).num_devices}"
-    return "dgx1-v100:4"
 
 
 @app.command()

@@ -8,8 +8,10 @@ import typer
 from rich.table import Table
 
 from graphopt._files import check_output
-from graphopt.cli._common import (ADDRESS_HELP, BACKEND_HELP, check_run_folder, compile_simulator, console,
+from graphopt.cli._common import (check_run_folder, compile_simulator, console,
                                   evaluation_backend, fail, options_from_fields)
+from graphopt.cli.options import (address_option, backend_option, cluster_option,
+                                  methods_option, out_option)
 from graphopt.errors import GraphoptError, check_fields
 from graphopt.optim.learned.regal.config import RegalConfig
 
@@ -22,23 +24,22 @@ OBJECTIVE_HELP = ("What BRKGA minimises: memory (the highest peak memory over de
 
 @options_from_fields(RegalConfig)
 def train_regal(
-    out: Path = typer.Option(Path("runs/regal-pretrain"), "--out", "-o",
-                             help="Folder for the checkpoint (resumed when it exists), log.csv, "
-                                  "curve.png and the policy (policy.safetensors + policy.json). "
-                                  "Example: runs/regal"),
+    out: Path = out_option(Path("runs/regal-pretrain"),
+                           "Folder for the checkpoint (resumed when it exists), log.csv, "
+                           "curve.png and the policy (policy.safetensors + policy.json). "
+                           "Example: runs/regal"),
     corpus: str = typer.Option("default", help="Training graphs, comma-separated zoo:NAME or "
                                                "layered:LxW:SEED items, each optionally *SCALE "
                                                "(activations rescaled), or 'default' (see "
                                                "docs/regal.md). Example: zoo:rnnlm-2-quick,"
                                                "layered:16x10:2*2"),
-    cluster: str = typer.Option("p100:2", "--cluster", "-c",
-                                help="Cluster every corpus graph is placed on. Example: p100:4"),
+    cluster: str = cluster_option("p100:2", what="Cluster every corpus graph is placed on",
+                                  default_help="default p100:2, REGAL's"),
     objective: str = typer.Option("memory", "--objective", help=OBJECTIVE_HELP),
     minutes: float | None = typer.Option(None, min=0.0, help="Stop after this many minutes (the "
                                                             "checkpoint resumes later). Example: 25"),
-    backend: str = typer.Option("local", "--backend",
-                                help=BACKEND_HELP + " (BRKGA's simulations go to the pool)"),
-    address: str | None = typer.Option(None, "--address", help=ADDRESS_HELP),
+    backend: str = backend_option(" (BRKGA's simulations go to the pool)"),
+    address: str | None = address_option(),
     **options,
 ) -> None:
     """Train REGAL's policy with REINFORCE: per update one corpus graph, a few sampled sets
@@ -112,16 +113,19 @@ def bench_regal(
     graphs: str = typer.Option("default", help="Held-out graphs, comma-separated corpus items "
                                                "(default: the test set of docs/regal.md). "
                                                "Example: layered:15x8:101"),
-    methods: str = typer.Option("all", help="Rows, comma-separated labels of "
-                                            "graphopt.benchmarks.regal.METHODS, or 'all' (the "
-                                            "two rows of the elite-bias policy only with "
-                                            "--elite-bias-policy). Example: BRKGA-5K,REGAL"),
+    methods: str = methods_option("all", "Rows, comma-separated labels of "
+                                         "graphopt.benchmarks.regal.METHODS, or 'all' (the two "
+                                         "rows of the elite-bias policy only with "
+                                         "--elite-bias-policy).", short=False,
+                                  example="BRKGA-5K,REGAL"),
     elite_bias_policy: Path | None = typer.Option(
         None, help="Folder of a policy trained with 'graphopt train regal --elite-bias': the "
                    "'REGAL elite bias' row runs it with elite_bias=true, 'REGAL elite-bias "
                    "policy (bias off)' without (the shipped policy has no elite bias). "
                    "Example: runs/regal-eb"),
-    out: Path = typer.Option(Path("runs/bench/regal.json"), help="Results JSON."),
+    out: Path = out_option(Path("runs/bench/regal.json"), "Results JSON. "
+                                                          "Example: /tmp/regal.json",
+                           short=False),
     docs: Path | None = typer.Option(None, help="Markdown file whose --section is rewritten "
                                                 "(default: none). Example: docs/benchmarks.md"),
     section: str = typer.Option("regal", help="Section of --docs the tables replace (between "

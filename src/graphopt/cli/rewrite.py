@@ -10,6 +10,7 @@ from rich.table import Table
 
 from graphopt._files import check_output
 from graphopt.cli._common import console, fail, options_from_fields
+from graphopt.cli.options import out_option
 from graphopt.errors import GraphoptError, check_fields
 from graphopt.rewrite.config import RewriteConfig
 
@@ -25,8 +26,8 @@ MODEL_HELP = ("A program saved with torch.export.save (.pt2), or a benchmark mod
 @options_from_fields(RewriteConfig)
 def rewrite_command(
     model: str = typer.Argument(..., help=MODEL_HELP),
-    out: Path = typer.Option(..., "--out", "-o", help="Where to save the rewritten program "
-                                                      "(torch.export.save). Example: out.pt2"),
+    out: Path = out_option(..., "Where to save the rewritten program (torch.export.save). "
+                                "Example: out.pt2"),
     size: str = typer.Option("bench", help="Size of a named model: bench (the sizes of "
                                            "'graphopt bench rewrite') or tiny. Example: tiny"),
     sequential: bool = typer.Option(False, "--sequential", help="Use the sequential greedy "
@@ -94,8 +95,9 @@ def bench_rewrite(
                                               "cpu:1 preset) or measured (each timed on this "
                                               "CPU as the rewritten program runs it, as Tensat "
                                               "prices e-nodes). Example: measured"),
-    out: Path | None = typer.Option(None, help="Results JSON; default "
-                                               "runs/bench/rewrite[-compile][-tiny].json"),
+    out: Path | None = out_option(None, "Results JSON; default "
+                                        "runs/bench/rewrite[-compile][-tiny].json. "
+                                        "Example: /tmp/rewrite.json"),
     docs: Path | None = typer.Option(None, help="Markdown file whose rewrite section is rewritten "
                                                 "(default: none). Example: docs/benchmarks.md"),
 ) -> None:

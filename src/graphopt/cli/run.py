@@ -11,7 +11,8 @@ from rich.table import Table
 
 from graphopt._files import check_output
 from graphopt.cli._common import console, fail
-from graphopt.errors import MAX_SEED, ClusterError, GraphoptError
+from graphopt.cli.options import cluster_option, out_option, seed_option
+from graphopt.errors import ClusterError, GraphoptError
 
 app = typer.Typer()
 
@@ -31,21 +32,18 @@ def run(
                                      "of this machine's cores; cuda:N uses N GPUs. Example: cpu:2"),
     steps: int = typer.Option(5, "--steps", min=1, max=10_000,
                               help="Timed steps after one warm-up step. Example: 10"),
-    cluster: str | None = typer.Option(None, "--cluster", "-c",
-                                       help="Cluster the simulated step time is taken on: a file "
-                                            "from 'graphopt calibrate' (then every op of the "
-                                            "program is first timed on one worker, as a profile, "
-                                            "then on every worker at once, for how much they "
-                                            "slow each other, and with pauses, for what a wait "
-                                            "costs the ops after it) "
-                                            "or a preset; default: the 'cpu' preset with the same "
-                                            "device count, or on GPUs the preset of this GPU "
-                                            "(h100 for an H100 or H200). Example: cluster.toml"),
+    cluster: str | None = cluster_option(
+        what="The simulated step time is taken on it; with a file from 'graphopt calibrate', "
+             "every op of the program is first timed on one worker, as a profile, then on "
+             "every worker at once, for how much they slow each other, and with pauses, for "
+             "what a wait costs the ops after it",
+        default_help="default the 'cpu' preset with the same device count, or on GPUs the "
+                     "preset of this GPU (h100 for an H100 or H200)", example="cluster.toml"),
     trace: Path | None = typer.Option(None, "--trace",
                                       help="Write a Chrome trace of the last real step, and the "
                                            "simulated one beside it as *.sim.json. "
                                            "Example: real.json"),
-    seed: int = typer.Option(0, "--seed", min=0, max=MAX_SEED, help="Seed of the random ops (dropout)."),
+    seed: int = seed_option("Seed of the random ops (dropout)."),
 ) -> None:
     """Run a plan for real and compare its measured step time with the simulator's.
 
@@ -126,8 +124,7 @@ def calibrate(
     devices: str = typer.Option("cpu:2", "--devices", "-d",
                                 help="CPU devices to measure, as graphopt run uses them: cpu:N "
                                      "worker processes. Example: cpu:2"),
-    out: Path = typer.Option(..., "--out", "-o", help="Cluster file to write (TOML). "
-                                                      "Example: cluster.toml"),
+    out: Path = out_option(..., "Cluster file to write (TOML). Example: cluster.toml"),
 ) -> None:
     """Measure this machine's devices and links into a cluster file the simulator loads.
 

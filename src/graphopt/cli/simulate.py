@@ -10,9 +10,11 @@ import typer
 from rich.table import Table
 
 from graphopt._files import check_output
-from graphopt.cli._common import GRAPH_HELP, check_plan, console, fail, mib
+from graphopt.cli._common import GRAPH_HELP, check_plan, console, fail
+from graphopt.cli.options import cluster_option, default_cluster, out_option
 from graphopt.errors import GraphoptError
 from graphopt.frontends import load_source
+from graphopt.ir.graph import format_bytes
 
 app = typer.Typer()
 
@@ -20,8 +22,7 @@ app = typer.Typer()
 @app.command()
 def simulate(
     graph: str = typer.Argument(..., help=GRAPH_HELP),
-    cluster: str = typer.Option("dgx1-v100:4", "--cluster", "-c",
-                                help="Preset NAME[:COUNT] or a .toml file. Example: h100:8"),
+    cluster: str | None = cluster_option(example="h100:8"),
     plan: Path | None = typer.Option(None, "--plan", "-p",
                                         help="plan.json to simulate; default: everything on "
                                              "device 0, FIFO order, compiler fusion. "
@@ -55,7 +56,7 @@ def simulate(
         for path, option in ((trace, "--trace"), (gantt, "--gantt"), (out, "--json")):
             check_output(path, option)
         g = load_source(graph)
-        c = load_cluster(cluster)
+        c = load_cluster(cluster or default_cluster(graph))
         prof = _load_profile_arg(profile) if profile else None
         p = Plan.load(plan) if plan else Plan()
         prob = Problem(g, c, profile=prof)
@@ -100,17 +101,17 @@ def show_result(prob, r, title: str) -> None:
                              f"{r.step_time / r.lower_bound:.2f})" if r.lower_bound > 0 else "0")
     t.add_row("valid", "yes" if r.valid else f"[red]no: {r.reason}[/]")
     t.add_row("kernels", f"{r.num_kernels:,} (from {prob.num_nodes:,} ops)")
-    t.add_row("bytes moved", f"{mib(r.bytes_moved)} MiB")
+    t.add_row("bytes moved", format_bytes(r.bytes_moved))
     console.print(t)
     d = Table(title="devices")
-    for col in ("device", "kind", "busy ms", "utilization", "peak MiB", "capacity MiB"):
+    for col in ("device", "kind", "busy ms", "utilization", "peak", "capacity"):
         d.add_column(col, justify="right" if col not in ("device", "kind") else "left")
     for j, dev in enumerate(prob.cluster.devices):
         util = r.busy[j] / r.step_time if r.step_time > 0 else 0.0
         style = "red" if r.peak_memory[j] > dev.memory else ""
         d.add_row(dev.name, dev.kind, f"{r.busy[j] * 1e3:.3f}", f"{util:.0%}",
-                  f"[{style}]{mib(r.peak_memory[j])}[/]" if style else mib(r.peak_memory[j]),
-                  mib(dev.memory))
+                  f"[{style}]{format_bytes(r.peak_memory[j])}[/]" if style
+                  else format_bytes(r.peak_memory[j]), format_bytes(dev.memory))
     console.print(d)
 
 
@@ -180,8 +181,11 @@ def clusters() -> None:
 
 
 @app.command()
-def demo(out: Path = typer.Option(Path("runs/demo"), help="Folder for the output files."),
-         cluster: str = typer.Option("dgx1-v100:2", help="Cluster preset NAME[:COUNT]."),
+def demo(out: Path = out_option(Path("runs/demo"), "Folder for the output files. "
+                                                  "Example: runs/demo"),
+         cluster: str = cluster_option("dgx1-v100:2", default_help="default dgx1-v100:2, "
+                                                                   "where the demo's MLP fits",
+                                       example="h100:4"),
          ) -> None:
     """The main job on built-in defaults: simulate an MLP training step on a cluster, on
     one device and split layer-wise across devices, and write traces and Gantt charts.
@@ -207,7 +211,7 @@ def demo(out: Path = typer.Option(Path("runs/demo"), help="Folder for the output
     plans = {"single": Plan(), "layer-wise": Plan(placement=layer * c.num_devices // (layer.max() + 1)),
              "no-fusion": Plan(fusion=np.zeros(g.num_nodes))}
     t = Table(title=f"{g.name} ({g.num_nodes} ops) on {c.name}")
-    for col in ("plan", "step ms", "vs single", "step/bound", "valid", "peak MiB per device"):
+    for col in ("plan", "step ms", "vs single", "step/bound", "valid", "peak memory per device"):
         t.add_column(col)
     base = None
     for name, p in plans.items():
@@ -215,7 +219,7 @@ def demo(out: Path = typer.Option(Path("runs/demo"), help="Folder for the output
         base = base or r.step_time
         t.add_row(name, f"{r.step_time * 1e3:.3f}", f"{base / r.step_time:.2f}x",
                   f"{r.step_time / r.lower_bound:.2f}", "yes" if r.valid else r.reason,
-                  " / ".join(mib(x) for x in r.peak_memory))
+                  " / ".join(format_bytes(x) for x in r.peak_memory))
         d = out / name
         p.save(d / "plan.json")
         save_chrome_trace(prob, r, d / "trace.json")

@@ -7,10 +7,12 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from graphopt.cli._common import (ADDRESS_HELP, BACKEND_HELP, check_run_folder, console, ppo_options,
-                                  evaluation_backend, fail, options_from_fields)
-from graphopt.errors import MAX_SEED, MAX_THREADS, GraphoptError
-from graphopt.frontends import load_source, split_source
+from graphopt.cli._common import (check_run_folder, console, ppo_options, evaluation_backend,
+                                  fail, options_from_fields)
+from graphopt.cli.options import (address_option, backend_option, cluster_option, out_option,
+                                  seed_option, split_item)
+from graphopt.errors import MAX_THREADS, GraphoptError
+from graphopt.frontends import load_source
 from graphopt.cli.mcm import train_mcm
 from graphopt.cli.regal import train_regal
 from graphopt.rl.config import PPOConfig
@@ -30,13 +32,12 @@ def train(
                                                "or 'default': the zoo's train split and "
                                                "random layered graphs (see docs/go.md). "
                                                "Example: zoo:rnnlm-2@p100:2,zoo:bert-base@p100:4"),
-    cluster: str | None = typer.Option(None, "--cluster", "-c",
-                                       help="Cluster for --corpus items given without "
-                                            "@CLUSTER. Example: p100:4"),
-    out: Path = typer.Option(Path("runs/go-pretrain"), "--out", "-o",
-                             help="Folder for the checkpoint (resumed when it exists), "
-                                  "log.csv, curve.png and the policy (policy.safetensors + "
-                                  "policy.json). Example: ckpt/go"),
+    cluster: str | None = cluster_option(what="Cluster of the --corpus items given without "
+                                              "@CLUSTER"),
+    out: Path = out_option(Path("runs/go-pretrain"),
+                           "Folder for the checkpoint (resumed when it exists), log.csv, "
+                           "curve.png and the policy (policy.safetensors + policy.json). "
+                           "Example: ckpt/go"),
     updates: int = typer.Option(3000, min=1, help="PPO updates of the run, one graph each, in "
                                                   "turn (a resumed run stops at this total)."),
     minutes: float | None = typer.Option(None, min=0.0, help="Stop after this many minutes "
@@ -44,17 +45,15 @@ def train(
     task: str = typer.Option("placement", "--task", "-t",
                              help="What the policy learns to decide, comma-separated. "
                                   "Example: placement,scheduling,fusion"),
-    seed: int = typer.Option(0, min=0, max=MAX_SEED,
-                             help="Seed of the policy's initialization and sampling."),
+    seed: int = seed_option("Seed of the policy's initialization and sampling."),
     init: Path | None = typer.Option(None, "--init",
                                      help="Start from the weights of a saved policy (a folder "
                                           "with policy.json, as --out writes) instead of fresh "
                                           "ones: pre-training continued on another corpus or "
                                           "with other settings. Example: runs/go-pretrain"),
     threads: int = typer.Option(1, min=1, max=MAX_THREADS, help="torch CPU threads."),
-    backend: str = typer.Option("local", "--backend",
-                                help=BACKEND_HELP + " (the rollouts' simulations go to the pool)"),
-    address: str | None = typer.Option(None, "--address", help=ADDRESS_HELP),
+    backend: str = backend_option(" (the rollouts' simulations go to the pool)"),
+    address: str | None = address_option(),
     **ppo,
 ) -> None:
     """Pre-train GO's policy with PPO on a corpus of graphs; the result is what the 'go'
@@ -92,7 +91,7 @@ def train(
             raise GraphoptError(f"--corpus {corpus!r}: no GRAPH@CLUSTER item")
         problems = []
         for item in items:
-            graph, where = split_source(item, cluster)
+            graph, where = split_item(item, cluster)
             with console.status(f"loading {graph} ..."):
                 problems.append(Problem(load_source(graph), load_cluster(where)))
         with evaluation_backend(backend, address):

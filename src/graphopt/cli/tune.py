@@ -10,9 +10,11 @@ import typer
 from rich.table import Table
 
 from graphopt._files import check_output
-from graphopt.cli._common import ADDRESS_HELP, compile_simulator, console, evaluation_backend, fail
+from graphopt.cli._common import compile_simulator, console, evaluation_backend, fail
+from graphopt.cli.options import (address_option, budget_option, cluster_option, out_option,
+                                  seed_option, split_item, trials_option)
 from graphopt.errors import MAX_SEED, GraphoptError
-from graphopt.frontends import load_source, split_source
+from graphopt.frontends import load_source
 
 app = typer.Typer()
 
@@ -26,14 +28,10 @@ def tune(
     method: str = typer.Option("brkga", "--method", "-m",
                                help="The method whose hyperparameters to tune ('graphopt "
                                     "methods METHOD' lists them). Example: sa"),
-    cluster: str = typer.Option("dgx1-v100:4", "--cluster", "-c",
-                                help="Cluster of the graphs given without @CLUSTER. "
-                                     "Example: p100:4"),
-    trials: int = typer.Option(16, min=1, help="Settings tried, the method's defaults first. "
-                                               "Example: 64"),
-    budget: int = typer.Option(1000, "--budget", "-b", min=1,
-                               help="Evaluations the method gets in each run of a trial. "
-                                    "Example: 2000"),
+    cluster: str | None = cluster_option(what="Cluster of the graphs given without "
+                                              "@CLUSTER"),
+    trials: int = trials_option(16),
+    budget: int = budget_option(1000, "Evaluations the method gets in each run of a trial."),
     seeds: str = typer.Option("0", help="Seeds each setting runs with, comma-separated; its "
                                         "score is the geometric mean over graphs and seeds. "
                                         "Example: 0,1,2"),
@@ -42,11 +40,10 @@ def tune(
     task: str = typer.Option("placement", "--task", "-t",
                              help="What the method decides, comma-separated. "
                                   "Example: placement,scheduling"),
-    seed: int = typer.Option(0, min=0, max=MAX_SEED, help="Seed of the random search over settings."),
-    out: Path = typer.Option(Path("tuned.json"), "--out", "-o",
-                             help="The best setting, for -p; with every trial's score. "
-                                  "Example: runs/brkga-tuned.json"),
-    address: str | None = typer.Option(None, "--address", help=ADDRESS_HELP),
+    seed: int = seed_option("Seed of the random search over settings."),
+    out: Path = out_option(Path("tuned.json"), "The best setting, for -p; with every trial's "
+                                               "score. Example: runs/brkga-tuned.json"),
+    address: str | None = address_option(),
 ) -> None:
     """Tune a search's hyperparameters with Ray Tune (trials run as Ray tasks, on a local
     Ray or a cluster) and write the best setting as a file that -p reads: step time over
@@ -73,7 +70,7 @@ def tune(
             raise GraphoptError(f"--seeds {seeds!r}: no seed")
         problems = []
         for item in (g.strip() for g in graphs.split(",") if g.strip()):
-            graph, where = split_source(item, cluster)
+            graph, where = split_item(item, cluster)
             with console.status(f"loading {graph} ..."):
                 problems.append(Problem(load_source(graph), load_cluster(where)))
         if not problems:
@@ -86,8 +83,9 @@ def tune(
                            seed=seed)
     except GraphoptError as err:
         fail(err)
-    res["command"] = (f"graphopt tune {graphs} --method {method} --cluster {cluster} "
-                      f"--trials {trials} --budget {budget} --seeds {seeds} --task {task} "
+    res["command"] = (f"graphopt tune {graphs} --method {method} "
+                      + (f"--cluster {cluster} " if cluster else "")
+                      + f"--trials {trials} --budget {budget} --seeds {seeds} --task {task} "
                       f"--seed {seed}" + (f" --keys {keys}" if keys else ""))
     save_json(res, out)
     t = Table(title=f"{method}: {trials} settings, step time / bound (geomean over "

@@ -21,18 +21,15 @@ import numpy as np
 
 from graphopt.errors import GraphoptError
 from graphopt.sim import BatchResult, Plan, Problem, SimResult, simulate, simulate_batch
+from graphopt.sim.plan import INVALID_PENALTY
 
-__all__ = ["OBJECTIVES", "INVALID_PENALTY", "LocalEvaluator", "BudgetExhausted", "check_objective",
+__all__ = ["OBJECTIVES", "LocalEvaluator", "BudgetExhausted", "check_objective",
            "objective_values", "runtime_bound", "STOP_SIGNALS", "stop_on_interrupt", "stop_requested",
            "make_evaluator", "use_evaluator"]
 
 #: What a search may minimise: step time, or the highest peak memory over devices.
 OBJECTIVES = ("runtime", "memory")
 
-#: How much each unit of relative memory overflow adds to an invalid plan's score, in
-#: multiples of the bound on valid values (:meth:`LocalEvaluator.score`): invalid plans
-#: always rank below valid ones, and worse overflows rank lower.
-INVALID_PENALTY = 10.0
 
 _stop = threading.Event()
 _active = threading.Lock()
@@ -265,7 +262,7 @@ class LocalEvaluator:
     def score(self, result) -> np.ndarray:
         """The objective of simulated plans (:func:`objective_values`) where valid; above
         :attr:`bound` where not, higher the more a plan overflows memory (by
-        :data:`INVALID_PENALTY` bounds per unit of relative overflow), so that invalid
+        :data:`~graphopt.sim.plan.INVALID_PENALTY` bounds per unit of relative overflow), so that invalid
         plans rank last and searches walk out of infeasibility. Lower is better.
 
         >>> from graphopt.hardware import load_cluster

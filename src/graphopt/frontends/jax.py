@@ -254,15 +254,7 @@ def from_jax(fn: Callable, *example_args: Any, name: str | None = None,
     if gname == "<lambda>":
         gname = "jax_lambda"
     b = GraphBuilder(gname, meta={"format": "jaxpr", "jax_version": jax.__version__})
-    names: set[str] = set()
-
-    def unique(n: str) -> str:
-        base, k = n, 1
-        while n in names:
-            k += 1
-            n = f"{base}#{k}"
-        names.add(n)
-        return n
+    unique = b.unique_name
 
     env: dict[Any, tuple[int, float]] = {}
     argn = _arg_names(fn, len(example_args))

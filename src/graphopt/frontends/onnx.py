@@ -392,15 +392,7 @@ def from_onnx(model: str | os.PathLike | bytes | Any, *,
                                   "opset": {o.domain or "ai.onnx": int(o.version)
                                             for o in m.opset_import},
                                   "producer": f"{m.producer_name} {m.producer_version}".strip()})
-    names: set[str] = set()
-
-    def unique(n: str) -> str:
-        base, k = n, 1
-        while n in names:
-            k += 1
-            n = f"{base}_{k}"
-        names.add(n)
-        return n
+    unique = b.unique_name
 
     made: dict[str, int] = {}  # tensor -> the index of the node that writes it: ONNX graphs are SSA
     sources = set(init) | {i.name for i in g.input}

@@ -18,7 +18,7 @@ import numpy as np
 
 from graphopt.errors import GraphError
 
-__all__ = ["MAX_BYTES", "MAX_FLOPS", "MAX_RANK", "Graph", "GraphBuilder"]
+__all__ = ["MAX_BYTES", "MAX_FLOPS", "MAX_RANK", "Graph", "GraphBuilder", "format_bytes"]
 
 #: Output shapes are stored padded to this rank with -1; higher ranks fold their
 #: leading dimensions together (the element count is kept).
@@ -412,9 +412,30 @@ class GraphBuilder:
         self._index: dict[str, int] = {}
         self._edges: list[tuple[int, int, float]] = []
         self._coloc: dict[str, int] = {}
+        self._copies: dict[str, int] = {}  # name -> the last #k suffix given to a copy of it
 
     def __len__(self) -> int:
         return len(self._nodes)
+
+    def unique_name(self, name: str) -> str:
+        """``name`` when no node has it yet, else ``name#2``, ``name#3``, ... the first
+        free one: how the frontends (jax, onnx, hlo) name a node whose source name
+        repeats. Linear over many copies: the search resumes at the last suffix given.
+
+        Examples
+        --------
+        >>> b = GraphBuilder("g")
+        >>> [b.add_node(b.unique_name("x"), "input") for _ in range(3)]
+        [0, 1, 2]
+        >>> list(b._index)
+        ['x', 'x#2', 'x#3']
+        """
+        base, k = name, self._copies.get(name, 1)
+        while name in self._index:
+            k += 1
+            name = f"{base}#{k}"
+        self._copies[base] = k
+        return name
 
     def add_node(self, name: str, op: str, *, shape: Sequence[int] = (), dtype: str = "float32",
                  flops: float = 0.0, bytes_read: float = 0.0, bytes_written: float = 0.0,
@@ -521,3 +542,17 @@ def _stable_toposort(src: np.ndarray, dst: np.ndarray, n: int, names: list[str],
         path = " -> ".join(names[i] for i in cycle[:8])
         raise GraphError(f"graph {gname!r}: cycle through nodes {path}")
     return np.asarray(out, dtype=np.int64)
+
+
+def format_bytes(x: float) -> str:
+    """A memory size for people: GiB from 1 GiB up, MiB from 1 MiB, else KiB, so that a
+    small size never shows as ``0.00 GiB``.
+
+    >>> format_bytes(17.2 * 2**30), format_bytes(2**20), format_bytes(1536)
+    ('17.20 GiB', '1.0 MiB', '1.5 KiB')
+    """
+    if abs(x) >= 2**30:
+        return f"{x / 2**30:,.2f} GiB"
+    if abs(x) >= 2**20:
+        return f"{x / 2**20:.1f} MiB"
+    return f"{x / 2**10:.1f} KiB"

@@ -33,11 +33,10 @@ from dataclasses import dataclass
 from graphopt.errors import GraphoptError
 from graphopt.optim.base import Budget, get_optimizer, optimize, parse_task
 from graphopt.sim import Problem, simulate
+from graphopt.sim.plan import INVALID_PENALTY
 
 __all__ = ["Knob", "score", "search_space", "tune"]
 
-#: An invalid plan's step time counts this many times over (as REGAL scores infeasible plans).
-INVALID_FACTOR = 10.0
 
 # A refused setting's score inside Tune: the largest float, finite (Tune's loggers refuse
 # infinities); None in the result.
@@ -119,7 +118,8 @@ def score(problems: Sequence[Problem], method: str, params: dict, budget: int,
           seeds: Sequence[int], task: str = "placement") -> float:
     """Geometric mean over ``problems`` and ``seeds`` of the step time of ``method``'s
     plan (``params`` its hyperparameters, ``budget`` evaluations) over the lower bound;
-    an invalid plan counts :data:`INVALID_FACTOR` times its step time.
+    an invalid plan counts :data:`~graphopt.sim.plan.INVALID_PENALTY` times its step time
+    (as REGAL scores infeasible plans).
 
     >>> from graphopt.hardware import load_cluster
     >>> from graphopt.ir.generate import mlp_training_graph
@@ -133,7 +133,7 @@ def score(problems: Sequence[Problem], method: str, params: dict, budget: int,
             plan, _ = optimize(problem, method, task, Budget(budget), seed, **params)
             res = simulate(problem, plan)
             ratio = res.step_time / problem.lower_bound
-            logs.append(math.log(ratio if res.valid else ratio * INVALID_FACTOR))
+            logs.append(math.log(ratio if res.valid else ratio * INVALID_PENALTY))
     return math.exp(sum(logs) / len(logs))
 
 

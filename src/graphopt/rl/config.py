@@ -34,9 +34,6 @@ class PPOConfig:
         "help": "What the updates train: ``all`` the weights, or only the ``heads`` (each "
                 "task's last attention layer and output): the trunk's embedding of a graph is "
                 "then computed once, and an update costs a fraction of a full one."})
-    invalid_ratio: float = field(default=10.0, metadata={"min": 1,
-        "help": "An invalid plan (out of memory) is rewarded as if its step time were this "
-                "many lower bounds."})
 
 
 def ppo_field(name: str, base: PPOConfig | None = None):

@@ -5,7 +5,7 @@ bottom; its hyperparameters, :class:`~graphopt.rl.config.PPOConfig`, live in
 An *episode* is one decision for a whole graph: the policy gives every node a
 distribution per task (device, scheduling priority, fusion priority), a batch of
 ``num_samples`` plans is drawn from it and simulated together with ``simulate_batch``,
-and each plan's reward is ``−√(step time / lower bound)`` (``−√invalid_ratio`` for a plan
+and each plan's reward is ``−√(step time / lower bound)`` (``−√INVALID_PENALTY`` for a plan
 that runs out of memory). Episodes are one step long, so there is no critic: the
 advantage is the reward standardized within its batch — all plans of a batch come from
 the same graph, so the batch mean is the right baseline.
@@ -49,6 +49,7 @@ from graphopt.runs.checkpoint import load_checkpoint, save_checkpoint
 from graphopt.rl.config import PPOConfig
 from graphopt.runs.run import CURVE_FILE, LOG_FILE, seed_everything, write_log
 from graphopt.sim import Plan
+from graphopt.sim.plan import INVALID_PENALTY
 
 __all__ = ["PPOConfig", "log_prob", "reward", "sample", "train"]
 
@@ -82,14 +83,14 @@ def log_prob(logits: dict[str, Tensor], actions: dict[str, np.ndarray]) -> tuple
     return lp, ent
 
 
-def reward(step_time: np.ndarray, valid: np.ndarray, reference: float,
-           invalid_ratio: float) -> np.ndarray:
-    """``−√(step time / reference)``, ``−√invalid_ratio`` for an invalid plan.
+def reward(step_time: np.ndarray, valid: np.ndarray, reference: float) -> np.ndarray:
+    """``−√(step time / reference)``, ``−√INVALID_PENALTY`` for an invalid plan (as if
+    its step time were :data:`~graphopt.sim.plan.INVALID_PENALTY` references).
 
-    >>> reward(np.array([4.0, 1.0]), np.array([True, False]), 1.0, 9.0).tolist()
-    [-2.0, -3.0]
+    >>> reward(np.array([4.0, 1.0]), np.array([True, False]), 1.0).tolist()
+    [-2.0, -3.1622776601683795]
     """
-    return -np.sqrt(np.where(valid, step_time / reference, invalid_ratio))
+    return -np.sqrt(np.where(valid, step_time / reference, INVALID_PENALTY))
 
 
 # -- the training loop -----------------------------------------------------------------------
@@ -190,7 +191,7 @@ def train(policy: torch.nn.Module, envs: list, cfg: PPOConfig, *, seed: int,
                 # the env turns the choices into plans and prices them (GOEnv simulates
                 # them; MCM's env repairs proposals first and prices their pipeline)
                 place, prio, fuse, res, ref = env.rollout(ev, actions, logits)
-                r = reward(res.step_time, res.valid, ref, cfg.invalid_ratio)
+                r = reward(res.step_time, res.valid, ref)
                 ok = np.flatnonzero(res.valid)
                 if len(ok) and res.step_time[ok].min() < rec.best_time:
                     j = int(ok[np.argmin(res.step_time[ok])])

@@ -22,22 +22,24 @@ from graphopt.dist.local import BudgetExhausted, stop_on_interrupt, stop_request
 from graphopt.runs.checkpoint import load_checkpoint, save_checkpoint
 from graphopt.runs.run import CURVE_FILE, LOG_FILE, write_log
 from graphopt.sim import Plan
+from graphopt.sim.plan import INVALID_PENALTY
 from graphopt.viz.curves import learning_curve
 
 __all__ = ["Batch", "EMABaseline", "new_run_state", "plan_rows", "record_update", "restore_run",
            "run_stats", "save_run", "sqrt_cost", "staircase_lr", "time_to_within", "train"]
 
 
-def sqrt_cost(step_time: np.ndarray, valid: np.ndarray, invalid_step_time: float) -> np.ndarray:
-    """√(step time), with ``invalid_step_time`` standing in for an invalid plan's time.
+def sqrt_cost(step_time: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """√(step time), an invalid plan charged ``INVALID_PENALTY**2`` seconds (a cost of
+    :data:`~graphopt.sim.plan.INVALID_PENALTY`; grappler's 100 s).
 
     The square root separates short step times better than the time itself
     (Mirhoseini et al. 2017, §3).
 
-    >>> sqrt_cost(np.array([0.04, 0.09]), np.array([True, False]), 100.0).tolist()
+    >>> sqrt_cost(np.array([0.04, 0.09]), np.array([True, False])).tolist()
     [0.2, 10.0]
     """
-    return np.sqrt(np.where(valid, step_time, invalid_step_time))
+    return np.sqrt(np.where(valid, step_time, INVALID_PENALTY**2))
 
 
 @dataclass
@@ -202,7 +204,7 @@ class Batch:
 
 def train(label: str, sample: Callable[[int], Batch], *, ev, budget, init: Plan, config: dict,
           modules: dict, optimizer: torch.optim.Optimizer, generator: torch.Generator,
-          baseline: EMABaseline, invalid_step_time: float, grad_bound: float, num_groups: int,
+          baseline: EMABaseline, grad_bound: float, num_groups: int,
           checkpoint_dir: str | None, checkpoint_every: int, title: str, run_name: str,
           progress: bool = True) -> tuple[np.ndarray | None, dict]:
     """REINFORCE on √(step time) until evaluator ``ev`` is out of budget (or Ctrl-C): the
@@ -238,7 +240,7 @@ def train(label: str, sample: Callable[[int], Batch], *, ev, budget, init: Plan,
                 res = ev.evaluate(placements, plan_rows(init.priority, len(placements), n),
                                   plan_rows(init.fusion, len(placements), n))
                 k = len(res.step_time)
-                cost = sqrt_cost(res.step_time, res.valid, invalid_step_time)
+                cost = sqrt_cost(res.step_time, res.valid)
                 advantage = torch.as_tensor(baseline.advantage(cost), dtype=torch.float32)
                 loss = batch.loss(advantage, k)
                 optimizer.zero_grad()

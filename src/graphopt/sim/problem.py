@@ -14,6 +14,7 @@ from graphopt.cost.roofline import op_costs
 from graphopt.errors import PlanError
 from graphopt.hardware import Cluster
 from graphopt.ir import Graph
+from graphopt.ir.graph import format_bytes  # noqa: F401  (re-exported: sim.format_bytes)
 from graphopt.ir.ops import FUSIBLE_CONSUMER, FUSIBLE_PRODUCER, OP_CLASSES
 from graphopt.sim import engine
 from graphopt.sim.plan import Plan
@@ -351,20 +352,6 @@ def _plan_arrays(problem: Problem, plan: Plan):
     if mode == 2 and not (fprio > 0).any():
         mode = 0
     return place, prio, fifo, fprio, mode
-
-
-def format_bytes(x: float) -> str:
-    """A memory size for people: GiB from 1 GiB up, MiB from 1 MiB, else KiB, so that a
-    small size never shows as ``0.00 GiB``.
-
-    >>> format_bytes(17.2 * 2**30), format_bytes(2**20), format_bytes(1536)
-    ('17.20 GiB', '1.0 MiB', '1.5 KiB')
-    """
-    if abs(x) >= 2**30:
-        return f"{x / 2**30:,.2f} GiB"
-    if abs(x) >= 2**20:
-        return f"{x / 2**20:.1f} MiB"
-    return f"{x / 2**10:.1f} KiB"
 
 
 def _reason(problem: Problem, code: int, arg: int, peak: np.ndarray) -> str:

@@ -119,8 +119,6 @@ class _HloConverter:
             "entry_computation": entry.name, "num_computations": len(self.comps),
             "num_instructions": len(self.flat)})
         self.node_of: dict[tuple[int, int], int] = {}  # (comp, instr) → first node running it
-        self._names: set[str] = set()
-        self._copies: dict[str, int] = {}  # name -> the last #k suffix given to a copy of it
         self._inserted: list[str] = []  # node names in insertion order
         self._leaf_cache: dict[tuple[int, int], list[Arr]] = {}
         self._fusion_flops: dict[int, float] = {}
@@ -151,20 +149,11 @@ class _HloConverter:
             out.append(comp.by_id[int(oid)])
         return out
 
-    def unique(self, name: str) -> str:
-        base, k = name, self._copies.get(name, 1)
-        while name in self._names:  # from the last suffix of this base: linear, not quadratic
-            k += 1
-            name = f"{base}#{k}"
-        self._copies[base] = k
-        self._names.add(name)
-        return name
-
     def add(self, comp: _Comp, ins, name: str, module: str, flops: float, read: float,
             written: float, out_bytes: float, persistent: float) -> int:
         leaves = self.leaves(comp, ins)
         shape, dtype = shape_dtype(ins.shape, leaves)
-        name = self.unique(name)
+        name = self.b.unique_name(name)
         i = self.b.add_node(name, str(ins.opcode), shape=shape, dtype=dtype,
                             flops=flops, bytes_read=read, bytes_written=written,
                             out_bytes=out_bytes, persistent_bytes=persistent, module=module)

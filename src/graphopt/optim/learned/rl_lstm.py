@@ -18,7 +18,7 @@ of placements, simulate, √(step time) cost, moving-average baseline, REINFORCE
    another, each choice fed to the next step.
 4. **Training.** REINFORCE: ``loss = mean((c − b) / b · log π(placement) − β · H(π))``
    with cost ``c = √(step time)``, an invalid placement (out of memory) costing
-   √(``invalid_step_time``), ``b`` an exponential moving average of valid costs, ``H`` the
+   √(``INVALID_PENALTY**2``), ``b`` an exponential moving average of valid costs, ``H`` the
    policy's entropy summed over groups and ``β = entropy_coef``. Every sample goes
    through a :class:`~graphopt.dist.local.LocalEvaluator`, which counts the budget and
    keeps the best plan.
@@ -128,8 +128,6 @@ class RLLSTM:
         "help": "Logits squashed into [−C, C] (HDP §4: C = 5)."})
     baseline_decay: float = field(default=0.9, metadata={"min": 0, "max": 1,
         "help": "Decay of the moving-average baseline of √(step time) (grappler's bl_dec)."})
-    invalid_step_time: float = field(default=100.0, metadata={"gt": 0,
-        "help": "Seconds an invalid placement is charged (the papers' large constant; grappler: 100)."})
     threads: int = field(default=1, metadata={"min": 1, "limit": MAX_THREADS,
         "help": "torch CPU threads for the policy (the simulator has its own)."})
     checkpoint_every: int = field(default=50, metadata={"min": 1,
@@ -178,8 +176,7 @@ class RLLSTM:
         placement, stats = train(
             "rl-lstm", sample, ev=ev, budget=budget, init=base, config=config,
             modules={"policy": policy}, optimizer=optimizer, generator=generator,
-            baseline=baseline, invalid_step_time=self.invalid_step_time,
-            grad_bound=self.grad_bound, num_groups=num_groups,
+            baseline=baseline, grad_bound=self.grad_bound, num_groups=num_groups,
             checkpoint_dir=self.checkpoint_dir, checkpoint_every=self.checkpoint_every,
             title=f"rl-lstm on {graph.name} ({problem.cluster.name}), seed {seed}",
             run_name=name, progress=self.progress)

@@ -30,7 +30,7 @@ import numpy as np
 
 from graphopt.sim import Problem
 from graphopt.sim.pipeline import stationary, stationary_bytes
-from graphopt.sim.problem import format_bytes
+from graphopt.ir.graph import format_bytes
 
 __all__ = ["chip_memory", "check_partition", "memory_need", "pipeline_units", "valid_partitions"]
 

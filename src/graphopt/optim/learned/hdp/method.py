@@ -31,7 +31,7 @@ the best placement seen and the run's statistics.
 4. **Training.** Grouper and placer are trained jointly by REINFORCE:
    ``loss = mean((c − b) / b · (log π_place + log π_group)) − β · (H_place + H_group)``,
    cost ``c = √(step time)``, an
-   invalid plan (out of memory) charged √(``failing_signal``) seconds; the baseline ``b``
+   invalid plan (out of memory) charged √(``INVALID_PENALTY**2``) seconds; the baseline ``b``
    is an exponential moving average (0.9) of the costs of non-failing samples. Adam
    with learning rate 0.003, ×0.95 every 50 updates from update 400; gradients clipped
    to norm 1; Gaussian noise (0.5 × the logits' RMS) on every logit for the first 750
@@ -197,8 +197,6 @@ class HDP:
         "help": "Placer logits squashed into [−C, C] (grappler: 1; HDP §4: C = 5)."})
     baseline_decay: float = field(default=0.9, metadata={"min": 0, "max": 1,
         "help": "Decay of the moving-average baseline, updated on non-failing samples (grappler: 0.9)."})
-    failing_signal: float = field(default=100.0, metadata={"gt": 0,
-        "help": "Seconds an invalid placement is charged (grappler: 100)."})
     threads: int = field(default=1, metadata={"min": 1, "limit": MAX_THREADS,
         "help": "torch CPU threads for the networks (the simulator has its own)."})
     checkpoint_every: int = field(default=50, metadata={"min": 1,
@@ -268,7 +266,7 @@ class HDP:
         placement, stats = train(
             "hdp", sample, ev=ev, budget=budget, init=base, config=config, modules=modules,
             optimizer=optimizer, generator=generator, baseline=baseline,
-            invalid_step_time=self.failing_signal, grad_bound=self.grad_bound,
+            grad_bound=self.grad_bound,
             num_groups=num_groups, checkpoint_dir=self.checkpoint_dir,
             checkpoint_every=self.checkpoint_every,
             title=f"hdp on {graph.name} ({problem.cluster.name}), seed {seed}",
