@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
+import click
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -56,9 +57,10 @@ LOCK_FILE = ".graphopt.lock"
 
 
 def lock_folder(folder: Path | None, option: str = "--out"):
-    """Claim ``folder`` (made if need be) for this process until it ends or the returned
-    file is closed, so that two runs never write one folder: their files would mix and
-    one's would vanish. None (no folder) claims nothing and returns None.
+    """Claim ``folder`` (made if need be) until the running command ends (or, outside a
+    command, until the returned file is closed), so that two runs never write one folder:
+    their files would mix and one's would vanish. None (no folder) claims nothing and
+    returns None.
 
     Raises
     ------
@@ -88,6 +90,9 @@ def lock_folder(folder: Path | None, option: str = "--out"):
         f.flush()
     except OSError:
         pass
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:  # released when the command ends, however it ends, even in-process
+        ctx.with_resource(f)
     return f
 
 
