@@ -1,10 +1,11 @@
 """Graph sources named by one string, as the command line and corpora write them.
 
 A source is a graph file or model file (see :data:`graphopt.frontends.IMPORTERS`), a
-zoo model ``zoo:NAME``, a Hugging Face ``transformers`` model ``hf:MODEL_TYPE[:key=value,...]``
-built from its default configuration with random weights (:mod:`graphopt.zoo.hf`), or a built-in example: ``example:mlp`` (a 4-layer MLP training
-step) or ``example:layered-N`` (a random layered graph of about N ops; ``example:layered-N-sSEED``
-draws it from another seed). A corpus item
+zoo model ``zoo:NAME[:key=value,...]``, a Hugging Face ``transformers`` model
+``hf:MODEL_TYPE[:key=value,...]`` built from its default configuration with random
+weights (:mod:`graphopt.zoo.hf`), or a built-in example: ``example:mlp`` (a 4-layer MLP
+training step) or ``example:layered-N`` (a random layered graph of about N ops;
+``example:layered-N-sSEED`` draws it from another seed). A corpus item
 adds the cluster to place it on: ``GRAPH@CLUSTER``, e.g. ``zoo:gnmt-2@p100:2``.
 """
 
@@ -87,9 +88,9 @@ def load_source(spec: str) -> Graph:
         return mlp_training_graph()
     if spec.startswith("example:layered-"):
         try:
-            digits, _, seed_text = spec.split("-", 1)[1].partition("-s")
+            digits, dash_s, seed_text = spec.split("-", 1)[1].partition("-s")
             size = int(digits if digits.isascii() else "x")  # int() reads any script's digits
-            seed = int(seed_text if seed_text.isascii() else "x") if seed_text else 0
+            seed = int(seed_text if seed_text.isascii() else "x") if dash_s else 0
             if seed < 0:
                 raise ValueError(seed)
         except ValueError:
