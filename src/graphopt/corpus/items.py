@@ -29,6 +29,24 @@ HELD_OUT_FAMILIES = frozenset(HF_HELD_OUT) | {"wavenet", "amoebanet"}
 _VISION = {"convnext", "regnet", "swin", "deit", "beit", "levit", "poolformer", "mobilevit",
            "segformer", "vit", "resnet"}
 _AUDIO = {"wav2vec2", "hubert"}
+_LAYERS = "=layers"  # in _TEXT_SIZES: the item's layer count
+
+#: Text types whose configuration needs other fields at the corpus's width (None: leave
+#: the field at its default).
+_TEXT_SIZES: dict[str, dict[str, object]] = {
+    "esm": {"vocab_size": 33},  # no default vocabulary
+    "fnet": {"num_attention_heads": None},  # Fourier mixing, no heads
+    "funnel": {"num_hidden_layers": None},  # depth is block_sizes
+    "squeezebert": {"embedding_size": 256},  # must equal hidden_size
+    # grouped-query attention: as many key/value heads as query heads at this width
+    "llama": {"num_key_value_heads": 4},
+    "mistral": {"num_key_value_heads": 4},
+    "qwen2": {"num_key_value_heads": 4},
+    # encoder-decoders: num_hidden_layers sets the encoder; the decoder alike
+    "t5": {"num_decoder_layers": _LAYERS},
+    "bart": {"decoder_layers": _LAYERS, "decoder_attention_heads": 4},
+    "whisper": {"decoder_layers": _LAYERS, "decoder_attention_heads": 4},
+}
 #: Vision types whose configuration has a ``num_hidden_layers`` (the others stage depths).
 _VISION_LAYERED = {"deit", "beit", "vit"}
 
@@ -102,12 +120,15 @@ def _hf_items(model_type: str, layers=(1, 2), seqs=(32, 64), batches=(2, 4)) -> 
             items.append(_join(f"hf:{model_type}", **extra, image=image, batch=batch))
     elif model_type in _AUDIO:
         for n, samples, batch in product(layers, (4000, 8000), batches):
-            items.append(_join(f"hf:{model_type}", num_hidden_layers=n, samples=samples,
-                               batch=batch))
+            # no SpecAugment masking: it draws its masks from the data (untraceable)
+            items.append(_join(f"hf:{model_type}", num_hidden_layers=n, mask_time_prob=0,
+                               samples=samples, batch=batch))
     else:
         for n, seq, batch in product(layers, seqs, batches):
-            items.append(_join(f"hf:{model_type}", num_hidden_layers=n, hidden_size=256,
-                               num_attention_heads=4, seq=seq, batch=batch))
+            sizes = {"num_hidden_layers": n, "hidden_size": 256, "num_attention_heads": 4,
+                     **_TEXT_SIZES.get(model_type, {})}
+            sizes = {k: n if v == _LAYERS else v for k, v in sizes.items() if v is not None}
+            items.append(_join(f"hf:{model_type}", **sizes, seq=seq, batch=batch))
     return [CorpusItem(s.rstrip(":"), model_type) for s in items]
 
 

@@ -11,7 +11,7 @@ Overrides are configuration fields (``num_hidden_layers=2``) plus the batch's sh
 - ``seq`` (default 32) — tokens per example for text models, also the decoder's length
   for encoder-decoder models;
 - ``image`` (default: the configuration's ``image_size``, else 64) — pixels per side
-  for vision models;
+  for vision models (also set as the configuration's ``image_size`` where it has one);
 - ``samples`` (default 4,000) — audio samples per example for waveform models
   (``input_values``).
 
@@ -147,6 +147,8 @@ def make(spec: str) -> tuple[nn.Module, tuple[Tensor, ...], dict[str, Any]]:
                                 f"{type(config).__name__} (nor one of "
                                 f"{', '.join(SHAPE_KEYS)})")
         setattr(config, key, value)
+    if shape["image"] is not None and isinstance(getattr(config, "image_size", None), int):
+        config.image_size = shape["image"]  # vision models check their input against it
     torch.manual_seed(0)
     try:
         model = tf.AutoModel.from_config(config)
