@@ -129,7 +129,7 @@ def _hf_items(model_type: str, layers=(1, 2), seqs=(32, 64), batches=(2, 4)) -> 
                      **_TEXT_SIZES.get(model_type, {})}
             sizes = {k: n if v == _LAYERS else v for k, v in sizes.items() if v is not None}
             items.append(_join(f"hf:{model_type}", **sizes, seq=seq, batch=batch))
-    return [CorpusItem(s.rstrip(":"), model_type) for s in items]
+    return [CorpusItem(s.rstrip(":"), model_type) for s in dict.fromkeys(items)]
 
 
 def default_items(quick: bool = False, families: list[str] | None = None) -> list[CorpusItem]:
