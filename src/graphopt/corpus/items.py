@@ -34,7 +34,7 @@ _LAYERS = "=layers"  # in _TEXT_SIZES: the item's layer count
 #: Text types whose configuration needs other fields at the corpus's width (None: leave
 #: the field at its default).
 _TEXT_SIZES: dict[str, dict[str, object]] = {
-    "esm": {"vocab_size": 33},  # no default vocabulary
+    "esm": {"vocab_size": 33, "pad_token_id": 1, "mask_token_id": 32},  # no default vocabulary
     "fnet": {"num_attention_heads": None},  # Fourier mixing, no heads
     "funnel": {"num_hidden_layers": None},  # depth is block_sizes
     "squeezebert": {"embedding_size": 256},  # must equal hidden_size
