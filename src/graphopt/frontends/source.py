@@ -94,8 +94,8 @@ def load_source(spec: str) -> Graph:
             if seed < 0:
                 raise ValueError(seed)
         except ValueError:
-            raise GraphoptError(f"graph {spec!r}: expected example:layered-N or "
-                                "example:layered-N-sSEED with integers N and SEED") from None
+            raise GraphoptError(f"graph {spec!r}: expected example:layered-N with an integer N, "
+                                "or example:layered-N-sSEED with a SEED >= 0") from None
         if not 1 <= size <= MAX_EXAMPLE_OPS:
             raise GraphoptError(f"graph {spec!r}: N must be 1..{MAX_EXAMPLE_OPS:,} (a larger "
                                 "random graph: graphopt.ir.generate.layered_graph)")
