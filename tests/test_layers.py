@@ -37,9 +37,12 @@ ALLOWED: dict[str, set[str]] = {
     "rewrite": {"_lazy", "errors", "_files", "ir", "hardware", "cost", "sim", "frontends", "zoo"},
     "benchmarks": {"errors", "_files", "ir", "hardware", "cost", "sim", "dist", "nn", "rl", "runs", "viz",
                    "frontends", "data", "zoo", "optim", "exec", "rewrite", "costmodel"},
+    # a corpus builds its graphs through load_source (zoo:, hf:, example: sources)
+    "corpus": {"errors", "_files", "ir", "frontends"},
     # and "_main": ``python -m graphopt.cli`` (cli/__main__.py) runs the command's entry point
     "cli": {"errors", "_files", "ir", "hardware", "cost", "sim", "dist", "nn", "rl", "runs", "viz",
-            "frontends", "data", "zoo", "optim", "exec", "rewrite", "costmodel", "benchmarks", "_main"},
+            "frontends", "data", "zoo", "optim", "exec", "rewrite", "costmodel", "benchmarks", "corpus",
+            "_main"},
     # the package root re-exports the core API
     "__init__": {"_lazy", "errors", "_files", "ir", "hardware", "sim"},
     # the command's entry point: it loads the command line inside its interrupt handler

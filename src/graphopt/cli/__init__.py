@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import typer
 
-from graphopt.cli import (bench, costmodel, export, graphs, optimize, rewrite, run, simulate,
-                          train, tune)
+from graphopt.cli import (bench, corpus, costmodel, export, graphs, optimize, rewrite, run,
+                          simulate, train, tune)
 from graphopt.cli._common import method_params
 
 __all__ = ["app", "method_params"]
@@ -27,3 +27,4 @@ app.add_typer(train.app, name="train")
 app.add_typer(bench.app, name="bench")
 app.add_typer(graphs.zoo_app, name="zoo")
 app.add_typer(costmodel.app, name="costmodel")
+app.add_typer(corpus.app, name="corpus")

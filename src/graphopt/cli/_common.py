@@ -34,8 +34,10 @@ __all__ = ["ADDRESS_HELP", "BACKEND_HELP", "GRAPH_HELP", "LOCK_FILE", "PARAM_HEL
 console = Console(width=None if Console().is_terminal else 140)
 
 GRAPH_HELP = ("Graph file (.npz or .json saved by graphopt), a zoo model 'zoo:NAME' (see "
-              "'graphopt zoo list'), or a built-in example: 'example:mlp' (a 4-layer MLP "
-              "training step) or 'example:layered-N' (a random layered graph of about N ops), "
+              "'graphopt zoo list'), a Hugging Face model 'hf:MODEL_TYPE[:key=value,...]' "
+              "(random weights, e.g. hf:bert:num_hidden_layers=2,seq=128), or a built-in "
+              "example: 'example:mlp' (a 4-layer MLP training step) or 'example:layered-N' "
+              "(a random layered graph of about N ops), "
               "or a model file to import: .pt2 (torch.export.save), .onnx, a TpuGraphs .npz or "
               "tuning .pb. Example: zoo:gnmt-4")
 

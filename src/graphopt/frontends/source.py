@@ -1,8 +1,11 @@
 """Graph sources named by one string, as the command line and corpora write them.
 
 A source is a graph file or model file (see :data:`graphopt.frontends.IMPORTERS`), a
-zoo model ``zoo:NAME``, or a built-in example: ``example:mlp`` (a 4-layer MLP training
-step) or ``example:layered-N`` (a random layered graph of about N ops). A corpus item
+zoo model ``zoo:NAME[:key=value,...]``, a Hugging Face ``transformers`` model
+``hf:MODEL_TYPE[:key=value,...]`` built from its default configuration with random
+weights (:mod:`graphopt.zoo.hf`), or a built-in example: ``example:mlp`` (a 4-layer MLP
+training step) or ``example:layered-N`` (a random layered graph of about N ops;
+``example:layered-N-sSEED`` draws it from another seed). A corpus item
 adds the cluster to place it on: ``GRAPH@CLUSTER``, e.g. ``zoo:gnmt-2@p100:2``.
 """
 
@@ -24,6 +27,7 @@ MAX_EXAMPLE_OPS = 1_000_000
 #: frontend (it sits above this package) and importing it costs torch's start-up.
 SCHEMES: dict[str, str] = {
     "zoo:": "graphopt.zoo:build",
+    "hf:": "graphopt.zoo.hf:build",
 }
 
 
@@ -77,24 +81,29 @@ def load_source(spec: str) -> Graph:
     42
     >>> load_source("example:layered-100").num_nodes
     100
+    >>> load_source("example:layered-100-s3").meta["seed"]
+    3
     """
     if spec == "example:mlp":
         return mlp_training_graph()
     if spec.startswith("example:layered-"):
         try:
-            digits = spec.split("-", 1)[1]
+            digits, dash_s, seed_text = spec.split("-", 1)[1].partition("-s")
             size = int(digits if digits.isascii() else "x")  # int() reads any script's digits
+            seed = int(seed_text if seed_text.isascii() else "x") if dash_s else 0
+            if seed < 0:
+                raise ValueError(seed)
         except ValueError:
-            raise GraphoptError(f"graph {spec!r}: expected example:layered-N with an integer N") \
-                from None
+            raise GraphoptError(f"graph {spec!r}: expected example:layered-N with an integer N, "
+                                "or example:layered-N-sSEED with a SEED >= 0") from None
         if not 1 <= size <= MAX_EXAMPLE_OPS:
             raise GraphoptError(f"graph {spec!r}: N must be 1..{MAX_EXAMPLE_OPS:,} (a larger "
                                 "random graph: graphopt.ir.generate.layered_graph)")
         width = max(1, min(20, size // 10))
-        return layered_graph(max(1, size // width), width, seed=0)
+        return layered_graph(max(1, size // width), width, seed=seed)
     if spec.startswith("example:"):
         raise GraphoptError(f"unknown example graph {spec!r}; known: example:mlp, "
-                            "example:layered-N")
+                            "example:layered-N, example:layered-N-sSEED")
     for prefix, target in SCHEMES.items():
         if spec.startswith(prefix):
             module, func = target.split(":")

@@ -9,6 +9,7 @@ WaveNet and AmoebaNet).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -19,7 +20,8 @@ from torch import Tensor, nn
 from graphopt.errors import GraphoptError
 from graphopt.zoo.models import FAMILIES
 
-__all__ = ["HELD_OUT_FAMILIES", "QUICK", "ReportedStepTimes", "ZooEntry", "get_entry", "list_models"]
+__all__ = ["HELD_OUT_FAMILIES", "QUICK", "ReportedStepTimes", "ZooEntry", "get_entry", "list_models",
+           "parse_overrides"]
 
 #: Families kept out of the pre-training split.
 HELD_OUT_FAMILIES = frozenset({"wavenet", "amoebanet"})
@@ -167,17 +169,70 @@ def list_models(train_split: bool | None = None) -> list[str]:
     return [e.name for e in _ENTRIES if train_split is None or e.train_split == train_split]
 
 
+def _parse_value(text: str) -> Any:
+    """``"2"`` → 2, ``"0.1"`` → 0.1, ``"true"`` → True, ``"none"`` → None, else the text."""
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low in ("none", "null"):
+        return None
+    for kind in (int, float):
+        try:
+            return kind(text) if text.isascii() else text
+        except ValueError:
+            pass
+    return text
+
+
+def parse_overrides(source: str, text: str) -> dict[str, Any]:
+    """``"layers=2,batch=4"`` → ``{"layers": 2, "batch": 4}``; ``source`` names the graph in errors.
+
+    >>> parse_overrides("zoo:gnmt-2", "layers=3,hidden=0.5,x=none")
+    {'layers': 3, 'hidden': 0.5, 'x': None}
+
+    Raises
+    ------
+    GraphoptError
+        A part not written ``key=value``, an empty value, or a key given twice.
+    """
+    overrides: dict[str, Any] = {}
+    for part in filter(None, text.split(",")):
+        key, eq, value = (t.strip() for t in part.partition("="))
+        if not eq or not key.isidentifier() or not value:
+            raise GraphoptError(f"graph {source!r}: override {part!r} is not key=value, "
+                                "e.g. layers=2")
+        if key in overrides:
+            raise GraphoptError(f"graph {source!r}: override {key!r} given twice")
+        overrides[key] = _parse_value(value)
+    return overrides
+
+
 def get_entry(name: str) -> ZooEntry:
-    """The entry called ``name``; ``NAME-quick`` is NAME at the sizes of :data:`QUICK`.
+    """The entry called ``name``; ``NAME-quick`` is NAME at the sizes of :data:`QUICK`;
+    ``NAME:key=value,...`` is NAME with some of its ``make`` keywords replaced (integers,
+    floats, true/false, none or text).
 
     >>> get_entry("rnnlm-2-quick").config["hidden"]
     128
+    >>> get_entry("gnmt-2-quick:layers=3,batch=8").config["layers"]
+    3
 
     Raises
     ------
     GraphoptError
         No entry has that name; the message lists the known names.
     """
+    base_name, colon, text = name.partition(":")
+    if colon:
+        entry = get_entry(base_name)
+        overrides = parse_overrides(f"zoo:{name}", text)
+        keywords = inspect.signature(FAMILIES[entry.family].make).parameters
+        unknown = sorted(set(overrides) - set(keywords))
+        if unknown:
+            raise GraphoptError(f"graph 'zoo:{name}': {', '.join(map(repr, unknown))} not a "
+                                f"size of the {entry.family} family; it takes "
+                                f"{', '.join(keywords)}")
+        return entry.with_config(name, **overrides)
     base = name.removesuffix("-quick")
     if base != name and base in _BY_NAME:
         entry = _BY_NAME[base]

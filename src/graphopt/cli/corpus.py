@@ -1,0 +1,115 @@
+"""``graphopt corpus``: build a versioned corpus of training-step graphs and show one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from graphopt._files import check_output
+from graphopt.cli._common import console, fail
+from graphopt.errors import GraphoptError
+from graphopt.ir.graph import format_bytes
+
+app = typer.Typer(no_args_is_help=True,
+                  help="A versioned corpus of training-step graphs (zoo families, seeded "
+                       "synthetic graphs, hf: models) with a train / held-out split.")
+
+
+@app.command("build")
+def corpus_build(
+    out: Path = typer.Option(..., "--out", "-o", help="Corpus folder; an existing corpus is "
+                                                      "resumed. Example: corpus/"),
+    quick: bool = typer.Option(False, "--quick", help="A handful of tiny items (seconds; "
+                                                      "tests)."),
+    families: list[str] = typer.Option([], "--families", help="Only these families; repeat "
+                                                              "it. Example: --families gnmt"),
+    retry_skipped: bool = typer.Option(False, "--retry-skipped",
+                                       help="Try again the items an earlier build skipped."),
+) -> None:
+    """Build the corpus in --out: one .npz per graph and manifest.json (sources, families,
+    split, sizes, build seconds). Resumable: items the manifest holds are not rebuilt; an
+    item that fails to build is recorded as skipped with its reason.
+
+    Example: graphopt corpus build --out corpus --quick
+    """
+    import time
+
+    from graphopt.corpus import build_corpus, default_items, load_manifest
+
+    try:
+        check_output(out, "--out", folder=True)
+        load_manifest(out, missing_ok=True)  # refuse another format before any work
+        items = default_items(quick=quick, families=families or None)
+        if not items:
+            raise GraphoptError(f"--families {' '.join(families)}: no item of these families; "
+                                "see 'graphopt corpus build --help'")
+    except GraphoptError as err:
+        fail(err)
+    start = time.perf_counter()
+
+    def progress(done: int, total: int, item, record) -> None:
+        what = ("kept" if record.get("reused") else record["status"])
+        size = f"{record['nodes']:,} ops" if record.get("nodes") is not None else \
+            record.get("reason", "")
+        console.print(f"[{done}/{total}] {what:7} {record.get('seconds', 0):7.1f} s  "
+                      f"{item.split:8} {item.source}  {size}", highlight=False, soft_wrap=True)
+
+    try:
+        manifest = build_corpus(out, items, retry_skipped=retry_skipped, progress=progress)
+    except GraphoptError as err:
+        fail(err)
+    last = manifest["builds"][-1]
+    console.print(f"built {last['built']}, skipped {last['skipped']}, kept {last['reused']} "
+                  f"in {time.perf_counter() - start:,.1f} s; manifest: {out / 'manifest.json'}")
+
+
+def _show(folder: Path) -> None:
+    from graphopt.corpus import load_manifest, summarize
+
+    try:
+        manifest = load_manifest(folder)
+    except GraphoptError as err:
+        fail(err)
+    rows = summarize(manifest)
+    t = Table(title=f"corpus {folder} (format version {manifest['version']})")
+    for col in ("family", "split", "graphs", "skipped", "ops (min-max)", "size", "build s"):
+        t.add_column(col)
+    for r in rows:
+        span = "-" if r["min_nodes"] is None else f"{r['min_nodes']:,}-{r['max_nodes']:,}"
+        t.add_row(r["family"], r["split"], str(r["built"]), str(r["skipped"]), span,
+                  format_bytes(r["bytes"]), f"{r['seconds']:,.1f}")
+    console.print(t)
+    for split in ("train", "held-out"):
+        mine = [r for r in rows if r["split"] == split]
+        console.print(f"{split}: {sum(r['built'] for r in mine)} graphs from "
+                      f"{sum(1 for r in mine if r['built'])} families, "
+                      f"{sum(r['skipped'] for r in mine)} skipped")
+    builds = manifest.get("builds", [])
+    if builds:
+        console.print(f"build time: {sum(b['seconds'] for b in builds):,.1f} s over "
+                      f"{len(builds)} run(s)")
+    skipped = [r for r in manifest["items"].values() if r["status"] == "skipped"]
+    for r in skipped:
+        console.print(f"skipped {r['source']}: {r['reason']}", highlight=False, soft_wrap=True)
+
+
+@app.command("list")
+def corpus_list(folder: Path = typer.Argument(..., help="Corpus folder. Example: corpus/")
+                ) -> None:
+    """Show a corpus: per family and split, graphs, skipped items, sizes and build time.
+
+    Example: graphopt corpus list corpus
+    """
+    _show(folder)
+
+
+@app.command("info")
+def corpus_info(folder: Path = typer.Argument(..., help="Corpus folder. Example: corpus/")
+                ) -> None:
+    """The same table as 'graphopt corpus list'.
+
+    Example: graphopt corpus info corpus
+    """
+    _show(folder)
