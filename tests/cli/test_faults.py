@@ -284,3 +284,36 @@ def test_calibrate_takes_at_most_a_worker_per_core(tmp_path):
     r = CliRunner().invoke(app, ["calibrate", "--devices", "cpu:64", "-o", str(tmp_path / "c.toml")])
     assert r.exit_code == 2 and "calibration measures one worker per core" in r.output, r.output
     assert not (tmp_path / "c.toml").exists()
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+@pytest.mark.parametrize("sig, group", [(signal.SIGTERM, False), (signal.SIGINT, True),
+                                        (signal.SIGHUP, False)],
+                         ids=["SIGTERM", "Ctrl-C", "SIGHUP"])
+def test_a_signal_to_calibrate_is_one_line_without_worker_tracebacks(tmp_path, sig, group):
+    """Ctrl-C (SIGINT to the whole process group, as a terminal sends it), SIGTERM or SIGHUP
+    while calibrate's workers run: one line, exit 130, no worker left behind (their
+    tracebacks of a broken pipe were 90 lines)."""
+    p = subprocess.Popen([sys.executable, "-m", "graphopt.cli", "calibrate", "--devices", "cpu:2",
+                          "-o", str(tmp_path / "c.toml")], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True,
+                         env={**os.environ, "PYTHONPATH": SRC})
+    deadline = time.monotonic() + 60
+    while len(_children(p.pid)) < 3 and time.monotonic() < deadline:  # a tracker, 2 workers
+        time.sleep(0.2)
+    workers = _children(p.pid)
+    time.sleep(4.0)  # the workers import torch, then measure
+    os.killpg(p.pid, sig) if group else p.send_signal(sig)
+    out, err = p.communicate(timeout=120)
+    assert (p.returncode, err) == (130, "graphopt: interrupted\n"), out + err
+    assert not (tmp_path / "c.toml").exists()
+    deadline = time.monotonic() + 10
+    while any(Path(f"/proc/{w}").exists() for w in workers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(Path(f"/proc/{w}").exists() for w in workers)

@@ -8,9 +8,12 @@ that uses them.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import os
+import signal
+import threading
 import types
 import typing
 from collections.abc import Callable
@@ -28,7 +31,7 @@ from graphopt.errors import GraphoptError, check_fields
 
 __all__ = ["ADDRESS_HELP", "BACKEND_HELP", "GRAPH_HELP", "LOCK_FILE", "PARAM_HELP",
            "check_run_folder", "compile_simulator", "console", "evaluation_backend", "fail",
-           "field_help", "lock_folder", "method_params", "options_from_fields", "parse_field"]
+           "field_help", "interrupt_on_signals", "lock_folder", "method_params", "options_from_fields", "parse_field"]
 
 # Tables are wide; when output goes to a file or a pipe, do not squeeze them to 80 columns.
 console = Console(width=None if Console().is_terminal else 140)
@@ -58,6 +61,36 @@ def fail(err: Exception) -> NoReturn:
 LOCK_FILE = ".graphopt.lock"
 
 
+@contextlib.contextmanager
+def interrupt_on_signals():
+    """Within this block SIGTERM (``kill``, a batch system's time limit) and SIGHUP (the
+    terminal closed) end the command as Ctrl-C does: ``KeyboardInterrupt``, which closes
+    the worker processes on its way out; the block then prints one line, ``graphopt:
+    interrupted``, and exits with status 130 (Typer would exit 130 without a word).
+    Without it SIGTERM killed the parent at once and its orphaned workers printed
+    tracebacks of the broken pipe. For commands that hold no search: a search's
+    :func:`graphopt.dist.local.stop_on_interrupt` saves its best plan instead. Outside
+    the main thread the signals are left as they are."""
+    def interrupt(signum, frame) -> None:
+        raise KeyboardInterrupt
+
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+            if sig is not None:
+                previous[sig] = signal.signal(sig, interrupt)
+    try:
+        yield
+    except KeyboardInterrupt:
+        import sys
+
+        print("graphopt: interrupted", file=sys.stderr, flush=True)
+        raise typer.Exit(130) from None
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def lock_folder(folder: Path | None, option: str = "--out"):
     """Claim ``folder`` (made if need be) until the running command ends (or, outside a
     command, until the returned file is closed), so that two runs never write one folder:
@@ -75,6 +108,7 @@ def lock_folder(folder: Path | None, option: str = "--out"):
     if folder is None:
         return None
     folder = Path(folder)
+    made = next((p for p in reversed([folder, *folder.parents]) if not p.exists()), None)
     folder.mkdir(parents=True, exist_ok=True)
     f = open(folder / LOCK_FILE, "a+")  # noqa: SIM115 -- held open while the run lasts
     try:
@@ -94,8 +128,31 @@ def lock_folder(folder: Path | None, option: str = "--out"):
         pass
     ctx = click.get_current_context(silent=True)
     if ctx is not None:  # released when the command ends, however it ends, even in-process
-        ctx.with_resource(f)
+        ctx.with_resource(_released(f, folder, made))
     return f
+
+
+@contextlib.contextmanager
+def _released(lock, folder: Path, made: Path | None):
+    """Hold ``lock`` (``folder``'s lock file) until the command ends; then, where this run
+    made the folder (``made``: the first folder of its path that did not exist) and wrote
+    nothing else there (a run that failed before any result), remove the lock file and
+    the folders it made, so that no folder holding only ``.graphopt.lock`` is left. The
+    lock file is removed while still held: a run refused meanwhile stays refused."""
+    try:
+        yield lock
+    finally:
+        try:
+            if made is not None and [p.name for p in folder.iterdir()] == [LOCK_FILE]:
+                (folder / LOCK_FILE).unlink()
+                for p in [folder, *folder.parents]:
+                    p.rmdir()  # empty ones only: one another process wrote in stays
+                    if p == made:
+                        break
+        except OSError:
+            pass
+        finally:
+            lock.close()
 
 
 def check_run_folder(out: Path, option: str = "--out"):

@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from graphopt._files import check_output
-from graphopt.cli._common import console, fail
+from graphopt.cli._common import console, fail, interrupt_on_signals
 from graphopt.cli.options import cluster_option, out_option, seed_option
 from graphopt.errors import ClusterError, GraphoptError
 
@@ -79,16 +79,17 @@ def run(
                 p.check(traced.graph.num_nodes, c.num_devices)
             except GraphoptError as err:
                 raise type(err)(f"{plan}: {err}") from None
-        with timing_status(c):
-            prob = program_problem(traced, c)
-        # the engine runs op by op: no fusion in the prediction
-        sim = simulate(prob, p.replace(fusion=np.zeros(prob.num_nodes)), timeline=trace is not None)
-        with console.status(f"starting {count} {kind} device(s)"):
-            placed = apply_traced(traced, p, devices, seed=seed)
-        with placed:
-            with console.status(f"running {steps + 1} steps"):
-                timing = placed.measure(steps=steps, warmup=1)
-                last = placed()
+        with interrupt_on_signals():  # SIGTERM as Ctrl-C: the workers closed, exit 130
+            with timing_status(c):
+                prob = program_problem(traced, c)
+            # the engine runs op by op: no fusion in the prediction
+            sim = simulate(prob, p.replace(fusion=np.zeros(prob.num_nodes)), timeline=trace is not None)
+            with console.status(f"starting {count} {kind} device(s)"):
+                placed = apply_traced(traced, p, devices, seed=seed)
+            with placed:
+                with console.status(f"running {steps + 1} steps"):
+                    timing = placed.measure(steps=steps, warmup=1)
+                    last = placed()
     except GraphoptError as err:
         fail(err)
     t = Table(title=f"{traced.graph.name}: {traced.graph.num_nodes} ops on {devices}")
@@ -149,7 +150,7 @@ def calibrate(
             raise GraphoptError(f"--devices {devices}: this machine gives graphopt {cores} core(s); "
                                 f"calibration measures one worker per core, so at most "
                                 f"cpu:{max(2, cores or 1)}")
-        with console.status(f"measuring {count} CPU worker(s)"):
+        with interrupt_on_signals(), console.status(f"measuring {count} CPU worker(s)"):
             measured = measure(count)
         save_cluster(measured, out)
         cal = measured.calibration

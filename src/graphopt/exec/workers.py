@@ -18,9 +18,11 @@ A worker that dies, or a step that makes no progress for ``timeout`` seconds, ra
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import os
 import queue
+import signal
 import sys
 import tempfile
 import threading
@@ -97,9 +99,10 @@ class CPUWorkers:
         for rank in range(devices):
             parent, child = ctx.Pipe()
             p = ctx.Process(target=_worker, args=(rank, devices, os.path.join(self._dir.name, "store"),
-                                                  child, sorted(cores[rank]), timeout),
+                                                  child, sorted(cores[rank]), timeout, os.getpid()),
                             daemon=True, name=f"graphopt-device-{rank}")
-            p.start()
+            with _sigint_ignored():  # from its first instruction: the parent handles Ctrl-C
+                p.start()
             child.close()
             self._conns.append(parent)
             self._procs.append(p)
@@ -268,8 +271,9 @@ class CPUWorkers:
     def __enter__(self) -> CPUWorkers:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, kind: type | None, *exc: object) -> None:
+        # interrupted: the workers may be inside a collective and not read "close"
+        self.close(force=kind is not None and issubclass(kind, KeyboardInterrupt))
 
     def __del__(self) -> None:
         if getattr(self, "_procs", None):
@@ -293,6 +297,51 @@ def _share(prog: Program, rank: int) -> dict:
 
 
 # -- the worker process ---------------------------------------------------------------------
+@contextlib.contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """SIGINT ignored while a worker is started: a spawned process inherits the ignored
+    disposition across ``exec``, and Python then installs no ``KeyboardInterrupt`` handler,
+    so a Ctrl-C at the terminal (sent to the whole process group) reaches the parent
+    alone, which closes its workers; none prints a traceback of where it was (importing
+    torch, inside a collective). Outside the main thread nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _die_with_parent(parent: int) -> None:
+    """Have the kernel end this worker (quietly, by SIGTERM) when its parent dies, however
+    it dies (Linux only); a parent already gone ends it now."""
+    for sig in (signal.SIGTERM, signal.SIGHUP):  # their default: end without a word
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        import ctypes
+
+        pr_set_pdeathsig = 1  # linux/prctl.h
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGTERM), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:
+        os._exit(0)
+
+
+class _ParentGone(BaseException):
+    """The parent closed its end of the pipe: the worker ends without a word."""
+
+
+def _reply(conn: Any, msg: Any) -> None:
+    try:
+        conn.send(msg)
+    except (BrokenPipeError, EOFError, OSError):
+        raise _ParentGone from None
+
+
 def _keep_freed_memory() -> None:
     """Have glibc keep the blocks a worker frees for its next allocations.
 
@@ -319,7 +368,17 @@ def _keep_freed_memory() -> None:
     mallopt(m_trim_threshold, 1 << 30)
 
 
-def _worker(rank: int, world: int, store: str, conn: Any, cores: list[int], timeout: float) -> None:
+def _worker(rank: int, world: int, store: str, conn: Any, cores: list[int], timeout: float,
+            parent: int | None = None) -> None:
+    if parent is not None:
+        _die_with_parent(parent)
+    try:
+        _serve(rank, world, store, conn, cores, timeout)
+    except _ParentGone:  # the parent ended (interrupted, killed): nobody to report to
+        pass
+
+
+def _serve(rank: int, world: int, store: str, conn: Any, cores: list[int], timeout: float) -> None:
     try:
         if hasattr(os, "sched_setaffinity"):
             os.sched_setaffinity(0, cores)
@@ -336,9 +395,9 @@ def _worker(rank: int, world: int, store: str, conn: Any, cores: list[int], time
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
         dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
                                 timeout=timedelta(seconds=timeout))
-        conn.send(("ok", None))
+        _reply(conn, ("ok", None))
     except Exception:
-        conn.send(("error", traceback.format_exc(limit=3).strip().splitlines()[-1]))
+        _reply(conn, ("error", traceback.format_exc(limit=3).strip().splitlines()[-1]))
         return
     loaded: dict[int, _Device] = {}
     while True:
@@ -353,22 +412,22 @@ def _worker(rank: int, world: int, store: str, conn: Any, cores: list[int], time
                 key, share = arg
                 loaded.pop(key, None)  # free the old state first
                 loaded[key] = _Device(rank, share, timeout)
-                conn.send(("ok", None))
+                _reply(conn, ("ok", None))
             elif cmd == "unload":
                 loaded.pop(arg, None)
-                conn.send(("ok", None))
+                _reply(conn, ("ok", None))
             elif cmd == "step":
                 key, seed, idle = arg
-                conn.send(("ok", loaded[key].step(seed, idle)))
+                _reply(conn, ("ok", loaded[key].step(seed, idle)))
             elif cmd == "pingpong":
-                conn.send(("ok", _pingpong(rank, *arg)))
+                _reply(conn, ("ok", _pingpong(rank, *arg)))
             elif cmd == "transfer_cpu":
-                conn.send(("ok", _transfer_cpu(rank, *arg)))
+                _reply(conn, ("ok", _transfer_cpu(rank, *arg)))
             elif cmd == "state":
                 device = loaded[arg]
-                conn.send(("ok", {n: device.values[n].clone() for n in device.share["state"]}))
+                _reply(conn, ("ok", {n: device.values[n].clone() for n in device.share["state"]}))
         except Exception as err:  # reported to the parent as one line, naming the op
-            conn.send(("error", one_line(err)))
+            _reply(conn, ("error", one_line(err)))
     try:
         dist.destroy_process_group()
     except Exception:  # the group may already be broken by a dead peer
