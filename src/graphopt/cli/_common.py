@@ -31,7 +31,8 @@ from graphopt.errors import GraphoptError, check_fields
 
 __all__ = ["ADDRESS_HELP", "BACKEND_HELP", "GRAPH_HELP", "LOCK_FILE", "PARAM_HELP",
            "check_run_folder", "compile_simulator", "console", "evaluation_backend", "fail",
-           "field_help", "interrupt_on_signals", "lock_folder", "method_params", "options_from_fields", "parse_field"]
+           "field_help", "interrupt_on_signals", "lock_folder", "method_params",
+           "options_from_fields", "parse_field"]
 
 # Tables are wide; when output goes to a file or a pipe, do not squeeze them to 80 columns.
 console = Console(width=None if Console().is_terminal else 140)
