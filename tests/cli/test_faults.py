@@ -317,3 +317,17 @@ def test_a_signal_to_calibrate_is_one_line_without_worker_tracebacks(tmp_path, s
     while any(Path(f"/proc/{w}").exists() for w in workers) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not any(Path(f"/proc/{w}").exists() for w in workers)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "Ctrl-C"])
+def test_train_regal_after_a_signal_says_so_and_exits_130(tmp_path, sig):
+    p = subprocess.Popen([sys.executable, "-m", "graphopt.cli", "train", "regal", "--corpus",
+                          "layered:4x3:0", "--updates", "100000", "--samples", "2", "--evals", "20",
+                          "--dim", "8", "--out", str(tmp_path)], stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True, env={**os.environ, "PYTHONPATH": SRC})
+    _wait_for_search(p)
+    p.send_signal(sig)
+    out, _ = p.communicate(timeout=120)
+    assert p.returncode == 130 and "Traceback" not in out, out
+    assert "interrupted after update" in out and "resumes the run" in out, out
+    assert (tmp_path / "checkpoint.json").is_file() and (tmp_path / "policy.json").is_file()

@@ -214,3 +214,42 @@ def test_layer_features_and_the_layer_split_prior_cut_a_model_by_layers():
     assert lean[space.unit_of[first]] == 0 and lean[space.unit_of[last]] == 1
     assert (pr["alpha"][n_aff:] == 1).all() and (pr["beta"][n_aff:] == 1).all()
     assert len(pr["alpha"]) == space.num_genes and np.allclose(pr["inheritance"], 0.7)
+
+
+def test_an_update_cut_short_by_a_signal_is_undone_and_resumed_whole(prob, tmp_path):
+    """SIGTERM (or Ctrl-C) in the middle of an update's searches, which a stop request cuts
+    short: the update is undone (its draws and its reference value too), the checkpoint
+    holds the updates before it, and a resume ends exactly as a run never stopped."""
+    import os
+    import signal
+
+    from graphopt.dist.local import stop_on_interrupt
+
+    space = RegalSpace(prob, TASK)
+
+    def to_params(head, out, problem):
+        return gene_params(head, out, space.unit_of, space.num_units, 2, True, 0.5)
+
+    def search(problem, params, seed):
+        return 2.0 if params is None else 2.0 - float(np.log(params["alpha"][:10]).mean())
+
+    calls = []
+
+    def stopped(problem, params, seed):  # the 2nd update's reference search is cut short
+        calls.append(seed)
+        if len(calls) == 4:  # 1st update: 1 + 2 searches
+            os.kill(os.getpid(), signal.SIGTERM)
+            return 99.0
+        return search(problem, params, seed)
+
+    cfg = RegalConfig(updates=4, samples=2, lr=0.05, dim=8, save_every=100)
+    _, whole = train_regal([prob], cfg, search, to_params, tmp_path / "a")
+    with stop_on_interrupt():
+        _, cut = train_regal([prob], cfg, stopped, to_params, tmp_path / "c")
+    assert cut["update"] == 1 and len(cut["log"]) == 1 and len(cut["uniform"]) == 1
+    _, resumed = train_regal([prob], cfg, search, to_params, tmp_path / "c")
+
+    def same(rows):
+        return [{k: v for k, v in r.items() if k != "seconds"} for r in rows]
+
+    assert same(resumed["log"]) == same(whole["log"])

@@ -45,13 +45,14 @@ def train_regal(
     """Train REGAL's policy with REINFORCE: per update one corpus graph, a few sampled sets
     of per-node Beta distributions, each priced by BRKGA at --evals evaluations against
     uniform BRKGA at the same budget and seed. The result is what the 'regal' method
-    loads with -p regal.checkpoint=OUT. Ctrl-C stops after the current update, saved.
+    loads with -p regal.checkpoint=OUT. Ctrl-C (or SIGTERM, SIGHUP) stops at the last whole
+    update, saved, and exits 130; the same command resumes the run.
 
     Example: graphopt train regal --out runs/regal --minutes 25
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from graphopt.dist.local import check_objective, stop_on_interrupt
+    from graphopt.dist.local import check_objective, stop_on_interrupt, stop_requested
     from graphopt.optim.learned.regal.method import TRAIN_CORPUS, load_corpus, pretrain_regal
 
     config = RegalConfig(**options)
@@ -90,6 +91,7 @@ def train_regal(
 
             state = pretrain_regal(problems, out, config, objective,
                                    None if minutes is None else minutes * 60, step, command)
+            interrupted = stop_requested()
     except GraphoptError as err:
         fail(err)
     t = Table(title=f"REGAL training: {state['update']} of {config.updates} updates "
@@ -103,6 +105,10 @@ def train_regal(
                                                for x in (r[:h], r[h:])))
     console.print(t)
     console.print(f"policy, checkpoint, log.csv and curve.png in {out}/")
+    if interrupted:  # as `graphopt train` says it
+        console.print(f"interrupted after update {state['update']}: the checkpoint in {out}/ "
+                      "resumes the run (run the same command again)")
+        raise typer.Exit(130)
 
 
 def bench_regal(

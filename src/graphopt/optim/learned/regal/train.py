@@ -193,6 +193,7 @@ def train_regal(corpus: Sequence[Problem], config: RegalConfig, search: Search,
             inputs[i] = regal_inputs(prob)
         seed = config.seed * 100_003 + u  # one search seed per update, shared by its samples
         key = f"{i}:{seed}"
+        drawn, known = gen.get_state(), key in state["uniform"]
         if key not in state["uniform"]:
             state["uniform"][key] = search(prob, None, seed)
         ref = state["uniform"][key]
@@ -207,6 +208,11 @@ def train_regal(corpus: Sequence[Problem], config: RegalConfig, search: Search,
             full[:, mask] = z[k]
             values.append(search(prob, to_params(head, full, prob), seed))
             logp.append(dist.log_prob(z[k]).mean())
+        if stop_requested():  # Ctrl-C or SIGTERM: its searches may have been cut short
+            gen.set_state(drawn)  # undone: a resume runs this update whole
+            if not known:
+                del state["uniform"][key]
+            break
         reward = torch.tensor([(ref - v) / ref for v in values], dtype=torch.float64)
         adv = (reward - reward.mean()).float()
         loss = -(adv * torch.stack(logp)).mean()
