@@ -331,3 +331,27 @@ def test_train_regal_after_a_signal_says_so_and_exits_130(tmp_path, sig):
     assert p.returncode == 130 and "Traceback" not in out, out
     assert "interrupted after update" in out and "resumes the run" in out, out
     assert (tmp_path / "checkpoint.json").is_file() and (tmp_path / "policy.json").is_file()
+
+
+def test_a_run_that_failed_before_any_result_leaves_no_folder_it_made(tmp_path):
+    """A folder this run made and wrote nothing in but its lock is removed (and the folders
+    above it it made); a folder that was there stays; in process the lock is released
+    when the command ends (Typer runs commands on its own copy of click)."""
+    from typer.testing import CliRunner
+
+    from graphopt.cli import app
+    from graphopt.cli._common import lock_folder
+
+    bad = ["optimize", "example:layered-0", "-c", "p100:2", "--methods", "single", "--out"]
+    r = graphopt(*bad, str(tmp_path / "new" / "out"))
+    assert r.returncode == 2 and "example:layered-0" in r.stdout, r.stdout + r.stderr
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "there").mkdir()
+    r = CliRunner().invoke(app, [*bad, str(tmp_path / "there" / "out")])
+    assert r.exit_code == 2 and files(tmp_path) == [] and (tmp_path / "there").is_dir()
+    (tmp_path / "kept").mkdir()
+    r = CliRunner().invoke(app, [*bad, str(tmp_path / "kept")])
+    assert r.exit_code == 2 and files(tmp_path / "kept") == [".graphopt.lock"]
+    lock_folder(tmp_path / "kept").close()  # released: free again
+    r = CliRunner().invoke(app, ["optimize", "example:mlp", *bad[2:], str(tmp_path / "ok")])
+    assert r.exit_code == 0 and "single/plan.json" in files(tmp_path / "ok"), r.output

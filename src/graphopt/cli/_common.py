@@ -127,10 +127,22 @@ def lock_folder(folder: Path | None, option: str = "--out"):
         f.flush()
     except OSError:
         pass
-    ctx = click.get_current_context(silent=True)
+    ctx = _current_context()
     if ctx is not None:  # released when the command ends, however it ends, even in-process
         ctx.with_resource(_released(f, folder, made))
     return f
+
+
+def _current_context():
+    """The running command's context, or None: Typer from 0.22 or so runs commands on its
+    own copy of click (``typer._click``), whose context the ``click`` package does not
+    see (so the lock was released only when the process ended)."""
+    try:
+        from typer._click.globals import get_current_context
+    except ImportError:  # a Typer on the click package
+        get_current_context = click.get_current_context
+    ctx = get_current_context(silent=True)
+    return ctx if ctx is not None else click.get_current_context(silent=True)
 
 
 @contextlib.contextmanager
