@@ -284,6 +284,9 @@ def test_calibrate_takes_at_most_a_worker_per_core(tmp_path):
     r = CliRunner().invoke(app, ["calibrate", "--devices", "cpu:64", "-o", str(tmp_path / "c.toml")])
     assert r.exit_code == 2 and "calibration measures one worker per core" in r.output, r.output
     assert not (tmp_path / "c.toml").exists()
+    r = CliRunner().invoke(app, ["calibrate", "--help"], terminal_width=400)
+    assert "at most one per core this machine gives graphopt" in " ".join(
+        r.output.replace("│", " ").split()), r.output
 
 
 def _children(pid: int) -> list[int]:

@@ -124,7 +124,9 @@ def timing_status(cluster):
 def calibrate(
     devices: str = typer.Option("cpu:2", "--devices", "-d",
                                 help="CPU devices to measure, as graphopt run uses them: cpu:N "
-                                     "worker processes. Example: cpu:2"),
+                                     "worker processes, at most one per core this machine "
+                                     "gives graphopt (cpu:2 always). "
+                                     "Example: cpu:2"),
     out: Path = out_option(..., "Cluster file to write (TOML). Example: cluster.toml"),
 ) -> None:
     """Measure this machine's devices and links into a cluster file the simulator loads.
