@@ -91,5 +91,60 @@ def test_run_and_optimize_measure_predict_one_plan_alike(tmp_path, timed, monkey
     r = CliRunner().invoke(app, ["run", str(path), "--plan", str(tmp_path / "out" / "sa" / "plan.json"),
                                  "-c", cluster, "--devices", "cpu:2", "--steps", "1"])
     assert r.exit_code == 0, r.output
-    assert timed == ["calibrated-cpu"] * 2  # run built its problem once
+    assert timed == ["calibrated-cpu"]  # run reused optimize's op times: timed nothing
     assert seen == [predicted]
+
+
+def test_run_reuses_the_op_times_optimize_kept_beside_its_plans(tmp_path, monkeypatch):
+    """Issue 37: each command timed the program again, on a machine whose timings vary
+    from one run to the next, so one plan got two predictions. A stand-in that times
+    differently at each call: 'run --plan DIR/sa/plan.json' predicts what 'optimize --out
+    DIR' did, from DIR/program_timing.json; a plan elsewhere is timed afresh."""
+    import shutil
+
+    import graphopt.sim
+    from graphopt.cost.profile import Profile, _signatures
+    from graphopt.exec.api import PROGRAM_TIMING
+    from graphopt.hardware.cluster import CALIBRATED_KIND
+
+    calls = []
+
+    def noisy(traced, cluster, pool=None):
+        calls.append(1)
+        k = len(calls)
+        profile = Profile(CALIBRATED_KIND, {s: 1e-5 * k for s in _signatures(traced.graph)})
+        return Problem(traced.graph, cluster.with_program_figures(3e-6 * k, 1 + 0.1 * k,
+                                                                  ((1e-4, 2e-5 * k),)),
+                       profile=profile, max_fusion_size=1)
+
+    monkeypatch.setattr(calibrate, "engine_problem", noisy)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    path = tmp_path / "mlp.pt2"
+    torch.export.save(torch.export.export(model, (torch.randn(3, 4),)), path)
+    cluster = str(save_cluster(_calibrated(), tmp_path / "cluster.toml"))
+    out = tmp_path / "out"
+    r = CliRunner().invoke(app, ["optimize", str(path), "-c", cluster, "--methods", "single,sa",
+                                 "--budget", "20", "--measure", "--measure-steps", "1",
+                                 "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert len(calls) == 1 and (out / PROGRAM_TIMING).is_file()
+    rows = json.loads((out / "report.json").read_text())["rows"]
+    predicted = next(row for row in rows if row["method"] == "sa")["step_time"]
+    seen = []
+    real = graphopt.sim.simulate
+
+    def spy(*args, **kwargs):
+        res = real(*args, **kwargs)
+        seen.append(res.step_time)
+        return res
+
+    monkeypatch.setattr(graphopt.sim, "simulate", spy)
+    run = ["run", str(path), "-c", cluster, "--devices", "cpu:2", "--steps", "1", "--plan"]
+    r = CliRunner().invoke(app, [*run, str(out / "sa" / "plan.json")])
+    assert r.exit_code == 0, r.output
+    assert len(calls) == 1 and seen == [predicted] and PROGRAM_TIMING in r.output
+    (tmp_path / "elsewhere").mkdir()
+    shutil.copy(out / "sa" / "plan.json", tmp_path / "elsewhere" / "plan.json")
+    r = CliRunner().invoke(app, [*run, str(tmp_path / "elsewhere" / "plan.json")])
+    assert r.exit_code == 0, r.output
+    assert len(calls) == 2 and seen[1] != predicted  # timed again: the stand-in's 2nd times

@@ -17,6 +17,9 @@ from graphopt.errors import ClusterError, GraphoptError
 from graphopt.frontends import load_source
 from graphopt.frontends.source import is_program
 
+#: :data:`graphopt.exec.api.PROGRAM_TIMING` (named here: that module imports torch)
+PROGRAM_TIMING = "program_timing.json"
+
 app = typer.Typer()
 
 
@@ -89,6 +92,7 @@ def optimize(
         check_output(out, "--out", folder=True)
         for path in output_paths(out, names) if out else ():  # a file where a method's folder goes
             check_output(path, "--out")
+        check_output(out and out / PROGRAM_TIMING, "--out")  # a calibrated cluster's
         params = method_params(param, names)
         _lock = lock_folder(out)  # held while the run lasts: a second run into --out is refused
         c = load_cluster(cluster or default_cluster(graph))
@@ -108,7 +112,7 @@ def optimize(
             from graphopt.exec.api import program_problem
 
             with timing_status(c):
-                prob = program_problem(traced, c)
+                prob = timed = program_problem(traced, c)
         else:
             prob = Problem(g, c)
         if memory_fraction is not None:
@@ -157,6 +161,11 @@ def optimize(
                                                   "objective": objective,
                                                   "params": params, "interrupted": interrupted})
         console.print(f"plans, traces and Gantt charts in {out}/<method>/; report: {path}")
+        if traced is not None and c.calibration is not None:  # for `graphopt run --plan`
+            from graphopt.exec.api import save_program_timing
+
+            save_program_timing(timed, traced, c, out / PROGRAM_TIMING)
+            console.print(f"op times (for graphopt run --plan): {out / PROGRAM_TIMING}")
     if interrupted:
         console.print(f"interrupted: {len(results)} of {len(names)} methods ran, the last one "
                       "with its best plan so far")

@@ -49,7 +49,8 @@ def run(
 
     Example: graphopt run zoo:rnnlm-2-quick --plan runs/r/sa/plan.json --devices cpu:2
     """
-    from graphopt.exec.api import (apply_traced, default_cluster, parse_devices, program_problem,
+    from graphopt.exec.api import (PROGRAM_TIMING, apply_traced, default_cluster,
+                                   load_program_timing, parse_devices, program_problem,
                                    save_trace, trace_source)
     from graphopt.hardware import load_cluster
     from graphopt.sim import Plan, simulate
@@ -80,8 +81,14 @@ def run(
             except GraphoptError as err:
                 raise type(err)(f"{plan}: {err}") from None
         with interrupt_on_signals():  # SIGTERM as Ctrl-C: the workers closed, exit 130
-            with timing_status(c):
-                prob = program_problem(traced, c)
+            # the op times `optimize --out` timed this program with, where it made the plan
+            kept = plan.parent.parent / PROGRAM_TIMING if plan is not None else None
+            prob = load_program_timing(kept, traced, c) if kept and c.calibration else None
+            if prob is not None:
+                console.print(f"op times of {kept} (as graphopt optimize predicted the plan)")
+            else:
+                with timing_status(c):
+                    prob = program_problem(traced, c)
             # the engine runs op by op: no fusion in the prediction
             sim = simulate(prob, p.replace(fusion=np.zeros(prob.num_nodes)), timeline=trace is not None)
             with console.status(f"starting {count} {kind} device(s)"):

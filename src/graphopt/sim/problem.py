@@ -77,6 +77,7 @@ class Problem:
         self.max_fusion_operands = int(max_fusion_operands)
         self.fusion_efficient_ops = int(fusion_efficient_ops)
         self.fusion_slowdown_per_op = float(fusion_slowdown_per_op)
+        self.profile = profile  # kept for graphopt.exec.api.save_program_timing
         self.costs = op_costs(graph, cluster, profile)
         n, g = graph.num_nodes, graph
         self.num_nodes, self.num_devices = n, cluster.num_devices
