@@ -112,7 +112,7 @@ def test_run_reuses_the_op_times_optimize_kept_beside_its_plans(tmp_path, monkey
     def noisy(traced, cluster, pool=None):
         calls.append(1)
         k = len(calls)
-        profile = Profile(CALIBRATED_KIND, {s: 1e-5 * k for s in _signatures(traced.graph)})
+        profile = Profile(CALIBRATED_KIND, dict.fromkeys(_signatures(traced.graph), 1e-5 * k))
         return Problem(traced.graph, cluster.with_program_figures(3e-6 * k, 1 + 0.1 * k,
                                                                   ((1e-4, 2e-5 * k),)),
                        profile=profile, max_fusion_size=1)
