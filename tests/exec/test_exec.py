@@ -538,6 +538,13 @@ def test_cli_optimize_on_a_calibrated_cluster_times_the_programs_ops(tmp_path):
     g = load_program(str(path)).graph
     roofline = simulate(Problem(g, load_cluster(cluster)), Plan(placement=np.zeros(g.num_nodes, int)))
     assert single["step_time"] > 2 * roofline.step_time
+    # the op times it used, kept for `graphopt run --plan`: the same prediction from them
+    from graphopt.exec.api import PROGRAM_TIMING, load_program_timing
+
+    kept = load_program_timing(tmp_path / "out" / PROGRAM_TIMING, load_program(str(path)),
+                               load_cluster(cluster))
+    assert simulate(kept, Plan.load(tmp_path / "out" / "single" / "plan.json")).step_time \
+        == single["step_time"]
     from graphopt.exec.calibrate import engine_problem
 
     prob = engine_problem(load_program(str(path)), load_cluster(cluster))
