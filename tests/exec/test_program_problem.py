@@ -148,3 +148,26 @@ def test_run_reuses_the_op_times_optimize_kept_beside_its_plans(tmp_path, monkey
     r = CliRunner().invoke(app, [*run, str(tmp_path / "elsewhere" / "plan.json")])
     assert r.exit_code == 0, r.output
     assert len(calls) == 2 and seen[1] != predicted  # timed again: the stand-in's 2nd times
+
+
+def test_a_program_timing_of_another_graph_is_ignored_and_a_tampered_one_refused(tmp_path):
+    from graphopt.errors import GraphoptError
+    from graphopt.exec.api import load_program_timing, save_program_timing
+
+    traced = trace_program(torch.nn.Linear(8, 4), (torch.randn(3, 8),), training=True)
+    other = trace_program(torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU()),
+                          (torch.randn(3, 8),), training=True)
+    cal = _calibrated()
+    prob = Problem(traced.graph, cal.with_program_figures(3e-6, 1.1, ((1e-4, 2e-5),)),
+                   max_fusion_size=1)
+    path = save_program_timing(prob, traced, cal, tmp_path / "t.json")
+    plan = Plan(placement=np.arange(traced.graph.num_nodes) % 2)
+    kept = load_program_timing(path, traced, cal)
+    assert simulate(kept, plan).step_time == simulate(prob, plan).step_time
+    assert load_program_timing(path, other, cal) is None
+    assert load_program_timing(tmp_path / "none.json", traced, cal) is None
+    doc = json.loads(path.read_text())
+    doc["meta"]["program_timing"]["dispatch"] = float("nan")
+    path.write_text(json.dumps(doc))
+    with pytest.raises(GraphoptError, match="not a program timing"):
+        load_program_timing(path, traced, cal)

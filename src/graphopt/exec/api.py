@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 from collections.abc import Callable
@@ -89,13 +90,23 @@ def load_program_timing(path: str | os.PathLike, traced: TracedProgram,
         return None
     profile = Profile.load(path)
     kept = profile.meta.get("program_timing")
-    if not isinstance(kept, dict) or kept.get("graph", {}).get("fingerprint") != \
-            traced.graph.fingerprint() or kept.get("calibration") != _calibration_key(cluster):
-        return None
-    wake = tuple(tuple(w) for w in kept["wake_cost"])
-    return Problem(traced.graph, cluster.with_program_figures(
-        kept["dispatch"], kept["shared_slowdown"], wake),
-        profile=profile if kept.get("profile") else None, max_fusion_size=1)
+    try:
+        if kept["graph"]["fingerprint"] != traced.graph.fingerprint() or \
+                kept["calibration"] != _calibration_key(cluster):
+            return None
+        wake = tuple((float(i), float(c)) for i, c in kept["wake_cost"])
+        figures = float(kept["dispatch"]), kept["shared_slowdown"], wake
+        if figures[1] is not None:
+            figures = figures[0], float(figures[1]), wake
+        numbers = [figures[0], *([figures[1]] if figures[1] is not None else []),
+                   *(x for w in wake for x in w)]
+        if not all(math.isfinite(x) and x >= 0 for x in numbers):
+            raise ValueError
+    except (KeyError, TypeError, ValueError):
+        raise GraphoptError(f"{path}: not a program timing written by graphopt optimize "
+                            "(remove it to time the program again)") from None
+    return Problem(traced.graph, cluster.with_program_figures(*figures),
+                   profile=profile if kept.get("profile") else None, max_fusion_size=1)
 
 
 def _calibration_key(cluster: Cluster):
