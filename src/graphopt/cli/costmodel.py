@@ -62,7 +62,7 @@ def _print_costmodel_metrics(res: dict, title: str) -> None:
         t.add_row(f"baseline: {name}", total, *(f"{m[c]:.4f}" for c in METRICS))
     console.print(t)
     for note in res.get("notes", []):
-        console.print(f"note: {note}", markup=False, highlight=False)
+        console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command("eval")
