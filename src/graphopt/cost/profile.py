@@ -137,7 +137,7 @@ class Profile:
             got = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
             raise ProfileError(f"profile {path}: format is {got!r}; expected {FORMAT!r}")
         if type(doc.get("version")) is not int or doc.get("version") != VERSION:
-            raise ProfileError(f"profile {path}: field 'version' {doc.get('version')!r} is not "
+            raise ProfileError(f"profile {path}: version {doc.get('version')!r} is not "
                                f"supported (expected {VERSION})")
         for key, typ in (("device_kind", str), ("entries", list)):
             if not isinstance(doc.get(key), typ):
