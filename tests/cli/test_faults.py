@@ -25,7 +25,7 @@ import pytest
 import torch
 
 from graphopt._files import atomic_write
-from graphopt.errors import GraphoptError, WriteError
+from graphopt.errors import GraphFormatError, GraphoptError, WriteError
 
 SRC = str(Path(__file__).parents[2] / "src")
 LIMIT = 64  # bytes: every output below is larger, a lock file's pid is not
@@ -358,3 +358,152 @@ def test_a_run_that_failed_before_any_result_leaves_no_folder_it_made(tmp_path):
     lock_folder(tmp_path / "kept").close()  # released: free again
     r = CliRunner().invoke(app, ["optimize", "example:mlp", *bad[2:], str(tmp_path / "ok")])
     assert r.exit_code == 0 and "single/plan.json" in files(tmp_path / "ok"), r.output
+
+
+# -- values that mean nothing: a damaged archive, sizes past int64, a reshape that adds
+# elements, format versions no graphopt wrote. Each is one line naming the file and the
+# field (node, tensor or member), exit 2.
+def _cli(*argv: str):
+    from typer.testing import CliRunner
+
+    from graphopt.cli import app
+
+    r = CliRunner().invoke(app, list(argv), env={"COLUMNS": "400"})
+    lines = r.output.strip().splitlines()
+    assert r.exit_code == 2 and "Traceback" not in r.output and len(lines) == 1, r.output
+    return lines[0]
+
+
+def test_a_flipped_bit_in_a_pt2_is_refused_by_the_zip_crc(tmp_path):
+    import zipfile
+
+    good, bad = tmp_path / "good.pt2", tmp_path / "bad.pt2"
+    torch.export.save(torch.export.export(torch.nn.Linear(8, 4), (torch.randn(2, 8),)), good)
+    data = bytearray(good.read_bytes())
+    k = data.index(b"aten.linear")
+    data[k + 2] ^= 0x01  # "aten" becomes "atdn": another op, if it were read
+    bad.write_bytes(bytes(data))
+    with zipfile.ZipFile(bad) as z:
+        member = z.testzip()
+    assert member is not None and member.endswith("models/model.json")
+    assert _cli("info", str(bad)) == (f"error: {bad}: member {member} is corrupt (its CRC-32 does "
+                                      "not match the archive's); the file was damaged")
+
+
+def _onnx_file(path: Path, x_dims, w_dims, reshape_to=None) -> Path:
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    f = TensorProto.FLOAT
+    x = helper.make_tensor_value_info("x", f, x_dims)
+    if reshape_to is None:
+        w = TensorProto(name="w", data_type=f, dims=w_dims)
+        nodes, inits = [helper.make_node("Add", ["x", "w"], ["y"], name="add")], [w]
+    else:
+        s = numpy_helper.from_array(np.array(reshape_to, np.int64), "s")
+        nodes, inits = [helper.make_node("Reshape", ["x", "s"], ["y"], name="resh")], [s]
+    nodes.append(helper.make_node("Relu", ["y"], ["z"], name="relu"))
+    g = helper.make_graph(nodes, "g", [x], [helper.make_tensor_value_info("z", f, None)], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def test_uint64_dimensions_are_refused_not_read_as_minus_one(tmp_path):
+    """A size of 2^64-1 written unsigned has the bytes of int64 -1: every reader of sizes
+    refuses it (or a negative one) naming the file and the node or tensor."""
+    from graphopt.frontends import tpugraphs as tg
+    from graphopt.ir.generate import mlp_training_graph
+    from graphopt.ir.io import graph_to_dict, save_graph
+    from tests.frontends.test_tpugraphs import _example_module, _module, _shape
+
+    onnx_in = _onnx_file(tmp_path / "in.onnx", [-1, 4], [2, 4])  # dim_value is int64
+    assert _cli("info", str(onnx_in)) == (
+        f"error: {onnx_in}: tensor 'x' (graph input) has shape [-1, 4]: a size must be 0 or more "
+        "(one over 2^63-1, written unsigned, reads as negative)")
+    onnx_w = _onnx_file(tmp_path / "w.onnx", [2, 4], [-1, 4])
+    assert "tensor 'w' (initializer) has shape [-1, 4]" in _cli("info", str(onnx_w))
+
+    g = mlp_training_graph(layers=1, hidden=8, batch=2)
+    save_graph(g, tmp_path / "g.npz")
+    with np.load(tmp_path / "g.npz") as z:
+        arrays = dict(z)
+    arrays["shape"] = arrays["shape"].astype(np.uint64)
+    arrays["shape"][0, 0] = 2**64 - 1
+    np.savez(tmp_path / "u64.npz", **arrays)
+    assert _cli("info", str(tmp_path / "u64.npz")) == (
+        f"error: {tmp_path}/u64.npz: array 'shape': node 0 ('x') holds 18,446,744,073,709,551,615, "
+        "more than 2^63-1 (an unsigned size that would read as negative)")
+    doc = graph_to_dict(g)
+    doc["nodes"][0]["shape"] = [2**64 - 1, 8]
+    (tmp_path / "u64.json").write_text(json.dumps(doc))
+    assert _cli("info", str(tmp_path / "u64.json")) == (
+        f"error: {tmp_path}/u64.json: node 0 ('x') has shape [18446744073709551615, 8]; every "
+        "size must be 1 to 2^63-1")
+
+    pytest.importorskip("google.protobuf")
+    comps = _example_module()
+    comps[0][3][1].update(shape=_shape(-1, 16))
+    module = _module(comps)
+    assert b"\xff" * 9 + b"\x01" in module  # int64 -1 is the varint of the uint64 2^64-1
+    with pytest.raises(GraphFormatError, match=r"m.pb: module 'm', computation 'main', instruction "
+                                               r"'p1': shape has a negative dimension \[-1, 16\]"):
+        tg.hlo_module_to_graph(module, source="m.pb")
+
+    from tests.costmodel.conftest import write_tile
+    feat = np.zeros((6, 140), np.float32)
+    feat[:, 13], feat[:, 21] = 1, 4
+    feat[3, 22] = 1.8e19  # a uint64 dimension stored as a float feature
+    tile = write_tile(tmp_path / "t.npz", node_feat=feat)
+    assert _cli("info", str(tile)) == (
+        f"error: {tile}: key 'node_feat': node 3 has dimension 1 = 1.8e+19 (column 22); a size "
+        "must be 0 to 2^63-1")
+
+
+def test_an_onnx_reshape_that_changes_the_element_count_is_refused(tmp_path):
+    bad = _onnx_file(tmp_path / "r.onnx", [8], None, reshape_to=[9])
+    assert _cli("info", str(bad)) == (
+        f"error: {bad}: node 'resh' (Reshape) turns 'x' of shape [8] (8 elements) into 'y' of "
+        "shape [9] (9 elements); a Reshape keeps the element count")
+    ok = _onnx_file(tmp_path / "ok.onnx", [8], None, reshape_to=[2, 4])
+    from graphopt.frontends.onnx import from_onnx
+    assert from_onnx(ok).shape_of(2) == (2, 4)
+
+
+@pytest.mark.parametrize("version", [-7, -5, 0, True, 1.0, 2])
+def test_format_versions_no_graphopt_wrote_are_refused(tmp_path, version):
+    from graphopt.corpus.build import load_manifest
+    from graphopt.cost.profile import Profile
+    from graphopt.ir.generate import mlp_training_graph
+    from graphopt.ir.io import graph_to_dict
+    from graphopt.runs.checkpoint import CheckpointError, load_policy, read_checkpoint, save_policy
+
+    doc = graph_to_dict(mlp_training_graph(layers=1, hidden=8, batch=2))
+    (tmp_path / "g.json").write_text(json.dumps({**doc, "version": version}))
+    got = _cli("info", str(tmp_path / "g.json"))
+    assert got.startswith(f"error: {tmp_path}/g.json: ") and "version" in got, got
+    plan = {"format": "graphopt.plan", "version": version, "placement": [0] * len(doc["nodes"])}
+    (tmp_path / "p.json").write_text(json.dumps(plan))
+    got = _cli("simulate", "example:mlp", "-c", "p100:2", "--plan", str(tmp_path / "p.json"))
+    assert got.startswith(f"error: {tmp_path}/p.json: ") and "version" in got, got
+
+    net = torch.nn.Linear(2, 2)
+    folder = save_policy(tmp_path / "pol", net, {"dim": 2}, {})
+    meta = json.loads((folder / "policy.json").read_text())
+    (folder / "policy.json").write_text(json.dumps({**meta, "version": version}))
+    with pytest.raises(CheckpointError, match=f"policy.json: field 'version' is {version!r}"):
+        load_policy(folder, lambda cfg: torch.nn.Linear(2, 2))
+    (tmp_path / "ck").mkdir()
+    (tmp_path / "ck" / "checkpoint.json").write_text(json.dumps(
+        {"format": "graphopt.rl.checkpoint", "version": version}))
+    (tmp_path / "ck" / "weights.safetensors").write_bytes(b"")
+    with pytest.raises(CheckpointError, match=f"checkpoint.json: field 'version' is {version!r}"):
+        read_checkpoint(tmp_path / "ck")
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "manifest.json").write_text(json.dumps(
+        {"format": "graphopt-corpus", "version": version, "items": {}}))
+    with pytest.raises(GraphoptError, match="manifest.json: field 'version'"):
+        load_manifest(tmp_path / "c")
+    (tmp_path / "prof.json").write_text(json.dumps(
+        {"format": "graphopt.profile", "version": version, "device_kind": "cpu", "entries": []}))
+    with pytest.raises(GraphoptError, match=f"prof.json: version {version!r} is not supported"):
+        Profile.load(tmp_path / "prof.json")

@@ -181,3 +181,28 @@ def test_info_warns_on_a_file_without_shapes(tmp_path):
     assert "warning:" in r.output and "no op has a shape" in r.output
     r = CliRunner().invoke(app, ["info", str(write_tile(tmp_path / "full.npz"))])
     assert r.exit_code == 0 and "warning" not in r.output
+
+
+def test_a_layout_file_of_10_config_columns_trains_without_the_analytical_row(tmp_path):
+    """Issue 37: config features pruned to 10 columns used to stop the run at its end
+    ("the layout proxy reads TpuGraphs' 18"); the model trains with defaults, the
+    analytical baseline is left out with a note naming the file."""
+    from typer.testing import CliRunner
+
+    from graphopt.cli import app
+
+    rng = np.random.default_rng(0)
+    ncf = np.full((12, 3, 10), -1, np.float32)
+    ncf[1:] = rng.integers(-1, 3, (11, 3, 10))
+    lay = write_layout(tmp_path / "lay10.npz", c=12, node_config_feat=ncf)
+    r = CliRunner().invoke(app, ["costmodel", "train", "--data", str(lay), "--split", "configs",
+                                 "--out", str(tmp_path / "runs")], env={"COLUMNS": "300"})
+    assert r.exit_code == 0 and "Traceback" not in r.output, r.output
+    assert "baseline: random" in r.output and "baseline: analytical" not in r.output
+    assert f"note: baseline 'analytical' left out: {lay}: config features are 10 wide; the " \
+           "layout proxy reads TpuGraphs' 18" in r.output, r.output
+    run = next((tmp_path / "runs").iterdir())
+    res = evaluate(run)
+    assert "analytical" not in res["baselines"] and res["notes"] == [
+        f"baseline 'analytical' left out: {lay}: config features are 10 wide; the layout proxy "
+        "reads TpuGraphs' 18"]

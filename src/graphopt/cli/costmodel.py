@@ -61,6 +61,8 @@ def _print_costmodel_metrics(res: dict, title: str) -> None:
     for name, m in res.get("baselines", {}).items():
         t.add_row(f"baseline: {name}", total, *(f"{m[c]:.4f}" for c in METRICS))
     console.print(t)
+    for note in res.get("notes", []):
+        console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command("eval")
@@ -77,7 +79,8 @@ def costmodel_eval(
 ) -> None:
     """Kendall's tau, top-K error, tile score and pair accuracy per graph and overall,
     beside two baselines on the same graphs: random rankings and the analytical roofline
-    proxy (left out when the graphs were pruned).
+    proxy (left out, with a note, when the graphs were pruned or their config features
+    are not as wide as TpuGraphs').
 
     Example: graphopt costmodel eval runs/costmodel/tile__tile_sage__0__1700000000
     """

@@ -46,8 +46,8 @@ def load_manifest(folder: str | Path, missing_ok: bool = False) -> dict[str, Any
     if not isinstance(doc, dict) or doc.get("format") != FORMAT \
             or not isinstance(doc.get("items"), dict):
         raise GraphoptError(f"{path}: not a graphopt corpus manifest")
-    if doc.get("version") != VERSION:
-        raise GraphoptError(f"{path}: corpus format version {doc.get('version')!r}; this "
+    if type(doc.get("version")) is not int or doc.get("version") != VERSION:
+        raise GraphoptError(f"{path}: field 'version': corpus format version {doc.get('version')!r}; this "
                             f"graphopt reads version {VERSION}: rebuild it")
     return doc
 

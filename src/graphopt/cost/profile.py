@@ -136,7 +136,7 @@ class Profile:
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
             got = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
             raise ProfileError(f"profile {path}: format is {got!r}; expected {FORMAT!r}")
-        if doc.get("version") != VERSION:
+        if type(doc.get("version")) is not int or doc.get("version") != VERSION:
             raise ProfileError(f"profile {path}: version {doc.get('version')!r} is not "
                                f"supported (expected {VERSION})")
         for key, typ in (("device_kind", str), ("entries", list)):

@@ -361,18 +361,20 @@ def _load_eval(meta: dict, data: str | os.PathLike | None, dedup: bool = True) -
 RANDOM_SEEDS = 20
 
 
-def baselines(graphs: list[CostGraph]) -> dict[str, dict[str, float]]:
+def baselines(graphs: list[CostGraph], notes: list[str] | None = None) -> dict[str, dict[str, float]]:
     """Overall metrics of the rankings a learned model must beat, on unnormalized
     ``graphs``: ``random`` (the mean of :data:`RANDOM_SEEDS` random rankings per graph)
     and ``analytical`` (:mod:`graphopt.costmodel.analytical`'s roofline proxy; left out
-    when a graph has no IR graph, e.g. pruned).
+    when a graph has no IR graph, e.g. pruned, or config features of another width than
+    TpuGraphs' (the proxy reads them by position): why is appended to ``notes``).
 
     Examples
     --------
     >>> sorted(baselines([]))
     ['random']
     """
-    from graphopt.costmodel.analytical import layout_proxy, tile_proxy
+    from graphopt.costmodel.analytical import (LAYOUT_CONFIG_WIDTH, TILE_CONFIG_WIDTH, layout_proxy,
+                                               tile_proxy)
 
     graphs = [g for g in graphs if g.num_configs >= 2]
     rand = [{k: float(np.mean([r[k] for r in runs])) for k in METRICS}
@@ -380,10 +382,24 @@ def baselines(graphs: list[CostGraph]) -> dict[str, dict[str, float]]:
                           for s in range(RANDOM_SEEDS)] for g in graphs)]
     out = {"random": {k: float(np.mean([r[k] for r in rand])) if rand else float("nan")
                       for k in METRICS}}
-    if graphs and all(g.graph is not None for g in graphs):
-        proxy = tile_proxy if graphs[0].collection == "tile" else layout_proxy
+    if not graphs:
+        return out
+    tile = graphs[0].collection == "tile"
+    width = TILE_CONFIG_WIDTH if tile else LAYOUT_CONFIG_WIDTH
+    other = next((g for g in graphs if g.config_feat.shape[-1] != width), None)
+    if any(g.graph is None for g in graphs):
+        left_out = "a graph has no IR graph (pruned)"
+    elif other is not None:
+        left_out = (f"{other.source or other.name}: config features are "
+                    f"{other.config_feat.shape[-1]} wide; the {other.collection} proxy reads "
+                    f"TpuGraphs' {width}")
+    else:
+        proxy = tile_proxy if tile else layout_proxy
         per = [ranking_metrics(proxy(g), g.runtime) for g in graphs]
         out["analytical"] = {k: float(np.mean([p[k] for p in per])) for k in METRICS}
+        return out
+    if notes is not None:
+        notes.append(f"baseline 'analytical' left out: {left_out}")
     return out
 
 
@@ -406,7 +422,8 @@ def evaluate(run_dir: str | os.PathLike, data: str | os.PathLike | None = None,
     dict
         ``{"graphs": [{"graph", "configs", "kendall_tau", "top1_error", "top5_error",
         "top10_error", "tile_score", "pair_accuracy"}, ...], "overall": {...},
-        "baselines": {"random": {...}, "analytical": {...}}}``.
+        "baselines": {"random": {...}, "analytical": {...}}}``, and ``"notes"`` (a list of
+        lines) when a baseline was left out and why.
 
     Raises
     ------
@@ -418,7 +435,9 @@ def evaluate(run_dir: str | os.PathLike, data: str | os.PathLike | None = None,
     meta, model, norm, _ = load_run(run_dir)
     graphs = _load_eval(meta, data)
     res = _metrics(model, [norm(g) for g in graphs], chunk or meta["train_config"]["eval_chunk"], "cpu")
-    return {**res, "baselines": baselines(graphs)}
+    notes: list[str] = []
+    out = {**res, "baselines": baselines(graphs, notes)}
+    return {**out, "notes": notes} if notes else out
 
 
 def rank(run_dir: str | os.PathLike, path: str | os.PathLike, top: int = 5) -> list[dict]:

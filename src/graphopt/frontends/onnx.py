@@ -142,6 +142,23 @@ def _dims(type_proto) -> tuple[list[int | str | None], int] | None:
     return dims, tt.elem_type
 
 
+#: Ops whose output holds exactly the elements of their first input, in another shape.
+_SAME_COUNT = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze"})
+
+
+def _check_same_count(node, before: list[int] | None, after: list[int] | None, source: str,
+                      where: str) -> None:
+    """Refuse a reshape whose known input and output shapes hold different element counts
+    (a ``Reshape`` of 8 elements into 9: ONNX's shape inference, not strict, lets it be)."""
+    if before is None or after is None:
+        return
+    a, b = math.prod(before), math.prod(after)
+    if a != b:
+        raise GraphFormatError(f"{source}: {where} turns {node.input[0]!r} of shape {before} "
+                               f"({a:,} elements) into {node.output[0]!r} of shape {after} "
+                               f"({b:,} elements); a {node.op_type} keeps the element count")
+
+
 def _fix_inputs(model, shapes: Mapping[str, Sequence[int]], source: str) -> None:
     names = {i.name: i for i in model.graph.input}
     for k, dims in shapes.items():
@@ -358,6 +375,11 @@ def from_onnx(model: str | os.PathLike | bytes | Any, *,
         else:
             dims, et = info.get(tname) or (None, 0)
         dt, size = _DTYPES.get(et, ("float32", 4))
+        if dims is not None and any(isinstance(d, int) and d < 0 for d in dims):
+            # ONNX sizes are int64: a size written as uint64 over 2^63 (2^64-1) reads as -1
+            raise GraphFormatError(f"{source}: tensor {tname!r} ({where or 'an edge'}) has shape "
+                                   f"{dims}: a size must be 0 or more (one over 2^63-1, written "
+                                   "unsigned, reads as negative)")
         if dims is None or any(not isinstance(d, int) or d < 0 for d in dims):
             if where:
                 unknown.append(f"{tname!r} ({where}, shape {dims})")
@@ -368,6 +390,11 @@ def from_onnx(model: str | os.PathLike | bytes | Any, *,
                                    f"{dims}, {nbytes:.3g} bytes, above the limit {MAX_BYTES:.3g} "
                                    "(graphopt.ir.graph.MAX_BYTES)")
         return tuple(dims), dt, nbytes
+
+    def static(tname: str) -> list[int] | None:
+        """A tensor's dims when all are known, else None."""
+        dims = init[tname][0] if tname in init else (info.get(tname) or (None, 0))[0]
+        return None if dims is None or not all(isinstance(d, int) for d in dims) else dims
 
     def stored(shape: tuple[int, ...]) -> tuple[int, ...]:
         return tuple(max(d, 1) for d in shape)  # the IR's shapes are positive; bytes stay 0
@@ -453,6 +480,8 @@ def from_onnx(model: str | os.PathLike | bytes | Any, *,
                 unmapped.setdefault(kind, []).append(node.name or k)
         if node.op_type == "Gemm" and (len(node.input) < 3 or not node.input[2]):
             op = "mm"
+        if node.op_type in _SAME_COUNT and not node.domain and node.input and node.output:
+            _check_same_count(node, static(node.input[0]), static(node.output[0]), source, where)
         shape, dt = (outs[0][0], outs[0][1]) if outs else ((), "float32")
         nbytes = float(sum(o[2] for o in outs))
         flops, rd, wr = _cost(node, op, [i for i in ins if i is not None], outs, dt)

@@ -32,6 +32,7 @@ import os
 import pickle
 import warnings
 import zipfile
+import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -941,6 +942,17 @@ def _add_node(b: GraphBuilder, n: fx.Node, name: str, info: dict[fx.Node, _Info]
                       inputs=inputs)
 
 
+def _member_reads(z: zipfile.ZipFile, info: zipfile.ZipInfo) -> bool:
+    """Whether one member of ``z`` decompresses and matches its CRC."""
+    try:
+        with z.open(info) as f:
+            while f.read(2**20):
+                pass
+    except (zipfile.BadZipFile, zlib.error):
+        return False
+    return True
+
+
 def _check_archive(path: Path) -> None:
     """Reject a ``.pt2`` archive that torch.export.load would unpickle or run code from:
     pickled weights or constants, custom objects, legacy ``.pt`` payloads (whose loader
@@ -959,6 +971,14 @@ def _check_archive(path: Path) -> None:
                 raise GraphFormatError(f"{path}: its members expand from {packed:,} to {unpacked:,} "
                                        f"bytes, more than {MAX_EXPANSION}x (a zip bomb; "
                                        "graphopt.frontends.torch.MAX_EXPANSION)")
+            try:  # a flipped bit must not be read as another graph: check every member's CRC
+                bad = z.testzip()
+            except zlib.error:
+                bad = next((i.filename for i in z.infolist()
+                            if not _member_reads(z, i)), "a member")
+            if bad is not None:
+                raise GraphFormatError(f"{path}: member {bad} is corrupt (its CRC-32 does not "
+                                       "match the archive's); the file was damaged")
             if not any(f"/{c.MODELS_DIR}" in f and f.endswith(".json") for f in files):
                 raise GraphFormatError(f"{path}: not a torch.export archive (no {c.MODELS_DIR}"
                                        "*.json; save it with torch.export.save from torch >= 2.8)")

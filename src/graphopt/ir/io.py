@@ -29,6 +29,7 @@ MAX_NAME_CHARS = 4096
 
 FORMAT = "graphopt.graph"
 VERSION = 1
+_INT64_MAX = 2**63 - 1
 _ARRAYS = ("names", "op", "dtype", "shape", "flops", "bytes_read", "bytes_written", "out_bytes",
            "persistent_bytes", "temp_bytes", "module", "coloc", "src", "dst", "edge_bytes")
 
@@ -93,6 +94,14 @@ def load_graph(path: str | os.PathLike) -> Graph:
             NotImplementedError, ValueError, RecursionError) as err:  # Recursion: a deep header
         raise GraphFormatError(f"{path}: truncated, corrupted or not an npz file "
                                f"({type(err).__name__}: {err})") from err
+    for k in ("shape", "coloc", "src", "dst"):  # uint64 past 2^63-1 would read as negative
+        a = arrays[k]
+        if a.dtype.kind == "u" and a.dtype.itemsize == 8 and a.size and a.max() > _INT64_MAX:
+            at = int(np.argwhere(a > _INT64_MAX)[0][0])
+            what = f"node {at} ({str(arrays['names'][at])!r})" if k in ("shape", "coloc") \
+                else f"edge {at}"
+            raise GraphFormatError(f"{path}: array {k!r}: {what} holds {int(a.max()):,}, more than "
+                                   "2^63-1 (an unsigned size that would read as negative)")
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise GraphFormatError(f"{path}: header says format {header!r}, expected {FORMAT!r}")
     check_header(header, path)
@@ -138,14 +147,19 @@ def _check_graph_sizes(members: dict[str, tuple[tuple[int, ...], np.dtype]], pat
 
 def check_header(header: dict, source: Any, version: int = VERSION,
                  error: type[Exception] = GraphFormatError) -> None:
-    """Reject a file header whose ``version`` is not an integer or is newer than
-    ``version``, or whose ``meta`` is not an object (graphopt's JSON file formats)."""
-    got, meta = header.get("version", 0), header.get("meta")
+    """Reject a file header whose ``version`` is not an integer, is newer than ``version``
+    or is under 1 (no graphopt wrote it: versions count from 1; a header without one is
+    read as the current version), or whose ``meta`` is not an object (graphopt's JSON file
+    formats)."""
+    got, meta = header.get("version", version), header.get("meta")
     if not isinstance(got, int) or isinstance(got, bool):
         raise error(f"{source}: format version {got!r} is not an integer")
     if got > version:
         raise error(f"{source}: format version {got} is newer than this graphopt reads "
                     f"({version}); upgrade graphopt")
+    if got < 1:
+        raise error(f"{source}: field 'version': format version {got} was never written by "
+                    f"graphopt (versions 1 to {version} are)")
     if meta is not None and not isinstance(meta, dict):
         raise error(f"{source}: meta must be an object, got {type(meta).__name__}")
 
@@ -206,6 +220,9 @@ def graph_from_dict(data: Any, source: str = "<dict>") -> Graph:
             if not (isinstance(shape, list) and all(type(d) is int for d in shape)):
                 raise GraphFormatError(f"{source}: node {i} has shape={shape!r}; expected a list "
                                        "of integers")
+            if any(d < 1 or d > _INT64_MAX for d in shape):
+                raise GraphFormatError(f"{source}: node {i} ({nd.get('name', '?')!r}) has shape "
+                                       f"{shape}; every size must be 1 to 2^63-1")
         for j, x in enumerate(edges if isinstance(edges, list) else [edges]):
             if not (isinstance(x, list) and len(x) == 3 and type(x[0]) is int and type(x[1]) is int
                     and type(x[2]) in (int, float)):

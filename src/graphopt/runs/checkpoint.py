@@ -47,6 +47,15 @@ class CheckpointError(GraphoptError):
     """A checkpoint folder that cannot be resumed: corrupt, or from another run."""
 
 
+def _check_version(meta: dict, where: str) -> None:
+    """Refuse a format version other than the one this graphopt writes (``-7``, ``true``,
+    ``1.0`` and a missing one too), naming the file and the field."""
+    got = meta.get("version")
+    if type(got) is not int or got != VERSION:
+        raise CheckpointError(f"{where}: field 'version' is {got!r}; this graphopt reads and "
+                              f"writes version {VERSION} only")
+
+
 def _plain(config: dict) -> dict:
     """``config`` as it reads back from JSON (tuples become lists)."""
     return json.loads(json.dumps(config))
@@ -105,9 +114,10 @@ def read_checkpoint(folder: str | os.PathLike) -> tuple[dict, dict[str, torch.Te
         return None
     meta = read_json(folder / META, error=CheckpointError)
     regular_file(folder / WEIGHTS, CheckpointError)
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("version") != VERSION:
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise CheckpointError(f"{folder}/{META}: not a graphopt checkpoint (expected format "
                               f"{FORMAT!r} version {VERSION})")
+    _check_version(meta, f"{folder}/{META}")
     try:
         blob = (folder / WEIGHTS).read_bytes()
         tensors = load_tensors(blob)
@@ -249,10 +259,10 @@ def load_policy(folder: str | os.PathLike, build) -> tuple[nn.Module, dict]:
     folder = Path(folder)
     meta = read_json(folder / POLICY_META, error=CheckpointError)
     regular_file(folder / POLICY_WEIGHTS, CheckpointError)
-    if not isinstance(meta, dict) or meta.get("format") != POLICY_FORMAT \
-            or meta.get("version") != VERSION:
+    if not isinstance(meta, dict) or meta.get("format") != POLICY_FORMAT:
         raise CheckpointError(f"{folder}/{POLICY_META}: not a graphopt policy (expected format "
                               f"{POLICY_FORMAT!r} version {VERSION})")
+    _check_version(meta, f"{folder}/{POLICY_META}")
     try:
         blob = (folder / POLICY_WEIGHTS).read_bytes()
         tensors = load_tensors(blob)

@@ -61,7 +61,8 @@ def array_leaves(shape, where: str) -> list[Arr]:
         return []
     dims = tuple(int(d) for d in shape.dimensions)
     if any(d < 0 for d in dims):
-        raise GraphFormatError(f"{where}: shape has a negative dimension {list(dims)}")
+        raise GraphFormatError(f"{where}: shape has a negative dimension {list(dims)} (a size "
+                               "over 2^63-1, written unsigned, reads as negative)")
     name, size = ELEMENT_TYPES.get(et, (f"xla_type_{et}", 4.0))
     return [Arr(dims, name, size)]
 

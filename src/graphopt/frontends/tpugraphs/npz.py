@@ -13,6 +13,7 @@ import zipfile
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -184,10 +185,18 @@ def _check_runtimes(a: np.ndarray, key: str, source: str) -> np.ndarray:
     return np.rint(a).astype(np.int64) if a.dtype.kind == "f" else a.astype(np.int64)
 
 
-def _npz_node_shapes(feat: np.ndarray) -> tuple[list[tuple[int, ...]], list[str], np.ndarray]:
+def _npz_node_shapes(feat: np.ndarray, source: Any = "<npz>"
+                     ) -> tuple[list[tuple[int, ...]], list[str], np.ndarray]:
     """Shapes, dtypes and output bytes per node from the 140 standard node features
-    (columns 2..20 element type one-hot, 21..26 dims, 28 element count)."""
+    (columns 2..20 element type one-hot, 21..26 dims, 28 element count). A dimension
+    under 0 or over 2^63-1 (a uint64 size, read as -1 by int64 readers) is refused."""
     n = len(feat)
+    bad = np.argwhere((feat[:, 21:27] < 0) | (feat[:, 21:27] > float(2**63 - 1)))
+    if len(bad):
+        i, j = (int(x) for x in bad[0])
+        raise GraphFormatError(f"{source}: key 'node_feat': node {i} has dimension {j} = "
+                               f"{float(feat[i, 21 + j]):.6g} (column {21 + j}); a size must be "
+                               "0 to 2^63-1")
     onehot = feat[:, 2:21]
     type_col = np.where(onehot.max(axis=1) > 0.5, onehot.argmax(axis=1), 0)
     dims = np.clip(np.nan_to_num(feat[:, 21:27]), 0, 2**62).astype(np.int64)
@@ -385,7 +394,7 @@ def _npz_graph(p: Path, feat: np.ndarray, opcode: np.ndarray,
     n = len(opcode)
     ops = [opcode_name(o) for o in opcode]
     if feat.shape[1] >= 29:
-        shapes, dtypes, nbytes = _npz_node_shapes(feat)
+        shapes, dtypes, nbytes = _npz_node_shapes(feat, p)
     else:
         shapes, dtypes, nbytes = [()] * n, ["float32"] * n, np.zeros(n)
     # [u, v]: u consumes v, so the data flows v → u.
