@@ -262,3 +262,9 @@ def test_ring_and_torus_count_hops():
     assert lat[0, 1] == 1 and lat[0, 3] == 3 and lat[0, 5] == 1
     _, lat = topology.torus((4, 4), 1e9, 1.0)
     assert lat[0, 15] == 2 and lat[0, 10] == 4
+
+
+@pytest.mark.parametrize("spec", ["h100:٢", "h100:+2", "h100: 2", "h100:2.0"])
+def test_a_device_count_is_ascii_digits(spec):
+    with pytest.raises(ClusterError, match="is not an integer"):
+        load_cluster(spec)

@@ -60,11 +60,11 @@ def load_cluster(spec: str) -> Cluster:
     name, count = spec, None
     if ":" in spec and not spec.endswith(".toml"):  # a file's name may hold a colon
         name, _, c = spec.rpartition(":")
-        try:
-            count = int(c)
-        except ValueError:
+        digits = c.removeprefix("-")  # a negative count gets the range's message below
+        if not (digits.isascii() and digits.isdigit()):  # int() also reads '٢', ' 2' and '+2'
             raise ClusterError(f"cluster {spec!r}: device count {c!r} is not an integer "
-                               "(expected NAME[:COUNT], e.g. dgx1-v100:4)") from None
+                               "(expected NAME[:COUNT], e.g. dgx1-v100:4)")
+        count = int(c)
     path = Path(name)
     if name.endswith(".toml"):
         size = regular_file(path, ClusterError)
