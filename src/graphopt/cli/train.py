@@ -80,6 +80,7 @@ def train(
         _lock = check_run_folder(out)  # held while the run lasts
         if init is not None:
             load_go_policy(init)  # a bad folder fails now, not after the corpus is loaded
+        tasks = parse_task(task)  # a bad --task fails now, not after the corpus is loaded
         ppo, flags = ppo_options(PRETRAIN_PPO, ppo)
         command = " ".join(["graphopt train",
                             *([f"--corpus {corpus}"] if corpus != "default" else []),
@@ -95,7 +96,7 @@ def train(
             with console.status(f"loading {graph} ..."):
                 problems.append(Problem(load_source(graph), load_cluster(where)))
         with evaluation_backend(backend, address):
-            res = pretrain(problems, out, task=parse_task(task), updates=updates,
+            res = pretrain(problems, out, task=tasks, updates=updates,
                            seconds=None if minutes is None else minutes * 60, seed=seed,
                            ppo=ppo, command=command, init=init)
     except GraphoptError as err:
