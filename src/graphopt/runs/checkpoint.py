@@ -112,18 +112,25 @@ def read_checkpoint(folder: str | os.PathLike) -> tuple[dict, dict[str, torch.Te
     folder = Path(folder)
     if not (folder / META).is_file():
         return None
-    meta = read_json(folder / META, error=CheckpointError)
-    regular_file(folder / WEIGHTS, CheckpointError)
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise CheckpointError(f"{folder}/{META}: not a graphopt checkpoint (expected format "
-                              f"{FORMAT!r} version {VERSION})")
-    _check_version(meta, f"{folder}/{META}")
+    return _read_pair(folder, META, WEIGHTS, FORMAT, "checkpoint", "unreadable checkpoint")
+
+
+def _read_pair(folder: Path, meta_file: str, weights: str, fmt: str, what: str,
+               unreadable: str) -> tuple[dict, dict[str, torch.Tensor]]:
+    """A metadata file and the weights it was saved with, each checked: format, version
+    and the weights' hash (a torn pair is refused)."""
+    meta = read_json(folder / meta_file, error=CheckpointError)
+    regular_file(folder / weights, CheckpointError)
+    if not isinstance(meta, dict) or meta.get("format") != fmt:
+        raise CheckpointError(f"{folder}/{meta_file}: not a graphopt {what} (expected format "
+                              f"{fmt!r} version {VERSION})")
+    _check_version(meta, f"{folder}/{meta_file}")
     try:
-        blob = (folder / WEIGHTS).read_bytes()
+        blob = (folder / weights).read_bytes()
         tensors = load_tensors(blob)
     except (OSError, SafetensorError) as err:
-        raise CheckpointError(f"{folder}: unreadable checkpoint ({err})") from err
-    _check_hash(folder, WEIGHTS, META, meta, blob)
+        raise CheckpointError(f"{folder}: {unreadable} ({err})") from err
+    _check_hash(folder, weights, meta_file, meta, blob)
     return meta, tensors
 
 
@@ -140,7 +147,7 @@ def _check_hash(folder: Path, weights: str, meta_file: str, meta: dict, blob: by
 
 def _remove_stale(folder: Path, names: tuple[str, ...]) -> None:
     """Remove the temporary files a killed :func:`atomic_write` of ``names`` left in
-    ``folder`` (``.NAME.XXXX.tmp``); only this run writes there."""
+    ``folder`` (``.NAME.<random>.tmp``); only this run writes there."""
     if folder.is_dir():
         for name in names:
             for tmp in folder.glob(f".{name}.*.tmp"):
@@ -257,18 +264,8 @@ def load_policy(folder: str | os.PathLike, build) -> tuple[nn.Module, dict]:
         module is built, so that a hostile config cannot make us allocate.
     """
     folder = Path(folder)
-    meta = read_json(folder / POLICY_META, error=CheckpointError)
-    regular_file(folder / POLICY_WEIGHTS, CheckpointError)
-    if not isinstance(meta, dict) or meta.get("format") != POLICY_FORMAT:
-        raise CheckpointError(f"{folder}/{POLICY_META}: not a graphopt policy (expected format "
-                              f"{POLICY_FORMAT!r} version {VERSION})")
-    _check_version(meta, f"{folder}/{POLICY_META}")
-    try:
-        blob = (folder / POLICY_WEIGHTS).read_bytes()
-        tensors = load_tensors(blob)
-    except (OSError, SafetensorError) as err:
-        raise CheckpointError(f"{folder}: no readable policy ({err})") from err
-    _check_hash(folder, POLICY_WEIGHTS, POLICY_META, meta, blob)
+    meta, tensors = _read_pair(folder, POLICY_META, POLICY_WEIGHTS, POLICY_FORMAT, "policy",
+                               "no readable policy")
     try:
         with torch.device("meta"):  # shapes only: a config far larger than its weights allocates nothing
             shapes = {k: tuple(v.shape) for k, v in build(meta["config"]).state_dict().items()}
