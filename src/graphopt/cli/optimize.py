@@ -22,6 +22,9 @@ PROGRAM_TIMING = "program_timing.json"
 
 app = typer.Typer()
 
+#: ``--methods``' default (the pipeline task has its own).
+_DEFAULT_METHODS = "single,expert,metis,m-etf,heft,sa"
+
 
 @app.command()
 def optimize(
@@ -31,8 +34,10 @@ def optimize(
              "ops are first timed on one worker, as 'graphopt run' does"),
     task: str = typer.Option("placement", "--task", "-t",
                              help="What to decide, comma-separated: placement, scheduling, "
-                                  "fusion. Example: placement,scheduling"),
-    methods: str = methods_option("single,expert,metis,m-etf,heft,sa"),
+                                  "fusion; or pipeline (a pipe: model's layers split into "
+                                  "--stages stages, methods even, params, exact). "
+                                  "Example: placement,scheduling"),
+    methods: str = methods_option(_DEFAULT_METHODS),
     budget: int = budget_option(2000),
     seconds: float | None = typer.Option(None, "--time", min=0.0,
                                             help="Wall-clock seconds allowed to each method. "
@@ -63,6 +68,16 @@ def optimize(
                                            "weighs on all alike. Example: 10"),
     backend: str = backend_option(),
     address: str | None = address_option(),
+    stages: int = typer.Option(2, "--stages",
+                               help="With --task pipeline: pipeline stages (one process or "
+                                    "device each). Example: 4"),
+    microbatches: int = typer.Option(4, "--microbatches",
+                                     help="With --task pipeline: microbatches per step; must "
+                                          "divide the batch. Example: 8"),
+    schedule: str = typer.Option("auto", "--schedule",
+                                 help="With --task pipeline: gpipe, 1f1b, or auto (the faster "
+                                      "that fits; 1f1b on a tie, as it holds fewer "
+                                      "activations). Example: 1f1b"),
     memory_fraction: float | None = typer.Option(
         None, "--memory-fraction", min=0.0,
         help="Give every device the persistent bytes (weights, optimizer state) of the "
@@ -84,6 +99,16 @@ def optimize(
     from graphopt.optim.compare import compare, output_paths, write_outputs
     from graphopt.sim import Problem
 
+    if task == "pipeline":
+        from graphopt.cli.pipeline import DEFAULT_METHODS, optimize_pipeline
+
+        try:
+            chosen = split_methods(DEFAULT_METHODS if methods == _DEFAULT_METHODS else methods)
+            optimize_pipeline(graph, cluster, stages, microbatches, schedule, chosen, out,
+                              measure, measure_steps, seed)
+        except GraphoptError as err:
+            fail(err)
+        return
     try:
         names = split_methods(methods)
         if not names:

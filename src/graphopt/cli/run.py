@@ -44,6 +44,12 @@ def run(
                                            "simulated one beside it as *.sim.json. "
                                            "Example: real.json"),
     seed: int = seed_option("Seed of the random ops (dropout)."),
+    pipeline: Path | None = typer.Option(
+        None, "--pipeline",
+        help="A pipeline plan (graphopt optimize pipe:MODEL --task pipeline --out DIR writes "
+             "DIR/METHOD/pipeline.json): the model's stages run by torch.distributed.pipelining "
+             "on --devices cpu:K processes, measured beside the simulator, the loss checked "
+             "against the unsplit model's. Example: runs/p/exact/pipeline.json"),
 ) -> None:
     """Run a plan for real and compare its measured step time with the simulator's.
 
@@ -56,6 +62,17 @@ def run(
     from graphopt.sim import Plan, simulate
     from graphopt.sim.plan import check_made_for
 
+    if pipeline is not None:
+        from graphopt.cli.pipeline import run_pipeline
+
+        try:
+            if plan is not None or trace is not None:
+                raise GraphoptError("--pipeline runs a pipeline plan: leave out --plan and --trace")
+            with interrupt_on_signals():
+                run_pipeline(graph, pipeline, devices, cluster, steps, seed)
+        except GraphoptError as err:
+            fail(err)
+        return
     try:
         check_output(trace, "--trace")
         check_output(trace and trace.with_suffix(".sim.json"), "--trace (the simulated trace beside it)")

@@ -25,7 +25,16 @@ pipeline is busy at its bottleneck's rate once the pipeline is full):
 :func:`simulated_interval` measures it that way, and ``tests/sim/test_pipeline.py``
 holds the two together.
 
-What it does not model: the fill and drain of the pipeline (the latency of one input,
+**Training pipelines** (:func:`split_cost`, the pipeline task): a training step's layers
+cut into contiguous stages, ``M`` microbatches streamed through them under a schedule
+(GPipe or 1F1B). A stage's time per microbatch is its ops' compute plus the transfers
+it sends and receives (:func:`training_stage_time`: the same per-input cost as above,
+without the overlap); a step is ``M + K - 1`` slots of the slowest stage, plus the
+optimizer's update (:func:`training_step_time`); a stage's memory is its weights,
+gradients and optimizer state plus the activations of the microbatches it holds at once
+(:func:`in_flight`).
+
+What the inference model does not model: the fill and drain of the pipeline (the latency of one input,
 which :func:`graphopt.sim.simulate` gives), memory (see
 :mod:`graphopt.optim.partition` for the SRAM constraint), and contention between
 transfers that share a physical hop of a multi-hop route (the cluster's link between
@@ -34,16 +43,26 @@ two chips is one directed link, as everywhere in the simulator).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
+from graphopt._files import atomic_write, read_json
+from graphopt.errors import PlanError
+
 from graphopt.ir import Graph
+from graphopt.ir.ops import op_class
 from graphopt.sim.plan import Plan
 from graphopt.sim.problem import Problem, simulate
 
-__all__ = ["PipelineCost", "pipeline_cost", "simulated_interval", "stationary", "stationary_bytes",
-           "stream_graph"]
+__all__ = ["PIPELINE_FORMAT", "SCHEDULES", "LayerCosts", "PipelineCost", "PipelinePlan",
+           "SplitCost", "boundary_time", "in_flight",
+           "layer_costs", "op_layers", "pipeline_cost", "simulated_interval", "split_cost",
+           "stationary", "stationary_bytes", "stream_graph", "training_stage_time",
+           "training_step_time"]
 
 
 def stationary(graph: Graph) -> np.ndarray:
@@ -218,3 +237,374 @@ def simulated_interval(problem: Problem, placement: np.ndarray,
                     priority=np.repeat(np.arange(k, 0, -1.0), problem.num_nodes))
         times.append(simulate(stream, plan).step_time)
     return (times[1] - times[0]) / (hi - lo)
+
+
+# -- training pipelines: microbatches, a schedule, memory per stage ------------------------
+
+#: Pipeline schedules the training model prices (``torch.distributed.pipelining``'s
+#: ``ScheduleGPipe`` and ``Schedule1F1B``).
+SCHEDULES = ("gpipe", "1f1b")
+
+
+def in_flight(schedule: str, stages: int, microbatches: int) -> np.ndarray:
+    """Microbatches whose activations each stage holds at once (int64 (K,)).
+
+    GPipe runs every forward before any backward: each stage keeps all ``M``. 1F1B starts
+    a backward as soon as the last stage can: stage ``s`` (from 0) keeps at most
+    ``K - s`` (Narayanan et al. 2019, PipeDream-Flush).
+
+    >>> in_flight("1f1b", 4, 8).tolist(), in_flight("gpipe", 4, 8).tolist()
+    ([4, 3, 2, 1], [8, 8, 8, 8])
+
+    Raises
+    ------
+    ValueError
+        An unknown schedule, or fewer than one stage or microbatch.
+    """
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
+    if stages < 1 or microbatches < 1:
+        raise ValueError(f"stages and microbatches must be >= 1, got {stages} and {microbatches}")
+    if schedule == "gpipe":
+        return np.full(stages, microbatches, dtype=np.int64)
+    return np.minimum(microbatches, stages - np.arange(stages, dtype=np.int64))
+
+
+def training_stage_time(cost: PipelineCost) -> np.ndarray:
+    """Seconds each stage is busy per microbatch of a training pipeline (float64 (B, D)):
+    its compute (forward and backward) plus every transfer it sends or receives.
+
+    In the pipelined inference of :func:`pipeline_cost` a chip computes while its links
+    send; a training stage of ``torch.distributed.pipelining`` on CPU processes does not
+    (gloo's sends and receives run on the stage's own thread between its computations),
+    so transfers add to the stage instead of overlapping it.
+    """
+    return cost.compute + cost.link.sum(axis=2) + cost.link.sum(axis=1)
+
+
+def training_step_time(stage_time: np.ndarray, update: np.ndarray, microbatches: int) -> np.ndarray:
+    """Seconds of one training step of ``M`` microbatches through ``K`` stages
+    (float64, the leading shape of ``stage_time``).
+
+    Both schedules fill and drain the pipeline alike: the last microbatch's backward
+    leaves stage 0 ``M + K - 1`` slots of the slowest stage after the first forward
+    entered it (the bubble is ``(K - 1) / (M + K - 1)`` of the step), then every stage
+    applies its optimizer update once. Written per stage, ``step = max_s((M + K - 1) ·
+    t_s + u_s)``: at least the bubble formula ``(M + K - 1) · max(t)``, and a maximum
+    over stages, which an exact search over contiguous splits minimises stage by stage.
+
+    Parameters
+    ----------
+    stage_time : float64 (..., K)
+        Seconds per microbatch on each stage (:func:`training_stage_time`).
+    update : float64 (..., K)
+        Seconds of each stage's optimizer update, once per step.
+    microbatches : int
+
+    >>> float(training_step_time(np.array([1.0, 2.0]), np.array([0.0, 0.5]), 3))
+    8.5
+    """
+    stage_time = np.asarray(stage_time, dtype=np.float64)
+    k = stage_time.shape[-1]
+    return ((microbatches + k - 1) * stage_time + np.asarray(update, dtype=np.float64)).max(axis=-1)
+
+
+@dataclass(frozen=True)
+class LayerCosts:
+    """What each layer of a training step costs per microbatch, for splitting it into
+    contiguous stages.
+
+    Attributes
+    ----------
+    time : float64 (L, D)
+        Seconds of the layer's forward and backward ops on each device.
+    update : float64 (L, D)
+        Seconds of its optimizer update ops on each device (once per step).
+    weights, grads, state, activations : float64 (L,)
+        Bytes of its parameters and buffers, of their gradients, of its optimizer state,
+        and of the forward outputs it keeps for the backward per microbatch.
+    boundary : float64 (L - 1,)
+        Bytes crossing the cut after layer ``l`` per microbatch, both ways (activations
+        forward, their gradients back): a tensor is charged at every cut between its
+        producer and its farthest consumer, as a pipeline passes it stage to stage.
+    layer : int64 (N,)
+        The layer of every op of the graph.
+    """
+
+    time: np.ndarray
+    update: np.ndarray
+    weights: np.ndarray
+    grads: np.ndarray
+    state: np.ndarray
+    activations: np.ndarray
+    boundary: np.ndarray
+    layer: np.ndarray
+
+    @property
+    def num_layers(self) -> int:
+        """Layers ``L``."""
+        return len(self.weights)
+
+
+_UPDATE_OPS = ("sgd_update", "adam_update")
+
+
+def op_layers(graph: Graph) -> np.ndarray:
+    """Layer of every op (int64 (N,)) of a graph traced from ``nn.Sequential(*layers)``:
+    the leading integer of its module path. An op of no layer (the input, the loss and
+    its gradient) takes the last layer of its inputs, or, with none, the first layer of
+    its users (a target goes where the loss is). ``O(N + E)``.
+
+    Raises
+    ------
+    ValueError
+        No op's module path begins with a layer index.
+    """
+    n = graph.num_nodes
+    layer = np.full(n, -1, dtype=np.int64)
+    for i, m in enumerate(graph.module):
+        head = str(m).split(".", 1)[0]
+        if head.isdigit():
+            layer[i] = int(head)
+    if n and (layer < 0).all():
+        raise ValueError(f"graph {graph.name!r}: no op's module path begins with a layer "
+                         "index (trace nn.Sequential(*layers))")
+    ptr, idx = graph.pred[0], graph.pred[1]
+    for v in range(n):  # topological order: inputs first
+        if layer[v] < 0:
+            layer[v] = max(layer[idx[ptr[v]:ptr[v + 1]]].max(initial=-1), -1)
+    sptr, sidx = graph.succ[0], graph.succ[1]
+    for v in range(n - 1, -1, -1):  # users first
+        if layer[v] < 0:
+            users = layer[sidx[sptr[v]:sptr[v + 1]]]
+            users = users[users >= 0]
+            layer[v] = int(users.min()) if len(users) else 0
+    return layer
+
+
+def layer_costs(problem: Problem, forward: np.ndarray, layer: np.ndarray | None = None) -> LayerCosts:
+    """:class:`LayerCosts` of a training step's graph traced at the microbatch size.
+
+    Parameters
+    ----------
+    problem : Problem
+        The graph on the cluster of the stages (its op times and links).
+    forward : bool (N,)
+        Which ops are the forward pass (:func:`graphopt.exec.export.forward_ops`).
+    layer : int (N,), optional
+        Layer of every op; default :func:`op_layers`.
+
+    Notes
+    -----
+    ``O(N·D + E)``.
+    """
+    g = problem.graph
+    layer = op_layers(g) if layer is None else np.asarray(layer, dtype=np.int64)
+    forward = np.asarray(forward, dtype=bool)
+    nl = int(layer.max(initial=-1)) + 1
+    upd = np.isin(g.op, _UPDATE_OPS)
+    t = problem.costs.time
+
+    def per_layer(weights: np.ndarray) -> np.ndarray:
+        return np.bincount(layer, weights=weights, minlength=nl).astype(np.float64)
+
+    time = np.stack([per_layer(np.where(upd, 0.0, t[:, d])) for d in range(t.shape[1])], 1)
+    update = np.stack([per_layer(np.where(upd, t[:, d], 0.0)) for d in range(t.shape[1])], 1)
+    params = g.op == "parameter"
+    weights = per_layer(np.where(np.isin(g.op, ("parameter", "buffer")), g.persistent_bytes, 0.0))
+    grads = per_layer(np.where(params, g.persistent_bytes, 0.0))
+    state = per_layer(np.where(g.op == "optimizer_state", g.persistent_bytes, 0.0))
+    still = stationary(g)
+    kept = forward & ~still & (g.op != "input") & (np.array([op_class(str(o)) for o in g.op]) != "view")
+    activations = per_layer(np.where(kept, g.out_bytes, 0.0))
+    # a moving tensor crosses every cut between its producer and its farthest user each way
+    moving = ~still[g.src] & (layer[g.src] != layer[g.dst])
+    src, dst, nbytes = g.src[moving], g.dst[moving], g.edge_bytes[moving]
+    diff = np.zeros(nl + 1)
+    for later in (True, False):
+        sel = (layer[dst] > layer[src]) if later else (layer[dst] < layer[src])
+        far = np.full(g.num_nodes, -1 if later else nl, dtype=np.int64)
+        size = np.zeros(g.num_nodes)
+        (np.maximum if later else np.minimum).at(far, src[sel], layer[dst[sel]])
+        np.maximum.at(size, src[sel], nbytes[sel])
+        who = np.flatnonzero(size > 0)
+        lo, hi = (layer[who], far[who]) if later else (far[who], layer[who])
+        np.add.at(diff, lo, size[who])
+        np.add.at(diff, hi, -size[who])
+    boundary = np.cumsum(diff)[: max(nl - 1, 0)]
+    return LayerCosts(time, update, weights, grads, state, activations, boundary, layer)
+
+
+@dataclass(frozen=True)
+class SplitCost:
+    """A contiguous split of layers into stages, priced as a training pipeline.
+
+    Attributes
+    ----------
+    bounds : tuple of int
+        ``K + 1`` increasing layer indices from 0 to ``L``: stage ``s`` runs layers
+        ``bounds[s]`` to ``bounds[s + 1] - 1``.
+    schedule : str
+    microbatches : int
+    step_time : float
+        Seconds of one training step (:func:`training_step_time`).
+    stage_time : float64 (K,)
+        Seconds per microbatch on each stage, transfers and runtime overhead included.
+    memory : float64 (K,)
+        Peak bytes of each stage: weights, gradients, optimizer state, and the
+        activations of its in-flight microbatches (:func:`in_flight`).
+    fits : bool
+        Every stage's memory within its device's.
+    """
+
+    bounds: tuple[int, ...]
+    schedule: str
+    microbatches: int
+    step_time: float
+    stage_time: np.ndarray
+    memory: np.ndarray
+    fits: bool
+
+    def throughput(self, batch: int) -> float:
+        """Examples per second for a step of ``batch`` examples."""
+        return batch / self.step_time if self.step_time > 0 else float("inf")
+
+
+def boundary_time(problem: Problem, costs: LayerCosts, device: int) -> np.ndarray:
+    """Seconds of the transfers at each cut (float64 (L - 1,)) between stage ``device``
+    and the next: latency each way plus the bytes over the link's bandwidth."""
+    lat = problem.latency[device, device + 1] + problem.latency[device + 1, device]
+    return lat + costs.boundary * problem.sec_per_byte[device, device + 1]
+
+
+def split_cost(problem: Problem, costs: LayerCosts, bounds, microbatches: int,
+               schedule: str, overhead: float = 0.0) -> SplitCost:
+    """Price the contiguous split ``bounds`` (stage ``s`` on device ``s``) under
+    ``schedule`` with ``microbatches`` microbatches.
+
+    ``overhead`` is seconds the pipeline's runtime adds to every stage per microbatch
+    (its schedule's bookkeeping, a send's and a receive's fixed costs): 0 by default,
+    measured on this machine by :func:`graphopt.exec.pipeline.runtime_overhead`. It is
+    the same on every stage, so it moves every split's step time alike and never the
+    choice among them.
+
+    The stage times are those :func:`training_stage_time` gives for the placement of
+    every op on its layer's stage wherever tensors flow between neighbouring layers only
+    (``tests/sim/test_pipeline.py`` holds the two together); a tensor that skips stages
+    is charged here on every cut it crosses, as a pipeline forwards it.
+
+    Raises
+    ------
+    ValueError
+        ``bounds`` not ``K + 1`` increasing indices from 0 to the number of layers, more
+        stages than devices, or a bad schedule or microbatch count.
+    """
+    b = [int(x) for x in bounds]
+    k, nl = len(b) - 1, costs.num_layers
+    if k < 1 or b[0] != 0 or b[-1] != nl or any(x >= y for x, y in zip(b, b[1:])):
+        raise ValueError(f"bounds must rise strictly from 0 to {nl} layers, got {b}")
+    if k > problem.num_devices:
+        raise ValueError(f"{k} stages but the cluster has {problem.num_devices} devices")
+    keep = in_flight(schedule, k, microbatches)
+    stage = np.zeros(k)
+    update = np.zeros(k)
+    memory = np.zeros(k)
+    for s in range(k):
+        lo, hi = b[s], b[s + 1]
+        stage[s] = costs.time[lo:hi, s].sum() + overhead
+        if s > 0:
+            stage[s] += boundary_time(problem, costs, s - 1)[lo - 1]
+        if s < k - 1:
+            stage[s] += boundary_time(problem, costs, s)[hi - 1]
+        update[s] = costs.update[lo:hi, s].sum()
+        memory[s] = (costs.weights[lo:hi].sum() + costs.grads[lo:hi].sum()
+                     + costs.state[lo:hi].sum() + keep[s] * costs.activations[lo:hi].sum())
+    step = float(training_step_time(stage, update, microbatches))
+    fits = bool((memory <= problem.capacity[:k]).all())
+    return SplitCost(tuple(b), schedule, int(microbatches), step, stage, memory, fits)
+
+
+#: The ``format`` field of a pipeline plan file.
+PIPELINE_FORMAT = "graphopt-pipeline"
+
+
+@dataclass(frozen=True)
+class PipelinePlan:
+    """A pipeline plan: which layers each stage runs, the schedule and the microbatches,
+    as ``graphopt optimize --task pipeline`` writes it and ``graphopt run --pipeline``
+    reads it.
+
+    Attributes
+    ----------
+    model : str
+        The model source (``pipe:NAME...``).
+    bounds : tuple of int
+        Stage ``s`` runs layers ``bounds[s]`` to ``bounds[s + 1] - 1``.
+    schedule : str
+        One of :data:`SCHEDULES`.
+    microbatches : int
+    method : str
+        What chose the split (``even``, ``params``, ``exact``).
+    simulated : dict
+        The simulator's figures: ``step_time`` (s), ``throughput`` (examples/s),
+        ``stage_time`` (s per microbatch per stage), ``memory`` (bytes per stage).
+    """
+
+    model: str
+    bounds: tuple[int, ...]
+    schedule: str
+    microbatches: int
+    method: str = ""
+    simulated: dict = field(default_factory=dict)
+
+    @property
+    def stages(self) -> int:
+        """Stages ``K``."""
+        return len(self.bounds) - 1
+
+    def split_spec(self) -> dict[str, str]:
+        """``{layer index: "beginning"}`` where each stage after the first begins, as
+        ``torch.distributed.pipelining.pipeline`` takes split points on
+        ``nn.Sequential(*layers)``."""
+        return {str(b): "beginning" for b in self.bounds[1:-1]}
+
+    def to_dict(self) -> dict:
+        return {"format": PIPELINE_FORMAT, "version": 1, "model": self.model,
+                "bounds": list(self.bounds), "stages": self.stages, "schedule": self.schedule,
+                "microbatches": self.microbatches, "method": self.method,
+                "split_spec": self.split_spec(), "simulated": self.simulated}
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the plan as JSON, atomically."""
+        text = json.dumps(self.to_dict(), indent=1)
+        atomic_write(path, lambda f: f.write(text.encode()))
+        return Path(path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> PipelinePlan:
+        """Read a plan :meth:`save` wrote.
+
+        Raises
+        ------
+        PlanError
+            One line naming the file: not JSON, not a pipeline plan, or a field out of
+            range (bounds not rising from 0, an unknown schedule, microbatches below 1).
+        """
+        d = read_json(path, PlanError)
+        if not isinstance(d, dict) or d.get("format") != PIPELINE_FORMAT:
+            raise PlanError(f"{path}: not a pipeline plan (graphopt optimize --task pipeline "
+                            "--out DIR writes DIR/METHOD/pipeline.json)")
+        b, m, sched = d.get("bounds"), d.get("microbatches"), d.get("schedule")
+        ok_b = (isinstance(b, list) and len(b) >= 2 and all(type(x) is int for x in b)
+                and b[0] == 0 and all(x < y for x, y in zip(b, b[1:])))
+        if not ok_b:
+            raise PlanError(f"{path}: bounds must be a list of rising layer indices from 0, "
+                            f"got {b!r}")
+        if sched not in SCHEDULES:
+            raise PlanError(f"{path}: schedule must be one of {', '.join(SCHEDULES)}, got {sched!r}")
+        if type(m) is not int or m < 1:
+            raise PlanError(f"{path}: microbatches must be an integer >= 1, got {m!r}")
+        if not isinstance(d.get("model"), str):
+            raise PlanError(f"{path}: model must be the model's source, got {d.get('model')!r}")
+        sim = d.get("simulated") if isinstance(d.get("simulated"), dict) else {}
+        return cls(d["model"], tuple(b), sched, m, str(d.get("method", "")), sim)

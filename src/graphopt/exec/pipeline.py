@@ -1,0 +1,296 @@
+"""Pipeline plans run for real: ``torch.distributed.pipelining`` on K CPU processes.
+
+Each stage of a :class:`~graphopt.sim.pipeline.PipelinePlan` is a run of consecutive
+layers of a ``pipe:`` model (:mod:`graphopt.zoo.pipeline`), given to a manual
+``PipelineStage`` in its own process; the processes talk over gloo on a free localhost
+port and step under ``ScheduleGPipe`` or ``Schedule1F1B``, each stage updating its own
+parameters with SGD after the schedule's step. Several plans of one model (one stage
+count) run in the same processes, one step of each in turn, so that a machine whose
+speed drifts weighs on all of them alike.
+
+What is measured per plan: the step time (the slowest process's, from a barrier to the
+end of the update, median over steps), the throughput (examples per second), the peak
+memory of each stage (its parameters and optimizer state plus the highest running total
+of what one profiled step allocates, from PyTorch's profiler memory records), and the
+first step's loss, beside the unsplit model's on the same microbatches.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import socket
+import statistics
+import time
+import traceback
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from graphopt.errors import ExecutionError, GraphoptError
+from graphopt.hardware import Cluster
+from graphopt.sim import Problem
+from graphopt.sim.pipeline import LayerCosts, PipelinePlan, layer_costs
+from graphopt.zoo.pipeline import PipelineModel, build_pipeline_model
+
+__all__ = ["PipelineMeasure", "check_microbatches", "measure_pipelines", "pipeline_available",
+           "pipeline_problem", "reference_loss", "runtime_overhead", "trace_microbatch"]
+
+
+@dataclass
+class PipelineMeasure:
+    """One plan, measured.
+
+    Attributes
+    ----------
+    plan : PipelinePlan
+    step_times : list of float
+        Seconds of each timed step (the slowest stage's).
+    median : float
+        Their median.
+    throughput : float
+        Examples per second at the median step.
+    memory : list of int
+        Peak bytes of each stage.
+    loss : float
+        The first step's loss, the mean over its microbatches.
+    """
+
+    plan: PipelinePlan
+    step_times: list[float]
+    median: float
+    throughput: float
+    memory: list[int]
+    loss: float
+
+
+def pipeline_available() -> bool:
+    """Whether this PyTorch has ``torch.distributed.pipelining`` and gloo."""
+    try:
+        import torch.distributed as dist
+        from torch.distributed.pipelining import PipelineStage  # noqa: F401
+    except ImportError:
+        return False
+    return dist.is_available() and dist.is_gloo_available()
+
+
+def check_microbatches(model: PipelineModel, microbatches: int) -> None:
+    """Refuse a microbatch count that does not divide the batch (one-line error)."""
+    if microbatches < 1:
+        raise GraphoptError(f"--microbatches {microbatches}: give at least 1")
+    if model.batch % microbatches:
+        raise GraphoptError(f"--microbatches {microbatches} does not divide {model.name}'s batch "
+                            f"of {model.batch} (set its batch with ':batch=N')")
+
+
+def trace_microbatch(model: PipelineModel, microbatches: int):
+    """The traced training step (forward, loss, backward, SGD update) of one microbatch
+    of ``model`` through ``nn.Sequential(*layers)``."""
+    from graphopt.frontends.torch import trace_program
+
+    check_microbatches(model, microbatches)
+    size = model.batch // microbatches
+    x, y = model.inputs[:size], model.target[:size]
+    return trace_program(model.sequential(), (x,), training=True,
+                         loss=lambda out: model.loss(out, y), name=model.name)
+
+
+def pipeline_problem(model: PipelineModel, microbatches: int,
+                     cluster: Cluster) -> tuple[Problem, LayerCosts]:
+    """The simulator's problem of one microbatch's training step on ``cluster``, and the
+    cost of each layer (:func:`~graphopt.sim.pipeline.layer_costs`)."""
+    from graphopt.exec.export import forward_ops
+
+    traced = trace_microbatch(model, microbatches)
+    prob = Problem(traced.graph, cluster)
+    return prob, layer_costs(prob, forward_ops(traced))
+
+
+def reference_loss(model: PipelineModel, microbatches: int) -> float:
+    """The unsplit model's loss on the batch cut into ``microbatches``: the mean of the
+    microbatches' losses, as the pipeline's first step computes it."""
+    net = model.sequential()
+    with torch.no_grad():
+        losses = [float(model.loss(net(x), y)) for x, y in
+                  zip(model.inputs.tensor_split(microbatches), model.target.tensor_split(microbatches))]
+    return float(np.mean(losses))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _schedule_class(name: str):
+    from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe
+
+    return {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[name]
+
+
+def _state_bytes(module: torch.nn.Module, opt: torch.optim.Optimizer) -> int:
+    n = sum(t.numel() * t.element_size() for t in [*module.parameters(), *module.buffers()])
+    for st in opt.state.values():
+        n += sum(v.numel() * v.element_size() for v in st.values() if torch.is_tensor(v))
+    return int(n)
+
+
+def _peak_allocated(prof) -> int:
+    """Highest running total of the bytes a profiled region allocated (frees negative)."""
+    events = sorted(prof.events(), key=lambda e: e.time_range.start)
+    run = np.cumsum([e.self_cpu_memory_usage for e in events]) if events else np.zeros(1)
+    return int(max(run.max(), 0))
+
+
+def _worker(rank: int, world: int, port: int, spec: str, seed: int, plans: list[dict],
+            steps: int, warmup: int, threads: int, queue) -> None:
+    try:
+        _work(rank, world, port, spec, seed, plans, steps, warmup, threads, queue)
+    except BaseException as err:  # noqa: BLE001 - reported to the parent, one message
+        queue.put(("error", rank, f"{type(err).__name__}: {err}", traceback.format_exc()))
+        raise SystemExit(1) from None
+
+
+def _work(rank, world, port, spec, seed, plans, steps, warmup, threads, queue) -> None:
+    import torch.distributed as dist
+    from torch.distributed.pipelining import PipelineStage
+    from torch.profiler import ProfilerActivity, profile
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(threads)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        model = build_pipeline_model(spec, seed)
+        runs = []
+        for p in plans:
+            lo, hi = p["bounds"][rank], p["bounds"][rank + 1]
+            piece = copy.deepcopy(torch.nn.Sequential(*model.layers[lo:hi]))
+            stage = PipelineStage(piece, rank, world, torch.device("cpu"))
+            sched = _schedule_class(p["schedule"])(stage, n_microbatches=p["microbatches"],
+                                                   loss_fn=model.loss)
+            opt = torch.optim.SGD(piece.parameters(), lr=1e-4)
+            runs.append((piece, sched, opt))
+        x, y = model.inputs, model.target
+        times: list[list[float]] = [[] for _ in plans]
+        first_loss = [float("nan")] * len(plans)
+
+        def step(i: int) -> float:
+            piece, sched, opt = runs[i]
+            losses: list = []
+            dist.barrier()
+            t0 = time.perf_counter()
+            if world == 1:
+                sched.step(x, target=y, losses=losses)
+            elif rank == 0:
+                sched.step(x)
+            elif rank == world - 1:
+                sched.step(target=y, losses=losses)
+            else:
+                sched.step()
+            opt.step()
+            opt.zero_grad()
+            dt = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
+            dist.all_reduce(dt, op=dist.ReduceOp.MAX)
+            if losses and np.isnan(first_loss[i]):
+                first_loss[i] = float(torch.stack([v.detach() for v in losses]).mean())
+            return float(dt)
+
+        for r in range(warmup + steps):
+            for i in range(len(plans)):
+                dt = step(i)
+                if r >= warmup:
+                    times[i].append(dt)
+        memory = []
+        for i, (piece, _, opt) in enumerate(runs):
+            with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+                step(i)
+            memory.append(_state_bytes(piece, opt) + _peak_allocated(prof))
+        queue.put(("ok", rank, times, memory, first_loss))
+    finally:
+        dist.destroy_process_group()
+
+
+def measure_pipelines(spec: str, plans: list[PipelinePlan], steps: int = 5, warmup: int = 1,
+                      seed: int = 0, threads: int = 1) -> list[PipelineMeasure]:
+    """Run every plan of one model on ``K`` CPU processes (``K`` the plans' stage count),
+    one step of each plan in turn, ``warmup`` untimed rounds first.
+
+    Parameters
+    ----------
+    spec : str
+        The ``pipe:`` model the plans split.
+    plans : list of PipelinePlan
+        All with the same number of stages.
+    steps, warmup : int
+        Timed and untimed rounds.
+    seed : int
+        Weights and batch (every process builds the same model).
+    threads : int
+        Intra-op threads per process.
+
+    Raises
+    ------
+    GraphoptError
+        No plan, plans of different stage counts, a plan's bounds not covering the
+        model's layers, or a microbatch count that does not divide the batch.
+    ExecutionError
+        A process failed: its first line.
+    """
+    if not plans:
+        raise GraphoptError("no pipeline plan to run")
+    world = plans[0].stages
+    model = build_pipeline_model(spec, seed)
+    for p in plans:
+        if p.stages != world:
+            raise GraphoptError(f"plans of {world} and {p.stages} stages: run them apart")
+        if p.bounds[-1] != len(model.layers):
+            raise GraphoptError(f"plan bounds {list(p.bounds)} end at layer {p.bounds[-1]}; "
+                                f"{spec} has {len(model.layers)} layers")
+        check_microbatches(model, p.microbatches)
+    if not pipeline_available():
+        raise ExecutionError("this PyTorch has no torch.distributed.pipelining with gloo")
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    queue = ctx.SimpleQueue()
+    args = (world, _free_port(), spec, seed,
+            [{"bounds": list(p.bounds), "schedule": p.schedule, "microbatches": p.microbatches}
+             for p in plans], steps, warmup, threads, queue)
+    failed = ""
+    try:
+        mp.start_processes(_worker, args=args, nprocs=world, start_method="spawn")
+    except Exception as err:  # noqa: BLE001 - the worker's own message, if any, is in the queue
+        failed = f": {str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__}"
+    got = {}
+    while not queue.empty():
+        msg = queue.get()
+        if msg[0] == "error":
+            raise ExecutionError(f"pipeline stage {msg[1]} failed: {msg[2]}".splitlines()[0])
+        got[msg[1]] = msg
+    if len(got) != world:
+        raise ExecutionError(f"pipeline processes ended without results from stages "
+                             f"{sorted(set(range(world)) - set(got))}{failed}")
+    out = []
+    for i, p in enumerate(plans):
+        ts = got[0][2][i]
+        med = statistics.median(ts)
+        out.append(PipelineMeasure(p, ts, med, model.batch / med,
+                                   [got[r][3][i] for r in range(world)], got[world - 1][4][i]))
+    return out
+
+
+def runtime_overhead(stages: int, microbatches: int, steps: int = 5, threads: int = 1) -> float:
+    """Seconds ``torch.distributed.pipelining`` adds per stage and microbatch on this
+    machine: the median step of a pipeline of ``stages`` one-unit linear layers, whose
+    compute is nothing, over its ``M + K - 1`` slots (the model's bubble formula).
+
+    What it holds: the schedule's bookkeeping per action, and each send's and receive's
+    fixed cost over gloo, at the load the machine has when it is measured.
+    """
+    spec = f"pipe:mlp:layers={max(stages - 1, 1)},hidden=1,batch={microbatches},classes=2"
+    model = build_pipeline_model(spec)
+    plan = PipelinePlan(spec, tuple(int(b) for b in np.linspace(0, len(model.layers), stages + 1)),
+                        "1f1b", microbatches, "overhead")
+    m = measure_pipelines(spec, [plan], steps=steps, threads=threads)[0]
+    return m.median / (microbatches + stages - 1)

@@ -1,0 +1,193 @@
+"""Splitting a training step's layers into pipeline stages (the pipeline task).
+
+Three methods choose the split points, each priced by the one pipeline model of
+:mod:`graphopt.sim.pipeline` (:func:`~graphopt.sim.pipeline.split_cost`):
+
+even     equal layer counts, the first stages one layer more where they do not divide
+         (``torch.distributed.pipelining``'s habit)
+params   stages of about equal parameter bytes (accelerate's habit for device maps)
+exact    dynamic programming over every contiguous split: the least simulated step time
+         among the splits whose stages fit their devices' memory, exact under the model
+
+``schedule="auto"`` prices each split under both schedules and keeps the faster one
+that fits; the two fill and drain alike, so 1F1B, which holds fewer microbatches'
+activations, is kept on a tie.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from graphopt.errors import GraphoptError
+from graphopt.sim import Problem
+from graphopt.sim.pipeline import (SCHEDULES, LayerCosts, SplitCost, boundary_time, in_flight,
+                                   split_cost)
+
+__all__ = ["SPLIT_METHODS", "PipelineResult", "exact_split", "even_split", "params_split",
+           "plan_pipeline"]
+
+#: The methods of the pipeline task, in the order they are reported.
+SPLIT_METHODS = ("even", "params", "exact")
+
+
+@dataclass(frozen=True)
+class PipelineResult:
+    """One method's split, priced."""
+
+    method: str
+    cost: SplitCost
+
+
+def _check(num_layers: int, stages: int, microbatches: int) -> None:
+    if stages < 1:
+        raise GraphoptError(f"--stages {stages}: give at least 1")
+    if stages > num_layers:
+        raise GraphoptError(f"--stages {stages}: the model has only {num_layers} layers to split")
+    if microbatches < 1:
+        raise GraphoptError(f"--microbatches {microbatches}: give at least 1")
+
+
+def even_split(num_layers: int, stages: int) -> tuple[int, ...]:
+    """Equal layer counts, the first stages one more where they do not divide.
+
+    >>> even_split(8, 2), even_split(10, 4)
+    ((0, 4, 8), (0, 3, 6, 8, 10))
+    """
+    _check(num_layers, stages, 1)
+    sizes = [len(a) for a in np.array_split(np.arange(num_layers), stages)]
+    return tuple(int(x) for x in np.concatenate([[0], np.cumsum(sizes)]))
+
+
+def params_split(weights: np.ndarray, stages: int) -> tuple[int, ...]:
+    """Stages of about equal parameter bytes: each cut where the running total comes
+    nearest to its share, every stage keeping at least one layer.
+
+    >>> params_split(np.array([4.0, 1, 1, 1, 1]), 2)
+    (0, 1, 5)
+    """
+    w = np.asarray(weights, dtype=np.float64)
+    nl = len(w)
+    _check(nl, stages, 1)
+    cum = np.concatenate([[0.0], np.cumsum(w)])
+    bounds = [0]
+    for s in range(1, stages):
+        lo, hi = bounds[-1] + 1, nl - (stages - s)
+        target = cum[-1] * s / stages
+        j = lo + int(np.argmin(np.abs(cum[lo:hi + 1] - target)))
+        bounds.append(j)
+    bounds.append(nl)
+    return tuple(bounds)
+
+
+def exact_split(problem: Problem, costs: LayerCosts, stages: int, microbatches: int,
+                schedule: str, capacity: np.ndarray | None = None) -> tuple[int, ...] | None:
+    """The contiguous split of least simulated step time whose stages fit, by dynamic
+    programming; None when no split fits.
+
+    ``best[s][j]``, the least ``max`` over stages ``0..s`` of ``(M + K - 1) · t + u``
+    (:func:`~graphopt.sim.pipeline.training_step_time`) for layers ``0..j-1``, is the
+    least over ``i`` of ``max(best[s-1][i], cost(s, i, j))``: a stage's cost depends on
+    its layers and its index only (its device, its cuts, its in-flight microbatches).
+    ``O(K·L²)``. ``capacity`` (bytes per stage) replaces the devices' memory.
+    """
+    nl = costs.num_layers
+    _check(nl, stages, microbatches)
+    if stages > problem.num_devices:
+        raise GraphoptError(f"--stages {stages}: the cluster has {problem.num_devices} devices")
+    k, m = stages, microbatches
+    keep = in_flight(schedule, k, m)
+    slots = m + k - 1
+    zero = np.zeros(1)
+    fixed = np.concatenate([zero, np.cumsum(costs.weights + costs.grads + costs.state)])
+    act = np.concatenate([zero, np.cumsum(costs.activations)])
+    best = np.full((k, nl + 1), np.inf)
+    arg = np.zeros((k, nl + 1), dtype=np.int64)
+    for s in range(k):
+        time = np.concatenate([zero, np.cumsum(costs.time[:, s])])
+        upd = np.concatenate([zero, np.cumsum(costs.update[:, s])])
+        left = boundary_time(problem, costs, s - 1) if s > 0 else None
+        right = boundary_time(problem, costs, s) if s < k - 1 else None
+        cap = (problem.capacity if capacity is None else capacity)[s]
+        for j in range(s + 1, nl - (k - 1 - s) + 1):
+            i = np.arange(s, j)  # the stage runs layers i..j-1
+            t = time[j] - time[i]
+            if left is not None:
+                t = t + left[i - 1]
+            if right is not None:
+                t = t + right[j - 1]
+            c = slots * t + (upd[j] - upd[i])
+            mem = fixed[j] - fixed[i] + keep[s] * (act[j] - act[i])
+            c = np.where(mem <= cap, c, np.inf)
+            prev = best[s - 1, i] if s > 0 else np.where(i == 0, 0.0, np.inf)
+            total = np.maximum(prev, c)
+            pick = int(np.argmin(total))
+            best[s, j], arg[s, j] = total[pick], i[pick]
+    if not np.isfinite(best[k - 1, nl]):
+        return None
+    bounds = [nl]
+    for s in range(k - 1, -1, -1):
+        bounds.append(int(arg[s, bounds[-1]]))
+    return tuple(reversed(bounds))
+
+
+def _schedules(schedule: str) -> tuple[str, ...]:
+    if schedule == "auto":
+        return ("1f1b", "gpipe")  # 1F1B first: kept on a tie
+    if schedule not in SCHEDULES:
+        raise GraphoptError(f"--schedule {schedule!r}: give one of {', '.join(SCHEDULES)} or auto")
+    return (schedule,)
+
+
+def plan_pipeline(problem: Problem, costs: LayerCosts, stages: int, microbatches: int,
+                  schedule: str = "auto", methods=SPLIT_METHODS,
+                  overhead: float = 0.0) -> list[PipelineResult]:
+    """Each method's split of ``costs``' layers into ``stages`` stages, priced with
+    ``microbatches`` microbatches under ``schedule`` (``auto``: the better one, per split)
+    and the runtime's ``overhead`` per stage and microbatch
+    (:func:`~graphopt.sim.pipeline.split_cost`).
+
+    A method whose split does not fit memory is still reported (``cost.fits`` False);
+    ``exact`` with no split that fits falls back to the fastest split, unfitting.
+
+    Raises
+    ------
+    GraphoptError
+        More stages than layers or devices, fewer than one microbatch, an unknown
+        schedule or method; one line naming the option.
+    """
+    nl = costs.num_layers
+    _check(nl, stages, microbatches)
+    if stages > problem.num_devices:
+        raise GraphoptError(f"--stages {stages}: the cluster {problem.cluster.name} has "
+                            f"{problem.num_devices} devices; give one with as many as stages")
+    scheds = _schedules(schedule)
+    unknown = [m for m in methods if m not in SPLIT_METHODS]
+    if unknown:
+        raise GraphoptError(f"--methods: {unknown[0]!r} is no pipeline method; give "
+                            f"{', '.join(SPLIT_METHODS)}")
+
+    def better(a: SplitCost, b: SplitCost | None) -> bool:
+        return b is None or (a.fits, -a.step_time) > (b.fits, -b.step_time)
+
+    out = []
+    for method in methods:
+        best: SplitCost | None = None
+        for sched in scheds:
+            if method == "even":
+                bounds = even_split(nl, stages)
+            elif method == "params":
+                bounds = params_split(costs.weights, stages)
+            else:
+                bounds = exact_split(problem, costs, stages, microbatches, sched)
+                if bounds is None:  # nothing fits: the fastest split, memory ignored
+                    bounds = exact_split(problem, costs, stages, microbatches, sched,
+                                         capacity=np.full(stages, np.inf))
+            cost = split_cost(problem, costs, bounds, microbatches, sched, overhead)
+            if better(cost, best):
+                best = cost
+        assert best is not None  # scheds is never empty
+        out.append(PipelineResult(method, best))
+    return out
+

@@ -1,0 +1,255 @@
+"""``pipe:NAME[:key=value,...]``: models as a sequence of layers, the form a pipeline splits.
+
+A pipeline stage of ``torch.distributed.pipelining`` is a run of consecutive layers whose
+only input is the previous stage's output tensor. Each model here is such a sequence:
+``layers[0]`` takes the example input, every later layer takes its predecessor's
+output, and the loss takes the last layer's output and the target. The stage boundaries
+graphopt chooses are indices into ``layers``; traced as ``nn.Sequential(*layers)`` each
+op's module path begins with its layer's index, which is how the pipeline task tells
+the layers apart in the graph.
+
+Models (weights random and seeded, nothing downloaded):
+
+- ``mlp`` — ``layers`` equal blocks ``Linear(hidden, hidden) + ReLU`` and a classifier;
+- ``mlp-uneven`` — blocks whose widths grow (``hidden × (1 + i·growth)``), as in a
+  network that widens with depth: equal layer counts are unequal work;
+- ``transformer-encoder`` — ``torch.nn.TransformerEncoderLayer`` blocks between a token
+  embedding and a classifier over the vocabulary;
+- ``gpt2`` — ``transformers``' ``GPT2Block`` between GPT-2's token and position
+  embeddings and its final norm and language-model head;
+- ``bert`` — ``transformers``' ``BertEmbeddings``, ``BertLayer`` blocks and a masked-LM
+  style head.
+
+Overrides: ``layers``, ``hidden``, ``batch``, ``seq``, ``vocab``, ``heads``, ``growth``
+(as each model takes them; :func:`build_pipeline_model` names the known ones).
+
+>>> m = build_pipeline_model("mlp:layers=3,hidden=8,batch=4")
+>>> len(m.layers), tuple(m.inputs.shape)
+(4, (4, 8))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from graphopt.errors import GraphoptError
+from graphopt.zoo.registry import parse_overrides
+
+__all__ = ["PIPELINE_MODELS", "PipelineModel", "build_pipeline_model", "is_pipeline_source"]
+
+#: The prefix of a pipeline model's source.
+PREFIX = "pipe:"
+
+
+@dataclass
+class PipelineModel:
+    """A model as consecutive layers, one batch, and its loss.
+
+    Attributes
+    ----------
+    name : str
+        The source it was built from, e.g. ``"pipe:gpt2:layers=4"``.
+    layers : list of nn.Module
+        Consecutive layers: each takes one tensor and returns one.
+    inputs, target : Tensor
+        One batch (the first layer's input) and what the loss compares the output with.
+    loss : callable
+        ``loss(output, target) -> scalar``: the mean over the batch, so that the mean of
+        the microbatches' losses is the batch's.
+    """
+
+    name: str
+    layers: list[nn.Module]
+    inputs: Tensor
+    target: Tensor
+    loss: Callable[[Tensor, Tensor], Tensor]
+
+    @property
+    def batch(self) -> int:
+        """Examples per step."""
+        return int(self.inputs.shape[0])
+
+    def sequential(self) -> nn.Sequential:
+        """The layers as one ``nn.Sequential`` (sharing their parameters)."""
+        return nn.Sequential(*self.layers)
+
+
+def _cross_entropy(out: Tensor, target: Tensor) -> Tensor:
+    return nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), target.reshape(-1))
+
+
+def _mlp(layers: int = 8, hidden: int = 256, batch: int = 64, growth: float = 0.0,
+         classes: int = 10) -> tuple[list[nn.Module], Tensor, Tensor]:
+    widths = [max(1, round(hidden * (1 + i * growth))) for i in range(layers + 1)]
+    blocks: list[nn.Module] = [nn.Sequential(nn.Linear(widths[i], widths[i + 1]), nn.ReLU())
+                               for i in range(layers)]
+    blocks.append(nn.Linear(widths[-1], classes))
+    return blocks, torch.randn(batch, widths[0]), torch.randint(0, classes, (batch,))
+
+
+class _Embed(nn.Module):
+    """Token embedding and learned positions: token ids → hidden states."""
+
+    def __init__(self, vocab: int, hidden: int, seq: int) -> None:
+        super().__init__()
+        self.tokens = nn.Embedding(vocab, hidden)
+        self.positions = nn.Parameter(torch.randn(seq, hidden) * 0.02)
+
+    def forward(self, ids: Tensor) -> Tensor:
+        return self.tokens(ids) + self.positions[: ids.shape[1]]
+
+
+class _Head(nn.Module):
+    """A final norm and a projection: hidden states → scores per class or token."""
+
+    def __init__(self, hidden: int, out: int, norm: nn.Module | None = None) -> None:
+        super().__init__()
+        self.norm = norm if norm is not None else nn.LayerNorm(hidden)
+        self.proj = nn.Linear(hidden, out)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.proj(self.norm(x))
+
+
+def _tokens(batch: int, seq: int, vocab: int) -> tuple[Tensor, Tensor]:
+    return torch.randint(0, vocab, (batch, seq)), torch.randint(0, vocab, (batch, seq))
+
+
+def _encoder(layers: int = 4, hidden: int = 128, heads: int = 4, seq: int = 64,
+             batch: int = 8, vocab: int = 4000) -> tuple[list[nn.Module], Tensor, Tensor]:
+    blocks: list[nn.Module] = [_Embed(vocab, hidden, seq)]
+    blocks += [nn.TransformerEncoderLayer(hidden, heads, 4 * hidden, dropout=0.0,
+                                          batch_first=True) for _ in range(layers)]
+    blocks.append(_Head(hidden, vocab))
+    return (blocks, *_tokens(batch, seq, vocab))
+
+
+def _transformers():
+    try:
+        import transformers
+    except ImportError:
+        raise GraphoptError("pipe:gpt2 and pipe:bert need the 'transformers' package: "
+                            "pip install 'graphopt[hf]'") from None
+    return transformers
+
+
+class _GPT2Embed(nn.Module):
+    def __init__(self, wte: nn.Module, wpe: nn.Module) -> None:
+        super().__init__()
+        self.wte, self.wpe = wte, wpe
+
+    def forward(self, ids: Tensor) -> Tensor:
+        pos = torch.arange(ids.shape[1], device=ids.device)
+        return self.wte(ids) + self.wpe(pos)
+
+
+class _Block(nn.Module):
+    """A ``transformers`` block called on hidden states alone (no mask, no cache)."""
+
+    def __init__(self, block: nn.Module) -> None:
+        super().__init__()
+        self.block = block
+
+    def forward(self, x: Tensor) -> Tensor:
+        out = self.block(x)
+        return out[0] if isinstance(out, tuple) else out
+
+
+def _gpt2(layers: int = 6, hidden: int = 128, heads: int = 4, seq: int = 64, batch: int = 8,
+          vocab: int = 50257) -> tuple[list[nn.Module], Tensor, Tensor]:
+    tf = _transformers()
+    cfg = tf.GPT2Config(n_layer=layers, n_embd=hidden, n_head=heads, n_positions=seq,
+                        vocab_size=vocab, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                        bos_token_id=0, eos_token_id=0)
+    model = tf.GPT2LMHeadModel(cfg)
+    t = model.transformer
+    blocks: list[nn.Module] = [_GPT2Embed(t.wte, t.wpe)]
+    blocks += [_Block(b) for b in t.h]
+    # the head's weight is tied to the embedding's; untied here, as a stage boundary
+    # between them would need the weight on two processes
+    head = nn.Linear(hidden, vocab, bias=False)
+    head.weight = nn.Parameter(model.lm_head.weight.detach().clone())
+    blocks.append(_GPT2Head(t.ln_f, head))
+    return (blocks, *_tokens(batch, seq, vocab))
+
+
+class _GPT2Head(nn.Module):
+    def __init__(self, norm: nn.Module, head: nn.Module) -> None:
+        super().__init__()
+        self.norm, self.head = norm, head
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.head(self.norm(x))
+
+
+def _bert(layers: int = 4, hidden: int = 128, heads: int = 4, seq: int = 64, batch: int = 8,
+          vocab: int = 30522) -> tuple[list[nn.Module], Tensor, Tensor]:
+    tf = _transformers()
+    cfg = tf.BertConfig(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads,
+                        intermediate_size=4 * hidden, vocab_size=vocab, max_position_embeddings=seq,
+                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    model = tf.BertModel(cfg, add_pooling_layer=False)
+    blocks: list[nn.Module] = [model.embeddings]
+    blocks += [_Block(b) for b in model.encoder.layer]
+    blocks.append(_Head(hidden, vocab))
+    return (blocks, *_tokens(batch, seq, vocab))
+
+
+#: Name → builder of (layers, inputs, target).
+PIPELINE_MODELS: dict[str, Callable[..., tuple[list[nn.Module], Tensor, Tensor]]] = {
+    "mlp": _mlp,
+    "mlp-uneven": lambda growth=0.5, **kw: _mlp(growth=growth, **kw),
+    "transformer-encoder": _encoder,
+    "gpt2": _gpt2,
+    "bert": _bert,
+}
+
+_KEYS = {"mlp": {"layers", "hidden", "batch", "classes"},
+         "mlp-uneven": {"layers", "hidden", "batch", "classes", "growth"},
+         "transformer-encoder": {"layers", "hidden", "heads", "seq", "batch", "vocab"},
+         "gpt2": {"layers", "hidden", "heads", "seq", "batch", "vocab"},
+         "bert": {"layers", "hidden", "heads", "seq", "batch", "vocab"}}
+
+
+def is_pipeline_source(spec: str) -> bool:
+    """Whether ``spec`` names a pipeline model (``pipe:NAME...``)."""
+    return spec.startswith(PREFIX)
+
+
+def build_pipeline_model(spec: str, seed: int = 0) -> PipelineModel:
+    """The model ``spec`` names (``NAME[:key=value,...]``, with or without ``pipe:``),
+    its weights and batch drawn from ``seed``.
+
+    Raises
+    ------
+    GraphoptError
+        An unknown name or override, a size below 1, or (gpt2, bert) ``transformers``
+        missing; the message names the source.
+    """
+    source = spec if is_pipeline_source(spec) else PREFIX + spec
+    name, _, text = source[len(PREFIX):].partition(":")
+    if name not in PIPELINE_MODELS:
+        raise GraphoptError(f"graph {source!r}: unknown pipeline model {name!r}; known: "
+                            f"{', '.join(PIPELINE_MODELS)}")
+    overrides: dict[str, Any] = parse_overrides(source, text)
+    for key, value in overrides.items():
+        if key not in _KEYS[name]:
+            raise GraphoptError(f"graph {source!r}: {name} has no override {key!r}; known: "
+                                f"{', '.join(sorted(_KEYS[name]))}")
+        if key == "growth":
+            ok = isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= 16
+        else:
+            ok = isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 1 << 20
+        if not ok:
+            raise GraphoptError(f"graph {source!r}: override {key}={value!r} must be "
+                                f"{'a number in [0, 16]' if key == 'growth' else 'an integer >= 1'}")
+    torch.manual_seed(seed)
+    layers, inputs, target = PIPELINE_MODELS[name](**overrides)
+    for layer in layers:
+        layer.train()
+    return PipelineModel(source, layers, inputs, target, _cross_entropy)
