@@ -604,6 +604,9 @@ class PipelinePlan:
             raise PlanError(f"{path}: schedule must be one of {', '.join(SCHEDULES)}, got {sched!r}")
         if type(m) is not int or m < 1:
             raise PlanError(f"{path}: microbatches must be an integer >= 1, got {m!r}")
+        if sched == "1f1b" and m < len(b) - 1:
+            raise PlanError(f"{path}: 1f1b needs at least as many microbatches as stages, got "
+                            f"{m} for {len(b) - 1}")
         if not isinstance(d.get("model"), str):
             raise PlanError(f"{path}: model must be the model's source, got {d.get('model')!r}")
         sim = d.get("simulated") if isinstance(d.get("simulated"), dict) else {}

@@ -11,7 +11,8 @@ exact    dynamic programming over every contiguous split: the least simulated st
 
 ``schedule="auto"`` prices each split under both schedules and keeps the faster one
 that fits; the two fill and drain alike, so 1F1B, which holds fewer microbatches'
-activations, is kept on a tie.
+activations, is kept on a tie (and GPipe alone is priced with fewer microbatches than
+stages, which ``torch``'s ``Schedule1F1B`` refuses).
 """
 
 from __future__ import annotations
@@ -132,11 +133,16 @@ def exact_split(problem: Problem, costs: LayerCosts, stages: int, microbatches: 
     return tuple(reversed(bounds))
 
 
-def _schedules(schedule: str) -> tuple[str, ...]:
+def _schedules(schedule: str, stages: int, microbatches: int) -> tuple[str, ...]:
+    # torch's Schedule1F1B refuses fewer microbatches than stages
+    one_f = microbatches >= stages
     if schedule == "auto":
-        return ("1f1b", "gpipe")  # 1F1B first: kept on a tie
+        return ("1f1b", "gpipe") if one_f else ("gpipe",)  # 1F1B first: kept on a tie
     if schedule not in SCHEDULES:
         raise GraphoptError(f"--schedule {schedule!r}: give one of {', '.join(SCHEDULES)} or auto")
+    if schedule == "1f1b" and not one_f:
+        raise GraphoptError(f"--schedule 1f1b needs at least as many microbatches as stages "
+                            f"({microbatches} < {stages}): give --microbatches {stages} or gpipe")
     return (schedule,)
 
 
@@ -162,7 +168,7 @@ def plan_pipeline(problem: Problem, costs: LayerCosts, stages: int, microbatches
     if stages > problem.num_devices:
         raise GraphoptError(f"--stages {stages}: the cluster {problem.cluster.name} has "
                             f"{problem.num_devices} devices; give one with as many as stages")
-    scheds = _schedules(schedule)
+    scheds = _schedules(schedule, stages, microbatches)
     unknown = [m for m in methods if m not in SPLIT_METHODS]
     if unknown:
         raise GraphoptError(f"--methods: {unknown[0]!r} is no pipeline method; give "

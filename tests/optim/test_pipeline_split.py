@@ -1,0 +1,88 @@
+"""The pipeline task's splits: even and parameter-balanced by rule, exact by dynamic
+programming, held against brute force."""
+
+from __future__ import annotations
+
+import itertools
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from graphopt.errors import GraphoptError
+from graphopt.optim.partition.pipeline import (even_split, exact_split, params_split,
+                                               plan_pipeline)
+from graphopt.sim.pipeline import LayerCosts, split_cost
+
+
+def _costs(rng, nl: int, d: int) -> LayerCosts:
+    return LayerCosts(time=rng.uniform(0.1, 2.0, (nl, d)), update=rng.uniform(0, 0.3, (nl, d)),
+                      weights=rng.uniform(1, 10, nl), grads=rng.uniform(1, 10, nl),
+                      state=rng.uniform(0, 5, nl), activations=rng.uniform(1, 8, nl),
+                      boundary=rng.uniform(0, 5, nl - 1), layer=np.zeros(0, dtype=np.int64))
+
+
+def _problem(rng, d: int, capacity: float) -> SimpleNamespace:
+    lat = rng.uniform(0, 0.1, (d, d))
+    spb = rng.uniform(0, 0.05, (d, d))
+    np.fill_diagonal(lat, 0)
+    np.fill_diagonal(spb, 0)
+    return SimpleNamespace(num_devices=d, capacity=np.full(d, capacity), latency=lat,
+                           sec_per_byte=spb, cluster=SimpleNamespace(name="fake"))
+
+
+def _brute(prob, costs, k, m, sched):
+    nl = costs.num_layers
+    best = None
+    for cuts in itertools.combinations(range(1, nl), k - 1):
+        c = split_cost(prob, costs, (0, *cuts, nl), m, sched)
+        if c.fits and (best is None or c.step_time < best.step_time - 1e-12):
+            best = c
+    return best
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_exact_is_optimal_against_brute_force(seed):
+    rng = np.random.default_rng(seed)
+    nl, k = int(rng.integers(3, 9)), int(rng.integers(1, 5))
+    k = min(k, nl)
+    m, sched = int(rng.integers(k, 9)), ["gpipe", "1f1b"][seed % 2]
+    costs = _costs(rng, nl, k)
+    # a capacity that often rules some splits out, sometimes all
+    prob = _problem(rng, k, float(rng.uniform(10, 80)))
+    got = exact_split(prob, costs, k, m, sched)
+    want = _brute(prob, costs, k, m, sched)
+    if want is None:
+        assert got is None
+    else:
+        assert got is not None
+        assert split_cost(prob, costs, got, m, sched).step_time == pytest.approx(want.step_time)
+
+
+def test_even_and_params_splits():
+    assert even_split(8, 2) == (0, 4, 8)
+    assert even_split(7, 3) == (0, 3, 5, 7)
+    assert even_split(3, 3) == (0, 1, 2, 3)
+    assert params_split(np.array([1.0, 1, 1, 1]), 2) == (0, 2, 4)
+    assert params_split(np.array([10.0, 1, 1, 1, 1, 1]), 2) == (0, 1, 6)
+    assert params_split(np.array([0.0, 0, 0, 9]), 3) == (0, 1, 2, 4)  # a stage keeps a layer
+    with pytest.raises(GraphoptError, match="only 2 layers"):
+        even_split(2, 3)
+
+
+def test_plan_pipeline_methods_and_auto_schedule():
+    rng = np.random.default_rng(3)
+    costs = _costs(rng, 6, 2)
+    prob = _problem(rng, 2, 1e9)
+    res = {r.method: r.cost for r in plan_pipeline(prob, costs, 2, 4, "auto")}
+    assert set(res) == {"even", "params", "exact"}
+    assert res["exact"].step_time <= min(res["even"].step_time, res["params"].step_time) + 1e-12
+    assert all(c.schedule == "1f1b" for c in res.values())  # same time, less memory
+    assert plan_pipeline(prob, costs, 2, 1, "auto")[0].cost.schedule == "gpipe"
+    for kwargs, msg in [({"stages": 7, "microbatches": 4}, "only 6 layers"),
+                        ({"stages": 2, "microbatches": 0}, "--microbatches 0"),
+                        ({"stages": 3, "microbatches": 4}, "devices"),
+                        ({"stages": 2, "microbatches": 4, "schedule": "zb"}, "--schedule"),
+                        ({"stages": 2, "microbatches": 1, "schedule": "1f1b"}, "at least as many")]:
+        with pytest.raises(GraphoptError, match=msg):
+            plan_pipeline(prob, costs, **kwargs)
