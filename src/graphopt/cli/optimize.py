@@ -71,9 +71,11 @@ def optimize(
     stages: int = typer.Option(2, "--stages",
                                help="With --task pipeline: pipeline stages (one process or "
                                     "device each). Example: 4"),
-    microbatches: int = typer.Option(4, "--microbatches",
-                                     help="With --task pipeline: microbatches per step; must "
-                                          "divide the batch. Example: 8"),
+    microbatches: str = typer.Option("auto", "--microbatches",
+                                     help="With --task pipeline: microbatches per step, a count "
+                                          "that divides the batch, or auto (the count among "
+                                          "the powers of two that divide it whose exact split "
+                                          "is fastest). Example: 8"),
     schedule: str = typer.Option("auto", "--schedule",
                                  help="With --task pipeline: gpipe, 1f1b, or auto (the faster "
                                       "that fits; 1f1b on a tie, as it holds fewer "

@@ -34,21 +34,23 @@ def _bytes(values) -> str:
     return " / ".join(format_bytes(float(x)) for x in values)
 
 
-def optimize_pipeline(graph: str, cluster: str | None, stages: int, microbatches: int,
+def optimize_pipeline(graph: str, cluster: str | None, stages: int, microbatches: str,
                       schedule: str, methods: list[str], out: Path | None, measure: bool,
                       steps: int, seed: int) -> None:
     """``graphopt optimize MODEL --task pipeline``: each method's split, a table, and
     with ``out`` a plan file per method; with ``measure``, each plan run for real."""
     from graphopt.exec.pipeline import (measure_pipelines, pipeline_problem, runtime_overhead)
     from graphopt.hardware import load_cluster
-    from graphopt.optim.partition.pipeline import SPLIT_METHODS, plan_pipeline
+    from graphopt.optim.partition.pipeline import (SPLIT_METHODS, microbatch_candidates,
+                                                   plan_pipeline, plan_pipeline_auto)
     from graphopt.sim.pipeline import PipelinePlan
 
     check_output(out, "--out", folder=True)
     if stages < 1:
         raise GraphoptError(f"--stages {stages}: give at least 1")
-    if microbatches < 1:
-        raise GraphoptError(f"--microbatches {microbatches}: give at least 1")
+    if microbatches != "auto" and not (microbatches.isascii() and microbatches.isdigit()
+                                       and int(microbatches) >= 1):
+        raise GraphoptError(f"--microbatches {microbatches}: give a count of at least 1, or auto")
     if schedule not in ("gpipe", "1f1b", "auto"):
         raise GraphoptError(f"--schedule {schedule!r}: give gpipe, 1f1b or auto")
     unknown = [m for m in methods if m not in SPLIT_METHODS]
@@ -59,14 +61,21 @@ def optimize_pipeline(graph: str, cluster: str | None, stages: int, microbatches
     if stages > len(model.layers):
         raise GraphoptError(f"--stages {stages}: {graph} has only {len(model.layers)} layers")
     c = load_cluster(cluster or f"cpu:{stages}")
-    with console.status(f"tracing one microbatch of {graph}"):
-        prob, costs = pipeline_problem(model, microbatches, c)
     overhead = 0.0
     if measure:
         with console.status(f"measuring the pipeline runtime's overhead on {stages} processes"):
-            overhead = runtime_overhead(stages, microbatches)
-    results = plan_pipeline(prob, costs, stages, microbatches, schedule, methods, overhead)
-    plans = [PipelinePlan(graph, r.cost.bounds, r.cost.schedule, microbatches, r.method,
+            overhead = runtime_overhead(stages, stages)
+    with console.status(f"tracing one microbatch of {graph}"):
+        if microbatches == "auto":
+            results = plan_pipeline_auto(lambda m: pipeline_problem(model, m, c),
+                                         microbatch_candidates(model.batch, stages), stages,
+                                         schedule, methods, overhead)
+        else:
+            prob, costs = pipeline_problem(model, int(microbatches), c)
+            results = plan_pipeline(prob, costs, stages, int(microbatches), schedule, methods,
+                                    overhead)
+    microbatches = str(results[0].cost.microbatches)
+    plans = [PipelinePlan(graph, r.cost.bounds, r.cost.schedule, int(microbatches), r.method,
                           _simulated(r.cost, model.batch, overhead)) for r in results]
     measured = None
     if measure:
@@ -74,7 +83,7 @@ def optimize_pipeline(graph: str, cluster: str | None, stages: int, microbatches
             measured = measure_pipelines(graph, plans, steps=steps, seed=seed)
     even = next((r.cost.step_time for r in results if r.method == "even"), None)
     t = Table(title=f"{graph}: {len(model.layers)} layers into {stages} stages on {c.name}, "
-                    f"{microbatches} microbatches of {model.batch // microbatches}")
+                    f"{microbatches} microbatches of {model.batch // int(microbatches)}")
     cols = ["method", "layers per stage", "schedule", "step ms", "samples/s", "vs even",
             "peak per stage", "fits"]
     if measured:

@@ -12,7 +12,9 @@ exact    dynamic programming over every contiguous split: the least simulated st
 ``schedule="auto"`` prices each split under both schedules and keeps the faster one
 that fits; the two fill and drain alike, so 1F1B, which holds fewer microbatches'
 activations, is kept on a tie (and GPipe alone is priced with fewer microbatches than
-stages, which ``torch``'s ``Schedule1F1B`` refuses).
+stages, which ``torch``'s ``Schedule1F1B`` refuses). Microbatches ``auto``
+(:func:`plan_pipeline_auto`) picks the count whose exact split is fastest, and prices
+every method at that count.
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ from graphopt.sim import Problem
 from graphopt.sim.pipeline import (SCHEDULES, LayerCosts, SplitCost, boundary_time, in_flight,
                                    split_cost)
 
-__all__ = ["SPLIT_METHODS", "PipelineResult", "exact_split", "even_split", "params_split",
-           "plan_pipeline"]
+__all__ = ["SPLIT_METHODS", "PipelineResult", "exact_split", "even_split", "microbatch_candidates",
+           "params_split", "plan_pipeline", "plan_pipeline_auto"]
 
 #: The methods of the pipeline task, in the order they are reported.
 SPLIT_METHODS = ("even", "params", "exact")
@@ -197,3 +199,44 @@ def plan_pipeline(problem: Problem, costs: LayerCosts, stages: int, microbatches
         out.append(PipelineResult(method, best))
     return out
 
+
+
+def microbatch_candidates(batch: int, stages: int, limit: int = 6) -> list[int]:
+    """Microbatch counts ``auto`` tries: the powers of two that divide ``batch``, from the
+    smallest at least ``stages`` (fewer leave a stage idle most of the step) down to 1
+    where none is, at most ``limit`` of them.
+
+    >>> microbatch_candidates(64, 2), microbatch_candidates(6, 4)
+    ([2, 4, 8, 16, 32, 64], [2])
+    """
+    twos = [m for m in (2**i for i in range(31)) if m <= batch and batch % m == 0]
+    enough = [m for m in twos if m >= stages]
+    return enough[:limit] if enough else twos[-1:]
+
+
+def plan_pipeline_auto(problem_for, candidates, stages: int, schedule: str = "auto",
+                       methods=SPLIT_METHODS, overhead: float = 0.0) -> list[PipelineResult]:
+    """:func:`plan_pipeline` with the microbatch count chosen too: the count among
+    ``candidates`` whose ``exact`` split is fastest (and fits), then every method's split
+    at that count, so that the methods differ in their split alone.
+
+    Parameters
+    ----------
+    problem_for : callable
+        ``problem_for(M) -> (Problem, LayerCosts)`` of one microbatch of ``M``.
+    candidates : iterable of int
+        Microbatch counts to try (:func:`microbatch_candidates`).
+    """
+    best = None
+    for m in candidates:
+        if schedule == "1f1b" and m < stages:
+            continue
+        prob, costs = problem_for(m)
+        cost = plan_pipeline(prob, costs, stages, m, schedule, ("exact",), overhead)[0].cost
+        if best is None or (cost.fits, -cost.step_time) > (best[0].fits, -best[0].step_time):
+            best = (cost, prob, costs, m)
+    if best is None:
+        raise GraphoptError(f"--microbatches auto: no count among {list(candidates)} suits "
+                            f"--schedule {schedule} on {stages} stages")
+    _, prob, costs, m = best
+    return plan_pipeline(prob, costs, stages, m, schedule, methods, overhead)

@@ -1,0 +1,196 @@
+"""Pipeline splits run for real: ``torch.distributed.pipelining`` on CPU processes.
+
+For each model (``pipe:`` sources, :mod:`graphopt.zoo.pipeline`: a
+``torch.nn.TransformerEncoder``, an MLP whose blocks widen, ``transformers``' GPT-2 and
+BERT, random weights) and each stage count, the pipeline task's three splits (``even``
+layer counts, ``params``-balanced, the ``exact`` optimum of the simulator), each with
+the schedule and the microbatches graphopt chose (``auto``: the count whose exact split
+is fastest, the same count for all three, so that they differ in the split alone), plus what a
+user writes first (``even``, 1F1B, as many microbatches as stages: ``even-first``), run
+on ``K`` gloo processes, one step of each plan in turn, ``steps`` timed rounds after a
+warm-up; the median step of each.
+
+The simulator prices the splits on this machine's calibrated CPU workers
+(:func:`graphopt.exec.calibrate.calibrate`, run once at the start; its figures copied to
+``K`` devices) plus the pipeline runtime's overhead per stage and microbatch
+(:func:`graphopt.exec.pipeline.runtime_overhead`, measured once per stage count); no
+figure is fitted to the rows. Reported per plan: measured and simulated throughput, the
+measured throughput over the even split's, the simulated step over the measured one, and
+simulated against measured peak memory per stage; per row the load average before it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import statistics
+import time
+
+from graphopt.benchmarks import geomean, say
+from graphopt.exec.pipeline import measure_pipelines, pipeline_problem, runtime_overhead
+from graphopt.optim.partition.pipeline import (microbatch_candidates, plan_pipeline,
+                                               plan_pipeline_auto)
+from graphopt.sim.pipeline import PipelinePlan, split_cost
+from graphopt.zoo.pipeline import build_pipeline_model
+
+__all__ = ["MODELS", "run", "to_markdown"]
+
+#: The rows: ``pipe:`` models at sizes of a few hundred ms a step on two CPU processes.
+MODELS = (
+    "pipe:transformer-encoder:layers=4,hidden=128,heads=4,seq=64,batch=16,vocab=8000",
+    "pipe:mlp-uneven:layers=8,hidden=256,batch=64",
+    "pipe:gpt2:layers=6,hidden=128,heads=4,seq=32,batch=8",
+    "pipe:bert:layers=4,hidden=128,heads=4,seq=64,batch=8",
+)
+
+
+def _cluster(calibration, count: int):
+    """The calibrated workers' figures on ``count`` devices, each with the memory this
+    machine has over their number."""
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / count
+    return dataclasses.replace(calibration, devices=count).cluster(float(memory))
+
+
+def _row(spec: str, stages: int, microbatches: int | None, steps: int, cluster,
+         overhead: float) -> dict:
+    model = build_pipeline_model(spec)
+    if microbatches is None:
+        results = plan_pipeline_auto(lambda m: pipeline_problem(model, m, cluster),
+                                     microbatch_candidates(model.batch, stages), stages,
+                                     overhead=overhead)
+    else:
+        prob, costs = pipeline_problem(model, microbatches, cluster)
+        results = plan_pipeline(prob, costs, stages, microbatches, "auto", overhead=overhead)
+    plans = [PipelinePlan(spec, r.cost.bounds, r.cost.schedule, r.cost.microbatches, r.method)
+             for r in results]
+    sims = [r.cost for r in results]
+    even = next(p for p in plans if p.method == "even")
+    if model.batch % stages == 0:  # what a user writes first: even, 1F1B, M = K
+        first_prob, first_costs = pipeline_problem(model, stages, cluster)
+        plans.append(PipelinePlan(spec, even.bounds, "1f1b", stages, "even-first"))
+        # the overhead is per action, the same at any microbatch count
+        sims.append(split_cost(first_prob, first_costs, even.bounds, stages, "1f1b", overhead))
+    load = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    measured = measure_pipelines(spec, plans, steps=steps)
+    out = {"model": spec, "stages": stages, "layers": len(model.layers), "batch": model.batch,
+           "load_before": load, "load_after": os.getloadavg()[0],
+           "seconds": time.perf_counter() - t0, "plans": []}
+    for p, sim, m in zip(plans, sims, measured):
+        out["plans"].append({
+            "method": p.method, "bounds": list(p.bounds), "schedule": p.schedule,
+            "microbatches": p.microbatches, "measured_step": m.median,
+            "measured_steps": m.step_times, "measured_throughput": m.throughput,
+            "simulated_step": sim.step_time, "simulated_throughput": model.batch / sim.step_time,
+            "measured_memory": m.memory, "simulated_memory": [float(x) for x in sim.memory],
+            "loss": m.loss})
+    even_m = out["plans"][0]["measured_throughput"]
+    even_s = out["plans"][0]["simulated_throughput"]
+    for p in out["plans"]:
+        p["vs_even"] = p["measured_throughput"] / even_m
+        p["simulated_vs_even"] = p["simulated_throughput"] / even_s
+        p["step_error"] = p["simulated_step"] / p["measured_step"] - 1
+        p["memory_error"] = [s / m - 1 for s, m in zip(p["simulated_memory"], p["measured_memory"])]
+    return out
+
+
+def run(models=MODELS, stages=(2,), microbatches: int | None = None, steps: int = 7) -> dict:
+    """Every model at every stage count (the module docstring says what is measured);
+    ``microbatches`` None lets graphopt choose them (``--microbatches auto``)."""
+    from graphopt.exec.calibrate import calibrate
+
+    t0 = time.perf_counter()
+    say("calibrating this machine's CPU workers (graphopt calibrate --devices cpu:2)")
+    calibration = calibrate(2).calibration
+    res = {"settings": {"models": list(models), "stages": list(stages),
+                        "microbatches": microbatches, "steps": steps},
+           "calibration": dataclasses.asdict(calibration), "overhead": {}, "rows": []}
+    total = len(models) * len(stages)
+    for k in stages:
+        cluster = _cluster(calibration, k)
+        overhead = runtime_overhead(k, k)
+        res["overhead"][str(k)] = overhead
+        say(f"pipeline runtime overhead on {k} processes: {overhead * 1e3:.2f} ms per stage "
+            "and microbatch")
+        for spec in models:
+            row = _row(spec, k, None if microbatches is None else max(microbatches, k), steps,
+                       cluster, overhead)
+            res["rows"].append(row)
+            say(f"[{len(res['rows'])}/{total}] {spec} on {k} stages: {row['seconds']:.1f} s, "
+                f"load {row['load_before']:.2f}")
+    res["summary"] = summary(res)
+    res["seconds"] = time.perf_counter() - t0
+    return res
+
+
+def summary(res: dict) -> dict:
+    """The claims: exact over even (geomean of measured throughput), the worst row
+    against even and params, the median step and memory errors, and how often the
+    simulator's first split is within 3% of the measured best."""
+    best, worst, first, errors, mem = [], [], [], [], []
+    for row in res["rows"]:
+        by = {p["method"]: p for p in row["plans"]}
+        ex = by["exact"]
+        best.append(ex["vs_even"])
+        worst.append(min(ex["measured_throughput"] / by[m]["measured_throughput"]
+                         for m in ("even", "params")))
+        split = [p for p in row["plans"] if p["method"] != "even-first"]
+        top_sim = max(split, key=lambda p: p["simulated_throughput"])
+        top = max(p["measured_throughput"] for p in split)
+        first.append(top_sim["measured_throughput"] >= 0.97 * top)
+        errors += [abs(p["step_error"]) for p in row["plans"]]
+        mem += [abs(e) for p in row["plans"] for e in p["memory_error"]]
+        if "even-first" in by:
+            ex["vs_even_first"] = ex["measured_throughput"] / by["even-first"]["measured_throughput"]
+    return {"exact_vs_even_geomean": geomean(best), "exact_vs_even_or_params_worst": min(worst),
+            "exact_vs_even_first_geomean": geomean([
+                p["vs_even_first"] for row in res["rows"] for p in row["plans"]
+                if "vs_even_first" in p]),
+            "simulator_first_within_3pct": f"{sum(first)}/{len(first)}",
+            "median_abs_step_error": statistics.median(errors) if errors else None,
+            "median_abs_memory_error": statistics.median(mem) if mem else None}
+
+
+def _sizes(bounds) -> str:
+    return "/".join(str(b - a) for a, b in zip(bounds, bounds[1:]))
+
+
+def to_markdown(res: dict) -> str:
+    """The results as Markdown: one table of every plan, then the summary."""
+    lines = ["| model | K | method | layers | schedule, M | measured samples/s | simulated "
+             "samples/s | measured vs even | simulated / measured step | peak MiB per stage, "
+             "measured (simulated) | load |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for row in res["rows"]:
+        name = row["model"].removeprefix("pipe:").split(":")[0]
+        for p in row["plans"]:
+            mem = " / ".join(f"{m / 2**20:.1f} ({s / 2**20:.1f})"
+                             for m, s in zip(p["measured_memory"], p["simulated_memory"]))
+            lines.append(f"| {name} | {row['stages']} | {p['method']} | {_sizes(p['bounds'])} | "
+                         f"{p['schedule']}, {p['microbatches']} | {p['measured_throughput']:,.1f} | "
+                         f"{p['simulated_throughput']:,.1f} | {p['vs_even']:.2f}x | "
+                         f"{p['simulated_step'] / p['measured_step']:.2f} | {mem} | "
+                         f"{row['load_before']:.2f} |")
+    s = res["summary"]
+
+    def pct(x):
+        return "-" if x is None else f"{100 * x:.1f}%"
+
+    lines += ["", f"exact over even, measured throughput, geomean: "
+                  f"{s['exact_vs_even_geomean']:.3f}x; worst row against the better of even and "
+                  f"params: {s['exact_vs_even_or_params_worst']:.3f}x; against even with 1F1B and "
+                  f"M = K (what a user writes first): "
+                  + (f"{s['exact_vs_even_first_geomean']:.3f}x" if s["exact_vs_even_first_geomean"]
+                     else "-"),
+              f"simulated step against measured: median error {pct(s['median_abs_step_error'])}; "
+              f"peak memory per stage: median error {pct(s['median_abs_memory_error'])}; the "
+              f"simulator's first split within 3% of the measured best in "
+              f"{s['simulator_first_within_3pct']} rows",
+              "runtime overhead per stage and microbatch (ms): "
+              + ", ".join(f"K={k}: {v * 1e3:.2f}" for k, v in res["overhead"].items())
+              + f"; calibrated matmul {res['calibration']['matmul_flops'] / 1e9:.0f} GFLOP/s, "
+              f"copy {res['calibration']['copy_bandwidth'] / 1e9:.1f} GB/s, link "
+              f"{res['calibration']['latency'] * 1e6:.0f} us and "
+              f"{res['calibration']['bandwidth'] / 1e9:.2f} GB/s"]
+    return "\n".join(lines)
+
