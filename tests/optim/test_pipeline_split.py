@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from graphopt.errors import GraphoptError
-from graphopt.optim.partition.pipeline import (even_split, exact_split, params_split,
-                                               plan_pipeline)
+from graphopt.optim.partition.pipeline import (even_split, exact_split, microbatch_candidates,
+                                               params_split, plan_pipeline, plan_pipeline_auto)
 from graphopt.sim.pipeline import LayerCosts, split_cost
 
 
@@ -86,3 +86,26 @@ def test_plan_pipeline_methods_and_auto_schedule():
                         ({"stages": 2, "microbatches": 1, "schedule": "1f1b"}, "at least as many")]:
         with pytest.raises(GraphoptError, match=msg):
             plan_pipeline(prob, costs, **kwargs)
+
+
+def test_microbatches_auto_keeps_the_count_whose_exact_split_is_fastest():
+    rng = np.random.default_rng(5)
+    base = _costs(rng, 5, 2)
+    prob = _problem(rng, 2, 1e9)
+    prob.latency, prob.sec_per_byte = np.zeros((2, 2)), np.zeros((2, 2))  # compute alone
+    seen = []
+
+    def problem_for(m):
+        seen.append(m)
+        # a fixed cost per microbatch beside compute that shrinks with it: 4 is best
+        scale = {2: 0.5, 4: 0.25, 8: 0.25}[m]
+        extra = {2: 0.0, 4: 0.0, 8: 0.3}[m]
+        return prob, LayerCosts(base.time * scale + extra, base.update, base.weights, base.grads,
+                                base.state, base.activations, base.boundary, base.layer)
+
+    assert microbatch_candidates(8, 2) == [2, 4, 8]
+    res = plan_pipeline_auto(problem_for, [2, 4, 8], 2)
+    assert seen == [2, 4, 8, 4] and {r.cost.microbatches for r in res} == {4}
+    assert [r.method for r in res] == ["even", "params", "exact"]
+    with pytest.raises(GraphoptError, match="no count"):
+        plan_pipeline_auto(problem_for, [1], 2, "1f1b")

@@ -212,7 +212,8 @@ def _work(rank, world, port, spec, seed, plans, steps, warmup, threads, queue) -
 
 
 def measure_pipelines(spec: str, plans: list[PipelinePlan], steps: int = 5, warmup: int = 1,
-                      seed: int = 0, threads: int = 1) -> list[PipelineMeasure]:
+                      seed: int = 0, threads: int = 1,
+                      timeout: float = 1800.0) -> list[PipelineMeasure]:
     """Run every plan of one model on ``K`` CPU processes (``K`` the plans' stage count),
     one step of each plan in turn, ``warmup`` untimed rounds first.
 
@@ -228,6 +229,8 @@ def measure_pipelines(spec: str, plans: list[PipelinePlan], steps: int = 5, warm
         Weights and batch (every process builds the same model).
     threads : int
         Intra-op threads per process.
+    timeout : float
+        Seconds the processes may take in all; then they are stopped.
 
     Raises
     ------
@@ -235,7 +238,7 @@ def measure_pipelines(spec: str, plans: list[PipelinePlan], steps: int = 5, warm
         No plan, plans of different stage counts, a plan's bounds not covering the
         model's layers, or a microbatch count that does not divide the batch.
     ExecutionError
-        A process failed: its first line.
+        A process failed (its first line), or the processes ran past ``timeout``.
     """
     if not plans:
         raise GraphoptError("no pipeline plan to run")
@@ -258,13 +261,30 @@ def measure_pipelines(spec: str, plans: list[PipelinePlan], steps: int = 5, warm
             [{"bounds": list(p.bounds), "schedule": p.schedule, "microbatches": p.microbatches}
              for p in plans], steps, warmup, threads, queue)
     failed = ""
+    procs = mp.start_processes(_worker, args=args, nprocs=world, start_method="spawn", join=False)
+    deadline = time.monotonic() + timeout
+    msgs = []
+
+    def drain() -> None:  # read as they come: a full pipe would block a worker's put
+        while not queue.empty():
+            msgs.append(queue.get())
+
     try:
-        mp.start_processes(_worker, args=args, nprocs=world, start_method="spawn")
+        while not procs.join(timeout=0.5):
+            drain()
+            if time.monotonic() > deadline:
+                failed = f": still running after {timeout:g} s, stopped"
+                break
     except Exception as err:  # noqa: BLE001 - the worker's own message, if any, is in the queue
         failed = f": {str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__}"
+    finally:
+        for proc in procs.processes:  # only the processes this call started
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(5)
+    drain()
     got = {}
-    while not queue.empty():
-        msg = queue.get()
+    for msg in msgs:
         if msg[0] == "error":
             raise ExecutionError(f"pipeline stage {msg[1]} failed: {msg[2]}".splitlines()[0])
         got[msg[1]] = msg
