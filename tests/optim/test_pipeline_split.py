@@ -19,7 +19,8 @@ def _costs(rng, nl: int, d: int) -> LayerCosts:
     return LayerCosts(time=rng.uniform(0.1, 2.0, (nl, d)), update=rng.uniform(0, 0.3, (nl, d)),
                       weights=rng.uniform(1, 10, nl), grads=rng.uniform(1, 10, nl),
                       state=rng.uniform(0, 5, nl), activations=rng.uniform(1, 8, nl),
-                      boundary=rng.uniform(0, 5, nl - 1), layer=np.zeros(0, dtype=np.int64))
+                      boundary=rng.uniform(0, 5, nl - 1), layer=np.zeros(0, dtype=np.int64),
+                      workspace=rng.uniform(0, 6, nl), output=float(rng.uniform(0, 2)))
 
 
 def _problem(rng, d: int, capacity: float) -> SimpleNamespace:
@@ -101,11 +102,12 @@ def test_microbatches_auto_keeps_the_count_whose_exact_split_is_fastest():
         scale = {2: 0.5, 4: 0.25, 8: 0.25}[m]
         extra = {2: 0.0, 4: 0.0, 8: 0.3}[m]
         return prob, LayerCosts(base.time * scale + extra, base.update, base.weights, base.grads,
-                                base.state, base.activations, base.boundary, base.layer)
+                                base.state, base.activations, base.boundary, base.layer,
+                                base.workspace, base.output)
 
     assert microbatch_candidates(8, 2) == [2, 4, 8]
     res = plan_pipeline_auto(problem_for, [2, 4, 8], 2)
-    assert seen == [2, 4, 8, 4] and {r.cost.microbatches for r in res} == {4}
+    assert seen == [2, 4, 8] and {r.cost.microbatches for r in res} == {4}
     assert [r.method for r in res] == ["even", "params", "exact"]
     with pytest.raises(GraphoptError, match="no count"):
         plan_pipeline_auto(problem_for, [1], 2, "1f1b")

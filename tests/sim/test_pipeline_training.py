@@ -47,10 +47,15 @@ def test_layers_and_memory_accounting(mlp):
     assert costs.weights.tolist() == params and costs.grads.tolist() == params
     assert not costs.state.any()  # SGD keeps no state
     assert (costs.activations > 0).all() and (costs.boundary > 0).all()
+    # the largest backward buffer: here a weight's gradient, made before it is accumulated
+    assert costs.workspace.tolist() == [max(p.numel() * 4 for p in layer.parameters())
+                                        for layer in model.layers]
+    assert costs.output == 4 * 4 * 10  # a microbatch of 4, 10 classes, float32
     for sched in ("gpipe", "1f1b"):
         c = split_cost(prob, costs, (0, 2, 6), 2, sched)
         keep = in_flight(sched, 2, 2)
         want = [2 * costs.weights[a:b].sum() + keep[s] * costs.activations[a:b].sum()
+                + costs.workspace[a:b].max() + (2 * costs.output if s == 1 else 0)
                 for s, (a, b) in enumerate([(0, 2), (2, 6)])]
         assert c.memory == pytest.approx(want)
     assert (split_cost(prob, costs, (0, 2, 6), 2, "gpipe").memory

@@ -12,8 +12,9 @@ step of each plan in turn, ``steps`` timed rounds after a
 warm-up; the median step of each.
 
 The simulator prices the splits on this machine's calibrated CPU workers
-(:func:`graphopt.exec.calibrate.calibrate`, run once at the start; its figures copied to
-``K`` devices) plus the pipeline runtime's overhead per stage and microbatch
+(:func:`graphopt.exec.calibrate.calibrate`, run again before every row, as the load
+others put on the machine drifts; its figures copied to ``K`` devices) plus the pipeline
+runtime's overhead per stage and microbatch
 (:func:`graphopt.exec.pipeline.runtime_overhead`, measured once per stage count); no
 figure is fitted to the rows. Reported per plan: measured and simulated throughput, the
 measured throughput over the even split's, the simulated step over the measured one, and
@@ -107,21 +108,22 @@ def run(models=MODELS, stages=(2,), microbatches: int | None = None, steps: int 
     from graphopt.exec.calibrate import calibrate
 
     t0 = time.perf_counter()
-    say("calibrating this machine's CPU workers (graphopt calibrate --devices cpu:2)")
-    calibration = calibrate(2).calibration
     res = {"settings": {"models": list(models), "stages": list(stages),
                         "microbatches": microbatches, "steps": steps},
-           "calibration": dataclasses.asdict(calibration), "overhead": {}, "rows": []}
+           "overhead": {}, "rows": []}
     total = len(models) * len(stages)
     for k in stages:
-        cluster = _cluster(calibration, k)
         overhead = runtime_overhead(k, k)
         res["overhead"][str(k)] = overhead
         say(f"pipeline runtime overhead on {k} processes: {overhead * 1e3:.2f} ms per stage "
             "and microbatch")
         for spec in models:
+            # the machine's speed drifts with the load others put on it: calibrated again
+            # before every row, a few seconds before its measurement
+            calibration = calibrate(2).calibration
             row = _row(spec, k, None if microbatches is None else max(microbatches, k), steps,
-                       cluster, overhead)
+                       _cluster(calibration, k), overhead)
+            row["calibration"] = dataclasses.asdict(calibration)
             res["rows"].append(row)
             say(f"[{len(res['rows'])}/{total}] {spec} on {k} stages: {row['seconds']:.1f} s, "
                 f"load {row['load_before']:.2f}")
@@ -207,9 +209,10 @@ def to_markdown(res: dict) -> str:
               f"{s['simulator_first_within_3pct']} rows",
               "runtime overhead per stage and microbatch (ms): "
               + ", ".join(f"K={k}: {v * 1e3:.2f}" for k, v in res["overhead"].items())
-              + f"; calibrated matmul {res['calibration']['matmul_flops'] / 1e9:.0f} GFLOP/s, "
-              f"copy {res['calibration']['copy_bandwidth'] / 1e9:.1f} GB/s, link "
-              f"{res['calibration']['latency'] * 1e6:.0f} us and "
-              f"{res['calibration']['bandwidth'] / 1e9:.2f} GB/s"]
+              + "; calibrated before each row: matmul "
+              + ", ".join(f"{r['calibration']['matmul_flops'] / 1e9:.0f}" for r in res["rows"])
+              + " GFLOP/s, copy "
+              + ", ".join(f"{r['calibration']['copy_bandwidth'] / 1e9:.1f}" for r in res["rows"])
+              + " GB/s"]
     return "\n".join(lines)
 

@@ -39,7 +39,8 @@ def optimize_pipeline(graph: str, cluster: str | None, stages: int, microbatches
                       steps: int, seed: int) -> None:
     """``graphopt optimize MODEL --task pipeline``: each method's split, a table, and
     with ``out`` a plan file per method; with ``measure``, each plan run for real."""
-    from graphopt.exec.pipeline import (measure_pipelines, pipeline_problem, runtime_overhead)
+    from graphopt.exec.pipeline import (measure_pipelines, pipeline_problem, runtime_overhead,
+                                        stage_cluster)
     from graphopt.hardware import load_cluster
     from graphopt.optim.partition.pipeline import (SPLIT_METHODS, microbatch_candidates,
                                                    plan_pipeline, plan_pipeline_auto)
@@ -60,7 +61,7 @@ def optimize_pipeline(graph: str, cluster: str | None, stages: int, microbatches
     model = _model(graph)
     if stages > len(model.layers):
         raise GraphoptError(f"--stages {stages}: {graph} has only {len(model.layers)} layers")
-    c = load_cluster(cluster or f"cpu:{stages}")
+    c = stage_cluster(load_cluster(cluster or "cpu"), stages)
     overhead = 0.0
     if measure:
         with console.status(f"measuring the pipeline runtime's overhead on {stages} processes"):
@@ -127,7 +128,8 @@ def run_pipeline(graph: str, plan_path: Path, devices: str, cluster: str | None,
     """``graphopt run MODEL --pipeline plan.json``: the plan on K processes, measured
     beside the simulator, the loss beside the unsplit model's."""
     from graphopt.exec.api import parse_devices
-    from graphopt.exec.pipeline import measure_pipelines, pipeline_problem, reference_loss
+    from graphopt.exec.pipeline import (measure_pipelines, pipeline_problem, reference_loss,
+                                        stage_cluster)
     from graphopt.hardware import load_cluster
     from graphopt.sim.pipeline import PipelinePlan, split_cost
 
@@ -144,7 +146,7 @@ def run_pipeline(graph: str, plan_path: Path, devices: str, cluster: str | None,
     if plan.bounds[-1] != len(model.layers):
         raise GraphoptError(f"{plan_path}: bounds end at layer {plan.bounds[-1]}; {graph} has "
                             f"{len(model.layers)} layers")
-    c = load_cluster(cluster or f"cpu:{count}")
+    c = stage_cluster(load_cluster(cluster or "cpu"), count)
     prob, costs = pipeline_problem(model, plan.microbatches, c)
     overhead = float(plan.simulated.get("overhead", 0.0) or 0.0)
     sim = split_cost(prob, costs, plan.bounds, plan.microbatches, plan.schedule, overhead)

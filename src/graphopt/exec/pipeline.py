@@ -35,7 +35,8 @@ from graphopt.sim.pipeline import LayerCosts, PipelinePlan, layer_costs
 from graphopt.zoo.pipeline import PipelineModel, build_pipeline_model
 
 __all__ = ["PipelineMeasure", "check_microbatches", "measure_pipelines", "pipeline_available",
-           "pipeline_problem", "reference_loss", "runtime_overhead", "trace_microbatch"]
+           "pipeline_problem", "reference_loss", "runtime_overhead", "stage_cluster",
+           "trace_microbatch"]
 
 
 @dataclass
@@ -314,3 +315,29 @@ def runtime_overhead(stages: int, microbatches: int, steps: int = 5, threads: in
                         "1f1b", microbatches, "overhead")
     m = measure_pipelines(spec, [plan], steps=steps, threads=threads)[0]
     return m.median / (microbatches + stages - 1)
+
+
+def stage_cluster(cluster: Cluster, stages: int) -> Cluster:
+    """``cluster`` with ``stages`` devices: its first ``stages``, or, where it has fewer,
+    its first device repeated, joined all to all by its first link (the processes of
+    one host a pipeline runs on are alike).
+
+    >>> from graphopt.hardware import load_cluster
+    >>> stage_cluster(load_cluster("cpu"), 4).num_devices
+    4
+    """
+    import dataclasses
+
+    from graphopt.hardware import topology
+
+    if stages <= cluster.num_devices:
+        return cluster.take(stages)
+    dev = cluster.devices[0]
+    devices = tuple(dataclasses.replace(dev, name=f"{dev.name.split(':')[0]}:{i}")
+                    for i in range(stages))
+    n = cluster.num_devices
+    bw = float(cluster.bandwidth[0, 1]) if n > 1 else float("inf")
+    lat = float(cluster.latency[0, 1]) if n > 1 else 0.0
+    bandwidth, latency = topology.all_to_all(stages, bw, lat)
+    return dataclasses.replace(cluster, name=f"{cluster.name}x{stages}", devices=devices,
+                               bandwidth=bandwidth, latency=latency)

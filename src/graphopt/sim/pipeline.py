@@ -32,7 +32,8 @@ it sends and receives (:func:`training_stage_time`: the same per-input cost as a
 without the overlap); a step is ``M + K - 1`` slots of the slowest stage, plus the
 optimizer's update (:func:`training_step_time`); a stage's memory is its weights,
 gradients and optimizer state plus the activations of the microbatches it holds at once
-(:func:`in_flight`).
+(:func:`in_flight`), its largest backward buffer, and on the last stage the outputs of
+every microbatch, which ``torch.distributed.pipelining`` keeps to return them.
 
 What the inference model does not model: the fill and drain of the pipeline (the latency of one input,
 which :func:`graphopt.sim.simulate` gives), memory (see
@@ -329,6 +330,13 @@ class LayerCosts:
         producer and its farthest consumer, as a pipeline passes it stage to stage.
     layer : int64 (N,)
         The layer of every op of the graph.
+    workspace : float64 (L,)
+        The largest output of one of the layer's backward ops: a gradient made whole
+        before it is added to the one accumulated over microbatches (an embedding's
+        dense gradient is the size of its table). A stage holds its largest at once.
+    output : float
+        Bytes of the model's output per microbatch: the last stage keeps every
+        microbatch's (``torch.distributed.pipelining`` returns them from ``step``).
     """
 
     time: np.ndarray
@@ -339,6 +347,12 @@ class LayerCosts:
     activations: np.ndarray
     boundary: np.ndarray
     layer: np.ndarray
+    workspace: np.ndarray | None = None
+    output: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.workspace is None:
+            object.__setattr__(self, "workspace", np.zeros(len(self.weights)))
 
     @property
     def num_layers(self) -> int:
@@ -415,7 +429,8 @@ def layer_costs(problem: Problem, forward: np.ndarray, layer: np.ndarray | None 
     grads = per_layer(np.where(params, g.persistent_bytes, 0.0))
     state = per_layer(np.where(g.op == "optimizer_state", g.persistent_bytes, 0.0))
     still = stationary(g)
-    kept = forward & ~still & (g.op != "input") & (np.array([op_class(str(o)) for o in g.op]) != "view")
+    classes = np.array([op_class(str(o)) for o in g.op])
+    kept = forward & ~still & (g.op != "input") & (classes != "view")
     activations = per_layer(np.where(kept, g.out_bytes, 0.0))
     # a moving tensor crosses every cut between its producer and its farthest user each way
     moving = ~still[g.src] & (layer[g.src] != layer[g.dst])
@@ -432,7 +447,16 @@ def layer_costs(problem: Problem, forward: np.ndarray, layer: np.ndarray | None 
         np.add.at(diff, lo, size[who])
         np.add.at(diff, hi, -size[who])
     boundary = np.cumsum(diff)[: max(nl - 1, 0)]
-    return LayerCosts(time, update, weights, grads, state, activations, boundary, layer)
+    backward = ~forward & ~still & ~upd & (classes != "view")
+    workspace = np.zeros(nl)
+    np.maximum.at(workspace, layer[backward], g.out_bytes[backward])
+    # the output: what the last layer's own ops hand to the ops outside every layer (the loss)
+    mods = np.array([str(m) for m in g.module])
+    last = np.char.startswith(mods, f"{nl - 1}.") | (mods == str(nl - 1))
+    out_edge = last[g.src] & (mods[g.dst] == "") & forward[g.dst]
+    output = float(g.edge_bytes[out_edge].max(initial=0.0))
+    return LayerCosts(time, update, weights, grads, state, activations, boundary, layer,
+                      workspace, output)
 
 
 @dataclass(frozen=True)
@@ -451,8 +475,9 @@ class SplitCost:
     stage_time : float64 (K,)
         Seconds per microbatch on each stage, transfers and runtime overhead included.
     memory : float64 (K,)
-        Peak bytes of each stage: weights, gradients, optimizer state, and the
-        activations of its in-flight microbatches (:func:`in_flight`).
+        Peak bytes of each stage: weights, gradients, optimizer state, the activations
+        of its in-flight microbatches (:func:`in_flight`), its largest backward
+        workspace, and on the last stage every microbatch's output.
     fits : bool
         Every stage's memory within its device's.
     """
@@ -518,7 +543,9 @@ def split_cost(problem: Problem, costs: LayerCosts, bounds, microbatches: int,
             stage[s] += boundary_time(problem, costs, s)[hi - 1]
         update[s] = costs.update[lo:hi, s].sum()
         memory[s] = (costs.weights[lo:hi].sum() + costs.grads[lo:hi].sum()
-                     + costs.state[lo:hi].sum() + keep[s] * costs.activations[lo:hi].sum())
+                     + costs.state[lo:hi].sum() + keep[s] * costs.activations[lo:hi].sum()
+                     + costs.workspace[lo:hi].max()
+                     + (microbatches * costs.output if s == k - 1 else 0.0))
     step = float(training_step_time(stage, update, microbatches))
     fits = bool((memory <= problem.capacity[:k]).all())
     return SplitCost(tuple(b), schedule, int(microbatches), step, stage, memory, fits)

@@ -121,7 +121,9 @@ def exact_split(problem: Problem, costs: LayerCosts, stages: int, microbatches: 
             if right is not None:
                 t = t + right[j - 1]
             c = slots * t + (upd[j] - upd[i])
-            mem = fixed[j] - fixed[i] + keep[s] * (act[j] - act[i])
+            work = np.maximum.accumulate(costs.workspace[s:j][::-1])[::-1][i - s]  # max over i..j-1
+            mem = (fixed[j] - fixed[i] + keep[s] * (act[j] - act[i]) + work
+                   + (m * costs.output if s == k - 1 else 0.0))
             c = np.where(mem <= cap, c, np.inf)
             prev = best[s - 1, i] if s > 0 else np.where(i == 0, 0.0, np.inf)
             total = np.maximum(prev, c)
