@@ -37,12 +37,15 @@ from graphopt.zoo.pipeline import build_pipeline_model
 
 __all__ = ["MODELS", "run", "to_markdown"]
 
-#: The rows: ``pipe:`` models at sizes of a few hundred ms a step on two CPU processes.
+#: The rows: ``pipe:`` models at sizes of a few hundred ms a step on two CPU processes,
+#: their blocks wide enough (256) that the vocabulary's head weighs as much as a few of
+#: them, as in GPT-2 small (at width 128 the head outweighs every block together, and
+#: every split waits on it alike).
 MODELS = (
-    "pipe:transformer-encoder:layers=4,hidden=128,heads=4,seq=64,batch=16,vocab=8000",
+    "pipe:transformer-encoder:layers=4,hidden=256,heads=4,seq=64,batch=16,vocab=8000",
     "pipe:mlp-uneven:layers=8,hidden=256,batch=64",
-    "pipe:gpt2:layers=6,hidden=128,heads=4,seq=32,batch=8",
-    "pipe:bert:layers=4,hidden=128,heads=4,seq=64,batch=8",
+    "pipe:gpt2:layers=6,hidden=256,heads=4,seq=64,batch=8",
+    "pipe:bert:layers=4,hidden=256,heads=4,seq=64,batch=8",
 )
 
 
