@@ -38,10 +38,14 @@ def main() -> None:
     table = to_markdown(res)
     print(table)
     if a.docs:
-        cmd = "python bench/pipeline_real.py" + (f" --stages {a.stages}" if a.stages != "2" else "")
+        cmd = ("python bench/pipeline_real.py"
+               + (f" --stages {a.stages}" if a.stages != "2" else "")
+               + (f" --steps {a.steps}" if a.steps != 7 else "")
+               + (f" --microbatches {a.microbatches}" if a.microbatches != "auto" else "")
+               + f" --out {a.out}")
         replace_section(a.docs, "pipeline-real",
                         "## Pipeline splits run for real (torch.distributed.pipelining, CPU)\n\n"
-                        f"`{cmd} --docs {a.docs}` (results: `{a.out}`)\n\n{table}")
+                        f"`{cmd} --docs {a.docs}`\n\n{table}")
 
 
 if __name__ == "__main__":
