@@ -78,8 +78,9 @@ def zero_shot(problem: Problem, policy, seed: int, shuffle: bool = False) -> flo
     return float(ev.best_time) if np.isfinite(ev.best_time) else None
 
 
-def _step_time(problem: Problem, plan) -> float | None:
-    res = simulate(problem, plan)
+def _searched(problem: Problem, method: str, evals: int, seed: int) -> float | None:
+    """The step time of ``method``'s plan within ``evals`` evaluations (None: invalid)."""
+    res = simulate(problem, optimize(problem, method, PLACEMENT, Budget(evals=evals), seed)[0])
     return float(res.step_time) if res.valid else None
 
 
@@ -114,33 +115,10 @@ def run(corpus: str | Path, candidate: str | Path, *, cluster: str = "p100:4",
         t0 = time.perf_counter()
         problem = Problem(load_graph(Path(corpus) / item["file"]), load_cluster(cluster))
         row = {"id": item["id"], "family": item["family"], "source": item["source"],
-               "nodes": item["nodes"], "step_time": {}, "seconds": {}}
-
-        def record(name: str, fn) -> None:
-            s = time.perf_counter()
-            row["step_time"][name] = fn()
-            row["seconds"][name] = round(time.perf_counter() - s, 3)
-
-        def method(name: str, evals: int):
-            return lambda: _step_time(problem, optimize(problem, name, PLACEMENT,
-                                                        Budget(evals=evals), seed)[0])
-
-        record("expert", method("expert", 1))
-        record("best", method("best", budget))
-        record("portfolio", method("portfolio", budget))
-        record("go", lambda: zero_shot(problem, policy, seed))
-        record("go-random", lambda: zero_shot(problem, random, seed))
-        record("go-shuffled", lambda: zero_shot(problem, policy, seed, shuffle=True))
-        record("go-shipped", lambda: zero_shot(problem, shipped, seed))
-        if finetune:
-            goal = row["step_time"]["portfolio"]
-            for name, ckpt in (("go-finetune", candidate), ("go-finetune-random", random_dir)):
-                s = time.perf_counter()
-                _, st = optimize(problem, "go-finetune", PLACEMENT, Budget(evals=budget), seed,
-                                 checkpoint=str(ckpt), progress=False)
-                row["step_time"][name] = st["step_time"] if st.get("valid") else None
-                row["seconds"][name] = round(time.perf_counter() - s, 3)
-                row.setdefault("evals_to_portfolio", {})[name] = _to_reach(st["history"], goal)
+               "nodes": item["nodes"]}
+        row |= measure(problem, {"go": policy, "go-random": random, "go-shipped": shipped},
+                       budget, seed, {"go-finetune": candidate, "go-finetune-random": random_dir}
+                       if finetune else {})
         row["total_seconds"] = round(time.perf_counter() - t0, 2)
         result["rows"].append(row)
         if out:
@@ -152,6 +130,35 @@ def run(corpus: str | Path, candidate: str | Path, *, cluster: str = "p100:4",
     if out:
         save_json(result, out)
     return result
+
+
+def measure(problem: Problem, policies: dict, budget: int, seed: int,
+            finetune: dict[str, str | Path]) -> dict:
+    """One row's step times and seconds per method (see the module docstring);
+    ``policies`` name the zero-shot variants (``go`` also runs with shuffled features),
+    ``finetune`` the checkpoints ``go-finetune`` starts from."""
+    row: dict = {"step_time": {}, "seconds": {}}
+
+    def record(name: str, fn, *args) -> None:
+        s = time.perf_counter()
+        row["step_time"][name] = fn(*args)
+        row["seconds"][name] = round(time.perf_counter() - s, 3)
+
+    for name, evals in (("expert", 1), ("best", budget), ("portfolio", budget)):
+        record(name, _searched, problem, name, evals, seed)
+    for name, net in policies.items():
+        record(name, zero_shot, problem, net, seed)
+        if name == "go":
+            record("go-shuffled", zero_shot, problem, net, seed, True)
+    goal = row["step_time"]["portfolio"]
+    for name, ckpt in finetune.items():
+        s = time.perf_counter()
+        _, st = optimize(problem, "go-finetune", PLACEMENT, Budget(evals=budget), seed,
+                         checkpoint=str(ckpt), progress=False)
+        row["step_time"][name] = st["step_time"] if st.get("valid") else None
+        row["seconds"][name] = round(time.perf_counter() - s, 3)
+        row.setdefault("evals_to_portfolio", {})[name] = _to_reach(st["history"], goal)
+    return row
 
 
 def _speedup(row: dict, name: str) -> float | None:
