@@ -13,6 +13,7 @@ import dataclasses
 import inspect
 import os
 import signal
+import sys
 import threading
 import types
 import typing
@@ -22,6 +23,7 @@ from typing import NoReturn
 
 import click
 import typer
+import typer.core
 from rich.console import Console
 from rich.markup import escape
 
@@ -30,9 +32,9 @@ from graphopt.cli.options import ADDRESS_HELP, BACKEND_HELP
 from graphopt.errors import GraphoptError, check_fields
 
 __all__ = ["ADDRESS_HELP", "BACKEND_HELP", "GRAPH_HELP", "LOCK_FILE", "PARAM_HELP",
-           "check_run_folder", "compile_simulator", "console", "evaluation_backend", "fail",
-           "field_help", "interrupt_on_signals", "lock_folder", "method_params",
-           "options_from_fields", "parse_field"]
+           "OneLineUsageErrors", "check_run_folder", "compile_simulator", "console",
+           "evaluation_backend", "fail", "field_help", "interrupt_on_signals", "lock_folder", "method_params",
+           "options_from_fields", "parse_field", "usage_line"]
 
 # Tables are wide; when output goes to a file or a pipe, do not squeeze them to 80 columns.
 console = Console(width=None if Console().is_terminal else 140)
@@ -54,6 +56,71 @@ def fail(err: Exception) -> NoReturn:
     """Print ``err`` as one line and exit 2 (a user's mistake: no traceback)."""
     console.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
+
+
+def _usage_error_types() -> tuple[type, type]:
+    """Click's ``UsageError`` and ``NoArgsIsHelpError`` as the running Typer raises them:
+    from 0.22 or so Typer parses with its own copy of click (``typer._click``), whose
+    exceptions are not the ``click`` package's."""
+    try:
+        from typer._click.exceptions import NoArgsIsHelpError, UsageError
+    except ImportError:  # a Typer on the click package
+        from click.exceptions import NoArgsIsHelpError, UsageError
+    return UsageError, NoArgsIsHelpError
+
+
+def usage_line(err: Exception, command: str | None = None) -> str:
+    """``err`` (a click usage error: a value of the wrong type, under an option's
+    ``min``, an unknown option or command, a missing argument) as one line naming the
+    option, and the command whose ``--help`` says more: the error's own, else ``command``
+    (click raises "Option '-b' requires an argument." without one).
+
+    Examples
+    --------
+    >>> import typer
+    >>> usage_line(typer.BadParameter("not a number", param_hint="'--seed'"))
+    "Invalid value for '--seed': not a number"
+    """
+    text = " ".join(err.format_message().split())
+    ctx = getattr(err, "ctx", None)
+    if ctx is not None and ctx.parent is not None:  # the top level's help is the one it shows
+        command = ctx.command_path
+    return f"{text} (see '{command} --help')" if command else text
+
+
+def _one_line(err: Exception, ctx=None) -> NoReturn:
+    # stderr as a plain line: Typer's own display is a box of 4 to 6 lines (rich) or
+    # three (usage, hint, error)
+    sub = getattr(ctx, "invoked_subcommand", None)
+    command = f"{ctx.command_path} {sub}" if sub else None
+    print(f"error: {usage_line(err, command)}", file=sys.stderr, flush=True)
+    raise typer.Exit(2) from None
+
+
+class OneLineUsageErrors(typer.core.TyperGroup):
+    """The top command group, which prints every usage error of any sub-command as one
+    line, ``error: MESSAGE (see 'graphopt CMD --help')``, and exits 2, like every other
+    bad input, where Typer draws a box. Help asked for by giving no arguments is still
+    shown. A sub-command's arguments are parsed inside this group's :meth:`invoke`, so
+    one override here covers every command below."""
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        usage, no_args = _usage_error_types()
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except usage as err:
+            if isinstance(err, no_args):
+                raise
+            _one_line(err)
+
+    def invoke(self, ctx):
+        usage, no_args = _usage_error_types()
+        try:
+            return super().invoke(ctx)
+        except usage as err:
+            if isinstance(err, no_args):
+                raise
+            _one_line(err, ctx)
 
 
 #: The file that marks a folder a run is writing in: :func:`lock_folder` holds an
@@ -83,8 +150,6 @@ def interrupt_on_signals():
     try:
         yield
     except KeyboardInterrupt:
-        import sys
-
         print("graphopt: interrupted", file=sys.stderr, flush=True)
         raise typer.Exit(130) from None
     finally:
