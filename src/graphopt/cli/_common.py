@@ -125,7 +125,8 @@ class OneLineUsageErrors(typer.core.TyperGroup):
 
 #: The file that marks a folder a run is writing in: :func:`lock_folder` holds an
 #: exclusive ``flock`` on it for the run's life (the kernel drops it when the process ends,
-#: however it ends); it stays in the folder, empty of meaning once unlocked.
+#: however it ends); a command removes it as it ends. Only a killed one (SIGKILL, power
+#: loss) leaves it, empty of meaning once unlocked: the next run takes it over.
 LOCK_FILE = ".graphopt.lock"
 
 
@@ -176,15 +177,22 @@ def lock_folder(folder: Path | None, option: str = "--out"):
     folder = Path(folder)
     made = next((p for p in reversed([folder, *folder.parents]) if not p.exists()), None)
     folder.mkdir(parents=True, exist_ok=True)
-    f = open(folder / LOCK_FILE, "a+")  # noqa: SIM115 -- held open while the run lasts
-    try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        f.seek(0)
-        pid = f.read().strip() or "?"
+    while True:
+        f = open(folder / LOCK_FILE, "a+")  # noqa: SIM115 -- held open while the run lasts
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            pid = f.read().strip() or "?"
+            f.close()
+            raise GraphoptError(f"{option} {folder}: another graphopt run (pid {pid}) is "
+                                "writing there; wait for it to end or choose another "
+                                "folder") from None
+        if _same_file(f, folder / LOCK_FILE):
+            break
+        # the run that held it removed it as it ended (after we opened it): a lock on
+        # that file guards nothing, as a third run may already hold the new one
         f.close()
-        raise GraphoptError(f"{option} {folder}: another graphopt run (pid {pid}) is writing "
-                            "there; wait for it to end or choose another folder") from None
     try:  # who holds it, for the message above; a full disk leaves it unsaid
         f.seek(0)
         f.truncate()
@@ -196,6 +204,15 @@ def lock_folder(folder: Path | None, option: str = "--out"):
     if ctx is not None:  # released when the command ends, however it ends, even in-process
         ctx.with_resource(_released(f, folder, made))
     return f
+
+
+def _same_file(f, path: Path) -> bool:
+    """Whether the open file ``f`` is still the one at ``path`` (not removed, not replaced)."""
+    try:
+        here, there = os.fstat(f.fileno()), os.stat(path)
+    except FileNotFoundError:
+        return False
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
 
 
 def _current_context():
@@ -212,17 +229,21 @@ def _current_context():
 
 @contextlib.contextmanager
 def _released(lock, folder: Path, made: Path | None):
-    """Hold ``lock`` (``folder``'s lock file) until the command ends; then, where this run
-    made the folder (``made``: the first folder of its path that did not exist) and wrote
-    nothing else there (a run that failed before any result), remove the lock file and
-    the folders it made, so that no folder holding only ``.graphopt.lock`` is left. The
-    lock file is removed while still held: a run refused meanwhile stays refused."""
+    """Hold ``lock`` (``folder``'s lock file) until the command ends, then remove the lock
+    file however the command ended, so that a run leaves only its results (a failed run
+    into a folder that was there left ``.graphopt.lock`` in it); and where this run made
+    the folder (``made``: the first folder of its path that did not exist) and wrote
+    nothing else there (a run that failed before any result), remove the folders it made
+    too. The lock file is removed while still held: a run refused meanwhile stays
+    refused, and one that opened it meanwhile sees it gone once it holds it
+    (:func:`lock_folder` checks) and takes a new one."""
     try:
         yield lock
     finally:
         try:
-            if made is not None and [p.name for p in folder.iterdir()] == [LOCK_FILE]:
+            if _same_file(lock, folder / LOCK_FILE):
                 (folder / LOCK_FILE).unlink()
+            if made is not None and not any(folder.iterdir()):
                 for p in [folder, *folder.parents]:
                     p.rmdir()  # empty ones only: one another process wrote in stays
                     if p == made:
