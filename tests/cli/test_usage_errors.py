@@ -57,3 +57,32 @@ def test_the_real_entry_point_prints_one_line_on_stderr():
                         "--budget", "1e18"], capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.count("\n") == 1 and r.stderr.startswith("error: Invalid value for '--budget'")
+
+
+def _numeric_options():
+    """``(command, option)`` for every int or float option of every command."""
+    import typer
+
+    def walk(cmd, path):
+        for name, sub in getattr(cmd, "commands", {}).items():
+            yield from walk(sub, [*path, name])
+        if not hasattr(cmd, "commands"):
+            yield path, cmd
+
+    for path, cmd in walk(typer.main.get_command(app), []):
+        for p in cmd.params:
+            kind = getattr(getattr(p, "type_descriptor", None), "annotation", None)
+            if p.opts[0].startswith("--") and {int, float} & set(getattr(kind, "__args__", (kind,))):
+                yield " ".join(path), p
+
+
+def test_every_numeric_option_says_its_range_in_help():
+    """Its bounds (Typer's ``[1<=x<=10000]``), or the range its check holds it to in the
+    help text (``1..10,000``, ``Range: > 0``): issue 37, 'say so in --help'."""
+    import re
+
+    options = list(_numeric_options())
+    silent = [f"{cmd} {p.opts[0]}" for cmd, p in options
+              if getattr(p, "min", None) is None and getattr(p, "max", None) is None
+              and not re.search(r"\d\.\.\d|Range: ", p.help or "")]
+    assert len(options) > 80 and silent == []

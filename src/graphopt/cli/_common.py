@@ -33,8 +33,8 @@ from graphopt.errors import GraphoptError, check_fields
 
 __all__ = ["ADDRESS_HELP", "BACKEND_HELP", "GRAPH_HELP", "LOCK_FILE", "PARAM_HELP",
            "OneLineUsageErrors", "check_run_folder", "compile_simulator", "console",
-           "evaluation_backend", "fail", "field_help", "interrupt_on_signals", "lock_folder", "method_params",
-           "options_from_fields", "parse_field", "usage_line"]
+           "evaluation_backend", "fail", "field_help", "field_range", "interrupt_on_signals",
+           "lock_folder", "method_params", "options_from_fields", "parse_field", "usage_line"]
 
 # Tables are wide; when output goes to a file or a pipe, do not squeeze them to 80 columns.
 console = Console(width=None if Console().is_terminal else 140)
@@ -321,8 +321,37 @@ def evaluation_backend(backend: str, address: str | None, *, pool: bool = True):
 
 
 def field_help(f: dataclasses.Field) -> str:
-    """A hyperparameter's one-line help, from its field's ``metadata["help"]``."""
-    return f.metadata.get("help", "")
+    """A hyperparameter's one-line help, from its field's ``metadata["help"]``, ending with
+    the range :func:`graphopt.errors.check_fields` holds it to (:func:`field_range`)."""
+    text, bounds = f.metadata.get("help", ""), field_range(f)
+    return f"{text.rstrip()} Range: {bounds}." if bounds and text else text or bounds
+
+
+def field_range(f: dataclasses.Field) -> str:
+    """The range of a field's metadata (``min``, ``gt``, ``max``, ``limit``) as a person
+    reads it, or "" for none.
+
+    Examples
+    --------
+    >>> from dataclasses import dataclass, field, fields
+    >>> @dataclass
+    ... class C:
+    ...     a: int = field(default=1, metadata={"min": 1, "limit": 10_000})
+    ...     b: float = field(default=0.1, metadata={"gt": 0})
+    ...     c: float = field(default=0.5, metadata={"min": 0, "max": 1})
+    >>> [field_range(f) for f in fields(C)]
+    ['1..10,000', '> 0', '0..1']
+    """
+    m = f.metadata
+    hi = min((m[k] for k in ("max", "limit") if k in m), default=None)
+
+    def n(x) -> str:
+        return f"{x:,}" if isinstance(x, int) and not isinstance(x, bool) else f"{x:g}"
+    if "min" in m and hi is not None:
+        return f"{n(m['min'])}..{n(hi)}"
+    parts = ([f">= {n(m['min'])}"] if "min" in m else []) + \
+        ([f"> {n(m['gt'])}"] if "gt" in m else []) + ([f"<= {n(hi)}"] if hi is not None else [])
+    return " and ".join(parts)
 
 
 def _field_kinds(cls: type, name: str) -> tuple[type, bool]:
