@@ -377,7 +377,7 @@ CASES = [
     ("info {d}/version99.json", "version99.json: format version 99 is newer than"),
     ("info {d}/nodes_str.json", "nodes_str.json: malformed graph record"),
     ("info {d}/no_op.json", "no_op.json: malformed graph record (KeyError"),
-    ("info {d}/edge_far.json", "edge_far.json: graph 'mlp-1x8-b2': edge 0 has"),
+    ("info {d}/edge_far.json", "edge_far.json: edge 0 has dst=999, out of range for 12 nodes"),
     ("info {d}/cycle.json", "cycle.json: graph 'mlp-1x8-b2': cycle through"),
     ("info {d}/CYCLE.JSON", "CYCLE.JSON: graph 'mlp-1x8-b2': cycle through"),  # read as JSON
     ("info {d}/edge_half.json", "edge_half.json: edge 0 = [0.5, 1, 1.0]; expected [src, dst, bytes]"),

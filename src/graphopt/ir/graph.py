@@ -236,8 +236,10 @@ class Graph:
                                  f"out of range for {n} nodes")
         loops = np.flatnonzero(self.src == self.dst)
         if len(loops):
-            raise GraphError(f"graph {g!r}: node {str(self.names[self.src[loops[0]]])!r} "
-                             "has an edge to itself (a cycle)")
+            j = int(loops[0])
+            raise GraphError(f"graph {g!r}: node {str(self.names[self.src[j]])!r} has an edge to "
+                             f"itself (a cycle): edge {j} (src={int(self.src[j])}, "
+                             f"dst={int(self.dst[j])})")
         back = np.flatnonzero(self.src > self.dst)
         if len(back):
             cycle = _find_cycle(self.src, self.dst, n)
@@ -246,9 +248,10 @@ class Graph:
                 raise GraphError(f"graph {g!r}: cycle through nodes {path}"
                                  f"{' -> ...' if len(cycle) > 8 else ''}")
             j = int(back[0])
-            raise GraphError(f"graph {g!r}: nodes are not in topological order: edge "
-                             f"{str(self.names[self.src[j]])!r} -> {str(self.names[self.dst[j]])!r} points "
-                             "backwards (build graphs with GraphBuilder, which sorts them)")
+            raise GraphError(f"graph {g!r}: nodes are not in topological order: edge {j} "
+                             f"(src={int(self.src[j])}, dst={int(self.dst[j])}), "
+                             f"{str(self.names[self.src[j]])!r} -> {str(self.names[self.dst[j]])!r}, "
+                             "points backwards (build graphs with GraphBuilder, which sorts them)")
         if self.num_edges:
             key = self.src * n + self.dst
             u, counts = np.unique(key, return_counts=True)
