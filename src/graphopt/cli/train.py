@@ -78,10 +78,10 @@ def train(
     corpus: str = typer.Option("default", help="Graphs to pre-train on, comma-separated "
                                                "GRAPH@CLUSTER items (GRAPH as for 'optimize'), "
                                                "or 'default': the zoo's train split and "
-                                               "random layered graphs (see docs/go.md), or a "
-                                               "corpus folder: its train split on the "
-                                               "clusters of its targets ('graphopt corpus "
-                                               "search'). "
+                                               "random layered graphs (see docs/go.md). An "
+                                               "item may be a corpus folder: its train split "
+                                               "on the clusters of its targets ('graphopt "
+                                               "corpus search'). "
                                                "Example: zoo:rnnlm-2@p100:2,zoo:bert-base@p100:4"),
     cluster: str | None = cluster_option(what="Cluster of the --corpus items given without "
                                               "@CLUSTER"),
@@ -142,12 +142,13 @@ def train(
         if not items:
             raise GraphoptError(f"--corpus {corpus!r}: no GRAPH@CLUSTER item")
         problems = []
-        if len(items) == 1 and (Path(items[0]) / "manifest.json").is_file():
-            from graphopt.optim.learned.targets import load_targets
+        for item in items:
+            if (Path(item) / "manifest.json").is_file():  # a corpus: its train split
+                from graphopt.optim.learned.targets import load_targets
 
-            with console.status(f"loading the train split of {items[0]} ..."):
-                problems = [t.problem for t in load_targets(items[0])]
-        for item in items if not problems else ():
+                with console.status(f"loading the train split of {item} ..."):
+                    problems += [t.problem for t in load_targets(item)]
+                continue
             graph, where = split_item(item, cluster)
             with console.status(f"loading {graph} ..."):
                 problems.append(Problem(load_source(graph), load_cluster(where)))

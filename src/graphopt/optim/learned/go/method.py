@@ -27,7 +27,6 @@ from typing import ClassVar
 
 import numpy as np
 import torch
-from scipy.optimize import linear_sum_assignment
 
 from graphopt.dist.local import BudgetExhausted, LocalEvaluator
 from graphopt.errors import MAX_THREADS, GraphoptError
@@ -248,11 +247,6 @@ class GOOne:
     def _policy(self, seed: int) -> GOPolicy:
         return new_policy(seed, dim=self.dim)
 
-    def _start_head(self, policy: GOPolicy, env: GOEnv) -> None:
-        """The placement head as training starts around a start plan: zero, so that the
-        plans start at the prior centred on it (:meth:`GOEnv.with_prior`)."""
-        policy.zero_head("placement")
-
     def _own_plan(self, policy: GOPolicy, env: GOEnv, budget: Budget,
                   seed: int) -> tuple[Plan, float, int] | None:
         """A start of the policy's own within ``budget``, to weigh against the heuristics:
@@ -283,7 +277,7 @@ class GOOne:
         env = GOEnv(problem, task, self.units, init, self.fusion_flips, self.placement_flips,
                     self.scheduling_flips)
         if env.home is not None:
-            self._start_head(policy, env)
+            policy.zero_head("placement")
         cfg = PPOConfig(**{f.name: getattr(self, f.name) for f in fields(PPOConfig)
                            if hasattr(self, f.name)})
         if start is None and init is not None:
@@ -349,27 +343,8 @@ class GOFinetune(GOOne):
     checkpoint: str | None = field(default=None, metadata={
         "help": "Folder of the pre-trained policy (None: the one shipped in the package)."})
 
-    head: str = field(default="zero", metadata={"choices": ("zero", "aligned"),
-        "help": "The placement head as training starts around the start plan: ``zero`` (the "
-                "prior around it alone) or ``aligned`` (the pre-trained head, its devices "
-                "renumbered to match the start plan's, added to the prior: the policy moves "
-                "the nodes it is sure belong elsewhere)."})
-
     def _policy(self, seed: int) -> GOPolicy:
         return load_go_policy(self.checkpoint)[0]
-
-    def _start_head(self, policy: GOPolicy, env: GOEnv) -> None:
-        if self.head == "zero":
-            return super()._start_head(policy, env)
-        d = env.problem.num_devices
-        with torch.no_grad():
-            own = policy(*env.inputs(), tasks=("placement",))["placement"].argmax(1).numpy()
-        agree = np.zeros((d, d))  # agree[b, a]: nodes at home on b that the policy puts on a
-        np.add.at(agree, (env.home.numpy(), own), 1.0)
-        rows, cols = linear_sum_assignment(agree, maximize=True)
-        order = np.arange(d)
-        order[rows] = cols
-        policy.permute_head("placement", order)
 
     def _own_plan(self, policy: GOPolicy, env: GOEnv, budget: Budget,
                   seed: int) -> tuple[Plan, float, int] | None:

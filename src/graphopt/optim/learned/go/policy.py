@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -132,18 +131,6 @@ class GOPolicy(nn.Module):
         out = self.head[task][-1]
         nn.init.zeros_(out.weight)
         nn.init.zeros_(out.bias)
-
-    def permute_head(self, task: str, order: np.ndarray) -> None:
-        """Renumber ``task``'s choices: choice ``j`` takes the output row of choice
-        ``order[j]`` (``order``: a permutation of the first ``len(order)`` choices).
-        ``go-finetune`` uses it to read the pre-trained placement head in the start
-        plan's device numbering."""
-        out = self.head[task][-1]
-        k = len(order)
-        idx = torch.as_tensor(np.asarray(order, np.int64))
-        with torch.no_grad():
-            out.weight[:k] = out.weight[idx].clone()
-            out.bias[:k] = out.bias[idx].clone()
 
     def __repr__(self) -> str:
         c = self.config
