@@ -32,11 +32,11 @@ ALLOWED: dict[str, set[str]] = {
     "dist": {"errors", "_files", "ir", "hardware", "sim"},
     "rl": {"_lazy", "errors", "_files", "ir", "hardware", "sim", "dist", "nn", "runs", "viz"},
     "optim": {"_lazy", "errors", "_files", "ir", "hardware", "cost", "sim", "dist", "nn", "rl", "runs", "viz",
-              "frontends", "zoo"},
+              "frontends", "zoo", "corpus"},  # the learned methods learn from a corpus's targets
     "exec": {"errors", "_files", "ir", "hardware", "cost", "sim", "frontends", "zoo", "viz"},
     "rewrite": {"_lazy", "errors", "_files", "ir", "hardware", "cost", "sim", "frontends", "zoo"},
     "benchmarks": {"errors", "_files", "ir", "hardware", "cost", "sim", "dist", "nn", "rl", "runs", "viz",
-                   "frontends", "data", "zoo", "optim", "exec", "rewrite", "costmodel"},
+                   "frontends", "data", "zoo", "optim", "exec", "rewrite", "costmodel", "corpus"},
     # a corpus builds its graphs through load_source (zoo:, hf:, example: sources)
     "corpus": {"errors", "_files", "ir", "frontends"},
     # and "_main": ``python -m graphopt.cli`` (cli/__main__.py) runs the command's entry point

@@ -49,10 +49,9 @@ def env_limit(name: str, default: int) -> int:
     text = os.environ.get(name)
     if text is None:
         return default
-    try:
-        value = int(text.strip().replace("_", ""))
-    except ValueError:
-        value = 0
+    digits = text.strip().replace("_", "")
+    # ASCII digits only: int() also reads '٢', '+2' and ' 2'
+    value = int(digits) if digits.isascii() and digits.isdigit() else 0
     if not 1 <= value <= 2**62:
         raise GraphoptError(f"${name}={text!r}: expected a whole number of bytes from 1 to 2**62")
     return value

@@ -99,8 +99,10 @@ def test_param_sets_a_methods_hyperparameters(tmp_path):
     assert (tmp_path / "ckpt" / "weights.safetensors").is_file()
 
 
-def test_method_params_parses_by_field_type():
+def test_method_params_parses_by_field_type(tmp_path, monkeypatch):
     from graphopt.cli import method_params
+
+    monkeypatch.chdir(tmp_path)  # checkpoint_dir=a=b is checked as a folder here, not in the repo
 
     got = method_params(["hdp.num_groups=12", "hdp.num_groups=none", "hdp.bidirectional=no",
                          "rl-lstm.tanh_constant=2", "hdp.checkpoint_dir=a=b"], ["hdp", "rl-lstm"])

@@ -353,11 +353,38 @@ def test_a_run_that_failed_before_any_result_leaves_no_folder_it_made(tmp_path):
     r = CliRunner().invoke(app, [*bad, str(tmp_path / "there" / "out")])
     assert r.exit_code == 2 and files(tmp_path) == [] and (tmp_path / "there").is_dir()
     (tmp_path / "kept").mkdir()
+    (tmp_path / "kept" / "notes.txt").write_text("mine")
     r = CliRunner().invoke(app, [*bad, str(tmp_path / "kept")])
-    assert r.exit_code == 2 and files(tmp_path / "kept") == [".graphopt.lock"]
+    assert r.exit_code == 2 and files(tmp_path / "kept") == ["notes.txt"]  # no lock left
+    r = graphopt(*bad, str(tmp_path / "kept"))  # the same through the real entry point
+    assert r.returncode == 2 and files(tmp_path / "kept") == ["notes.txt"], r.stdout + r.stderr
     lock_folder(tmp_path / "kept").close()  # released: free again
     r = CliRunner().invoke(app, ["optimize", "example:mlp", *bad[2:], str(tmp_path / "ok")])
     assert r.exit_code == 0 and "single/plan.json" in files(tmp_path / "ok"), r.output
+    assert ".graphopt.lock" not in files(tmp_path / "ok")  # a run that ended leaves no lock
+
+
+def test_a_lock_file_removed_by_the_run_that_held_it_is_not_taken_over(tmp_path, monkeypatch):
+    """The ending run removes its lock file while holding it; a run that had opened that
+    file just before gets its lock only once it is gone, and must take a new file (else it
+    and a third run that made the new one would both write the folder)."""
+    import fcntl
+
+    from graphopt.cli import _common
+
+    (tmp_path / _common.LOCK_FILE).write_text("1\n")
+    real_flock, calls = fcntl.flock, []
+
+    def flock(f, op):  # the holder ends between our open and our flock: its file is gone
+        if not calls:
+            os.unlink(tmp_path / _common.LOCK_FILE)
+        calls.append(op)
+        return real_flock(f, op)
+
+    monkeypatch.setattr(fcntl, "flock", flock)
+    held = _common.lock_folder(tmp_path)
+    assert len(calls) == 2 and _common._same_file(held, tmp_path / _common.LOCK_FILE)
+    held.close()
 
 
 # -- values that mean nothing: a damaged archive, sizes past int64, a reshape that adds

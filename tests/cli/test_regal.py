@@ -4,6 +4,7 @@ person runs them, with tiny budgets."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 from typer.testing import CliRunner
@@ -47,6 +48,9 @@ def test_bench_regal_writes_results_and_its_docs_section(tmp_path, monkeypatch):
                             "--methods", "CP-SAT,GP+DFS,BRKGA-5K,REGAL untrained,layer-split BRKGA",
                             "--no-train-check", "--out", str(res), "--docs", str(docs)])
     assert r.exit_code == 0, r.output
+    # a line per row as it ends, on a pipe too (issue 37)
+    assert re.search(r"^\[1/2\] memory layered-4x3-s101: [\d.]+ s$", r.output, re.M), r.output
+    assert re.search(r"^\[2/2\] memory layered-6x4-s102: [\d.]+ s$", r.output, re.M), r.output
     results = json.loads(res.read_text())["results"]["memory"]
     rows = results["layered-4x3-s101"]
     assert set(rows) == {"CP-SAT", "GP+DFS", "BRKGA-5K", "REGAL untrained", "layer-split BRKGA"}

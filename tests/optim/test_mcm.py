@@ -313,3 +313,20 @@ def test_bench_marks_a_fine_tuning_row_that_measures_no_learning():
     assert lines["8"].endswith("| start | start |")  # both at their start: no speed-up
     assert lines["16"].endswith("| not reached | not reached |")
     assert "Evaluations and seconds to come within 1%" not in to_markdown(res)  # no searches
+
+
+def test_bench_mcm_says_a_line_per_row_on_a_pipe(tmp_path):
+    # issue 37: a benchmark on a pipe printed nothing until its table
+    import re
+
+    from typer.testing import CliRunner
+
+    from graphopt.cli import app
+
+    r = CliRunner().invoke(app, ["bench", "mcm", "--graphs", "rnnlm-2", "--presets", "mcm-ring4",
+                                 "--methods", "mcm-greedy", "--budget", "4",
+                                 "--out", str(tmp_path / "mcm.json")])
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert lines[0].startswith("bench mcm: 1 methods on 1 graphs x 1 presets")
+    assert re.fullmatch(r"\[1/1\] rnnlm-2 on mcm-ring4: [\d.]+ s", lines[1]), r.output

@@ -162,6 +162,8 @@ def test_cli_bench_writes_results_and_docs(tmp_path):
                                  "--repeats", "2", "--warmup", "0", "--out", str(out),
                                  "--docs", str(docs)])
     assert r.exit_code == 0, r.output
+    assert any(line.startswith("[1/1] nasrnn: ") and line.endswith(" s")
+               for line in r.output.splitlines()), r.output  # a line per row (issue 37)
     res = json.loads(out.read_text())
     assert [row["model"] for row in res["rows"]] == ["nasrnn"]
     assert len(res["machine"]["load_average"]) == 2  # what else ran is on record

@@ -1,6 +1,8 @@
 """Checkpoints: a round trip restores weights, optimizer and generator; another run's or
 a corrupt checkpoint is refused; extra tensors come back."""
 
+import json
+
 import pytest
 import torch
 
@@ -45,6 +47,11 @@ def test_checkpoint_refuses_other_config_and_corruption(tmp_path):
     with pytest.raises(CheckpointError, match="lr"):
         load_checkpoint(tmp_path, {"lr": 0.2}, {"placer": placer}, opt, gen)
     (tmp_path / "weights.safetensors").write_bytes(b"not safetensors")
+    with pytest.raises(CheckpointError, match="torn checkpoint"):  # its hash, before parsing
+        load_checkpoint(tmp_path, {"lr": 0.1}, {"placer": placer}, opt, gen)
+    meta = json.loads((tmp_path / "checkpoint.json").read_text())
+    del meta["weights_sha256"]  # as graphopt wrote it before it kept the hash
+    (tmp_path / "checkpoint.json").write_text(json.dumps(meta))
     with pytest.raises(CheckpointError, match="unreadable"):
         load_checkpoint(tmp_path, {"lr": 0.1}, {"placer": placer}, opt, gen)
 

@@ -16,7 +16,7 @@ import platform
 import time
 from pathlib import Path
 
-from graphopt.benchmarks import geomean, replace_section, save_json
+from graphopt.benchmarks import geomean, replace_section, row_line, save_json
 
 __all__ = ["GRAPHS", "METHODS", "PRESETS", "forward_graph", "run", "time_to", "to_markdown", "update_docs"]
 
@@ -101,11 +101,12 @@ def _run_method(problem, method: str, budget: int, seed: int, params: dict) -> d
 
 def run(graphs: tuple[str, ...], presets: tuple[str, ...], methods: tuple[str, ...],
         budget: int, seed: int, out: str | Path, *, params: dict | None = None,
-        scratch_budget: int = 0, command: str = "") -> dict:
+        scratch_budget: int = 0, command: str = "", progress=None) -> dict:
     """Run every method on every graph and preset (module docstring), saving ``out`` after
     each row; with ``scratch_budget``, also train ``mcm-one`` from scratch and fine-tune
     ``mcm-finetune`` at that budget on each row, for the fine-tuning comparison. Returns
-    the results dict."""
+    the results dict. ``progress`` (e.g. :func:`graphopt.benchmarks.say`) is given a line
+    after each row (:func:`graphopt.benchmarks.row_line`)."""
     import os
 
     from graphopt.hardware import load_cluster
@@ -118,8 +119,10 @@ def run(graphs: tuple[str, ...], presets: tuple[str, ...], methods: tuple[str, .
     # every graph and preset loaded first: a typo in the last fails before hours of rows
     loaded = [(graph, forward_graph(graph)) for graph in graphs]
     clusters = [(preset, load_cluster(preset)) for preset in presets]
+    total = len(loaded) * len(clusters)
     for graph, g in loaded:
         for preset, cluster in clusters:
+            row_t0 = time.perf_counter()
             problem = Problem(g, cluster)
             row = {"graph": graph, "preset": preset, "ops": g.num_nodes,
                    "chips": problem.num_devices, "methods": {}}
@@ -149,6 +152,9 @@ def run(graphs: tuple[str, ...], presets: tuple[str, ...], methods: tuple[str, .
                         "finetune_evals": e, "finetune_seconds": s}
             res["rows"].append(row)
             save_json(res, out)
+            if progress:
+                progress(row_line(len(res["rows"]), total, f"{graph} on {preset}",
+                                  time.perf_counter() - row_t0))
     return res
 
 

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from graphopt.benchmarks import replace_section, save_json
+from graphopt.benchmarks import replace_section, row_line, save_json
 from graphopt.errors import GraphoptError
 from graphopt.optim.base import Budget, optimize
 from graphopt.optim.heuristics.schedulers import dfs_memory
@@ -121,8 +121,11 @@ def _gp(problem: Problem, objective: str, dfs_only: bool, seed: int) -> tuple[fl
 def run(objectives: tuple[str, ...] = ("memory", "runtime"), evals: int = 5000,
         seeds: int = 3, graphs: tuple[str, ...] = TEST_GRAPHS,
         methods: tuple[str, ...] = tuple(m for m in METHODS if m not in ELITE_BIAS_ROWS),
-        out: Path | None = None, on_step=None, elite_bias_policy: Path | None = None) -> dict:
+        out: Path | None = None, on_step=None, elite_bias_policy: Path | None = None,
+        progress=None) -> dict:
     """Run every method of ``methods`` on ``graphs`` for each objective; write ``out``.
+    ``on_step`` is told what starts; ``progress`` (e.g. :func:`graphopt.benchmarks.say`)
+    is given a line after each graph's row (:func:`graphopt.benchmarks.row_line`).
 
     ``elite_bias_policy`` is the folder of a policy trained with ``--elite-bias``, which the
     :data:`ELITE_BIAS_ROWS` run (and need).
@@ -160,6 +163,7 @@ def run(objectives: tuple[str, ...] = ("memory", "runtime"), evals: int = 5000,
                                           "mean_ratio_to_default": ratios}
         rows = result["results"][objective] = {}
         for p in probs:
+            row_t0 = time.perf_counter()
             row = rows[p.graph.name] = {}
             for label in methods:
                 name, params = METHODS[label]
@@ -187,6 +191,10 @@ def run(objectives: tuple[str, ...] = ("memory", "runtime"), evals: int = 5000,
                               "seconds": float(np.median(secs)), "evals": st["evals"]}
             if out:
                 save_json(result, out)
+            if progress:
+                done = sum(len(r) for r in result["results"].values())
+                progress(row_line(done, len(objectives) * len(probs),
+                                  f"{objective} {p.graph.name}", time.perf_counter() - row_t0))
     return result
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from graphopt.benchmarks import replace_section, save_json
+from graphopt.benchmarks import replace_section, row_line, save_json
 from graphopt.rewrite.api import rewrite, sequential_rewrite
 from graphopt.rewrite.codegen import unfuse
 from graphopt.rewrite.config import RewriteConfig
@@ -113,7 +113,9 @@ def run(models: tuple[str, ...] = tuple(MODELS), size: str = "bench", repeats: i
         warmup: int = 3, compile_: bool = False, out: Path | None = None,
         cfg: RewriteConfig | None = None, seq_time_limit: float = 600.0,
         command: str = "graphopt bench rewrite", progress=None) -> dict:
-    """Run the benchmark on ``models``; checkpoint ``out`` after each model.
+    """Run the benchmark on ``models``; checkpoint ``out`` after each model; ``progress``
+    (e.g. :func:`graphopt.benchmarks.say`) is given a line after each
+    (:func:`graphopt.benchmarks.row_line`).
 
     Threads are pinned to one (``torch.set_num_threads(1)``) for the whole run.
     """
@@ -130,11 +132,12 @@ def run(models: tuple[str, ...] = tuple(MODELS), size: str = "bench", repeats: i
                            "sequential_time_limit_s": seq_time_limit},
               "rows": []}
     try:
-        for name in models:
+        for done, name in enumerate(models, 1):
+            t0 = time.perf_counter()
             result["rows"].append(run_model(name, size, repeats, warmup, compile_, cfg,
                                             seq_time_limit))
             if progress:
-                progress(name)
+                progress(row_line(done, len(models), name, time.perf_counter() - t0))
             if out is not None:
                 save_json(result, out)
     finally:

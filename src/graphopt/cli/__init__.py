@@ -14,11 +14,11 @@ import typer
 
 from graphopt.cli import (bench, corpus, costmodel, export, graphs, optimize, rewrite, run,
                           simulate, train, tune)
-from graphopt.cli._common import method_params
+from graphopt.cli._common import OneLineUsageErrors, method_params
 
 __all__ = ["app", "method_params"]
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+app = typer.Typer(cls=OneLineUsageErrors, add_completion=False, no_args_is_help=True,
                   help="Optimize ML computation graphs: placement, scheduling and fusion.\n\n"
                        "Example: graphopt simulate graph.npz --cluster dgx1-v100:4 --gantt g.png")
 for _group in (graphs, simulate, optimize, run, export, tune, rewrite):

@@ -13,6 +13,7 @@ import dataclasses
 import inspect
 import os
 import signal
+import sys
 import threading
 import types
 import typing
@@ -22,6 +23,7 @@ from typing import NoReturn
 
 import click
 import typer
+import typer.core
 from rich.console import Console
 from rich.markup import escape
 
@@ -30,9 +32,9 @@ from graphopt.cli.options import ADDRESS_HELP, BACKEND_HELP
 from graphopt.errors import GraphoptError, check_fields
 
 __all__ = ["ADDRESS_HELP", "BACKEND_HELP", "GRAPH_HELP", "LOCK_FILE", "PARAM_HELP",
-           "check_run_folder", "compile_simulator", "console", "evaluation_backend", "fail",
-           "field_help", "interrupt_on_signals", "lock_folder", "method_params",
-           "options_from_fields", "parse_field"]
+           "OneLineUsageErrors", "check_run_folder", "compile_simulator", "console",
+           "evaluation_backend", "fail", "field_help", "field_range", "interrupt_on_signals",
+           "lock_folder", "method_params", "options_from_fields", "parse_field", "usage_line"]
 
 # Tables are wide; when output goes to a file or a pipe, do not squeeze them to 80 columns.
 console = Console(width=None if Console().is_terminal else 140)
@@ -56,9 +58,75 @@ def fail(err: Exception) -> NoReturn:
     raise typer.Exit(2)
 
 
+def _usage_error_types() -> tuple[type, type]:
+    """Click's ``UsageError`` and ``NoArgsIsHelpError`` as the running Typer raises them:
+    from 0.22 or so Typer parses with its own copy of click (``typer._click``), whose
+    exceptions are not the ``click`` package's."""
+    try:
+        from typer._click.exceptions import NoArgsIsHelpError, UsageError
+    except ImportError:  # a Typer on the click package
+        from click.exceptions import NoArgsIsHelpError, UsageError
+    return UsageError, NoArgsIsHelpError
+
+
+def usage_line(err: Exception, command: str | None = None) -> str:
+    """``err`` (a click usage error: a value of the wrong type, under an option's
+    ``min``, an unknown option or command, a missing argument) as one line naming the
+    option, and the command whose ``--help`` says more: the error's own, else ``command``
+    (click raises "Option '-b' requires an argument." without one).
+
+    Examples
+    --------
+    >>> import typer
+    >>> usage_line(typer.BadParameter("not a number", param_hint="'--seed'"))
+    "Invalid value for '--seed': not a number"
+    """
+    text = " ".join(err.format_message().split())
+    ctx = getattr(err, "ctx", None)
+    if ctx is not None and ctx.parent is not None:  # the top level's help is the one it shows
+        command = ctx.command_path
+    return f"{text} (see '{command} --help')" if command else text
+
+
+def _one_line(err: Exception, ctx=None) -> NoReturn:
+    # stderr as a plain line: Typer's own display is a box of 4 to 6 lines (rich) or
+    # three (usage, hint, error)
+    sub = getattr(ctx, "invoked_subcommand", None)
+    command = f"{ctx.command_path} {sub}" if sub else None
+    print(f"error: {usage_line(err, command)}", file=sys.stderr, flush=True)
+    raise typer.Exit(2) from None
+
+
+class OneLineUsageErrors(typer.core.TyperGroup):
+    """The top command group, which prints every usage error of any sub-command as one
+    line, ``error: MESSAGE (see 'graphopt CMD --help')``, and exits 2, like every other
+    bad input, where Typer draws a box. Help asked for by giving no arguments is still
+    shown. A sub-command's arguments are parsed inside this group's :meth:`invoke`, so
+    one override here covers every command below."""
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        usage, no_args = _usage_error_types()
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except usage as err:
+            if isinstance(err, no_args):
+                raise
+            _one_line(err)
+
+    def invoke(self, ctx):
+        usage, no_args = _usage_error_types()
+        try:
+            return super().invoke(ctx)
+        except usage as err:
+            if isinstance(err, no_args):
+                raise
+            _one_line(err, ctx)
+
+
 #: The file that marks a folder a run is writing in: :func:`lock_folder` holds an
 #: exclusive ``flock`` on it for the run's life (the kernel drops it when the process ends,
-#: however it ends); it stays in the folder, empty of meaning once unlocked.
+#: however it ends); a command removes it as it ends. Only a killed one (SIGKILL, power
+#: loss) leaves it, empty of meaning once unlocked: the next run takes it over.
 LOCK_FILE = ".graphopt.lock"
 
 
@@ -83,8 +151,6 @@ def interrupt_on_signals():
     try:
         yield
     except KeyboardInterrupt:
-        import sys
-
         print("graphopt: interrupted", file=sys.stderr, flush=True)
         raise typer.Exit(130) from None
     finally:
@@ -111,15 +177,22 @@ def lock_folder(folder: Path | None, option: str = "--out"):
     folder = Path(folder)
     made = next((p for p in reversed([folder, *folder.parents]) if not p.exists()), None)
     folder.mkdir(parents=True, exist_ok=True)
-    f = open(folder / LOCK_FILE, "a+")  # noqa: SIM115 -- held open while the run lasts
-    try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        f.seek(0)
-        pid = f.read().strip() or "?"
+    while True:
+        f = open(folder / LOCK_FILE, "a+")  # noqa: SIM115 -- held open while the run lasts
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            pid = f.read().strip() or "?"
+            f.close()
+            raise GraphoptError(f"{option} {folder}: another graphopt run (pid {pid}) is "
+                                "writing there; wait for it to end or choose another "
+                                "folder") from None
+        if _same_file(f, folder / LOCK_FILE):
+            break
+        # the run that held it removed it as it ended (after we opened it): a lock on
+        # that file guards nothing, as a third run may already hold the new one
         f.close()
-        raise GraphoptError(f"{option} {folder}: another graphopt run (pid {pid}) is writing "
-                            "there; wait for it to end or choose another folder") from None
     try:  # who holds it, for the message above; a full disk leaves it unsaid
         f.seek(0)
         f.truncate()
@@ -131,6 +204,15 @@ def lock_folder(folder: Path | None, option: str = "--out"):
     if ctx is not None:  # released when the command ends, however it ends, even in-process
         ctx.with_resource(_released(f, folder, made))
     return f
+
+
+def _same_file(f, path: Path) -> bool:
+    """Whether the open file ``f`` is still the one at ``path`` (not removed, not replaced)."""
+    try:
+        here, there = os.fstat(f.fileno()), os.stat(path)
+    except FileNotFoundError:
+        return False
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
 
 
 def _current_context():
@@ -147,17 +229,21 @@ def _current_context():
 
 @contextlib.contextmanager
 def _released(lock, folder: Path, made: Path | None):
-    """Hold ``lock`` (``folder``'s lock file) until the command ends; then, where this run
-    made the folder (``made``: the first folder of its path that did not exist) and wrote
-    nothing else there (a run that failed before any result), remove the lock file and
-    the folders it made, so that no folder holding only ``.graphopt.lock`` is left. The
-    lock file is removed while still held: a run refused meanwhile stays refused."""
+    """Hold ``lock`` (``folder``'s lock file) until the command ends, then remove the lock
+    file however the command ended, so that a run leaves only its results (a failed run
+    into a folder that was there left ``.graphopt.lock`` in it); and where this run made
+    the folder (``made``: the first folder of its path that did not exist) and wrote
+    nothing else there (a run that failed before any result), remove the folders it made
+    too. The lock file is removed while still held: a run refused meanwhile stays
+    refused, and one that opened it meanwhile sees it gone once it holds it
+    (:func:`lock_folder` checks) and takes a new one."""
     try:
         yield lock
     finally:
         try:
-            if made is not None and [p.name for p in folder.iterdir()] == [LOCK_FILE]:
+            if _same_file(lock, folder / LOCK_FILE):
                 (folder / LOCK_FILE).unlink()
+            if made is not None and not any(folder.iterdir()):
                 for p in [folder, *folder.parents]:
                     p.rmdir()  # empty ones only: one another process wrote in stays
                     if p == made:
@@ -235,8 +321,37 @@ def evaluation_backend(backend: str, address: str | None, *, pool: bool = True):
 
 
 def field_help(f: dataclasses.Field) -> str:
-    """A hyperparameter's one-line help, from its field's ``metadata["help"]``."""
-    return f.metadata.get("help", "")
+    """A hyperparameter's one-line help, from its field's ``metadata["help"]``, ending with
+    the range :func:`graphopt.errors.check_fields` holds it to (:func:`field_range`)."""
+    text, bounds = f.metadata.get("help", ""), field_range(f)
+    return f"{text.rstrip()} Range: {bounds}." if bounds and text else text or bounds
+
+
+def field_range(f: dataclasses.Field) -> str:
+    """The range of a field's metadata (``min``, ``gt``, ``max``, ``limit``) as a person
+    reads it, or "" for none.
+
+    Examples
+    --------
+    >>> from dataclasses import dataclass, field, fields
+    >>> @dataclass
+    ... class C:
+    ...     a: int = field(default=1, metadata={"min": 1, "limit": 10_000})
+    ...     b: float = field(default=0.1, metadata={"gt": 0})
+    ...     c: float = field(default=0.5, metadata={"min": 0, "max": 1})
+    >>> [field_range(f) for f in fields(C)]
+    ['1..10,000', '> 0', '0..1']
+    """
+    m = f.metadata
+    hi = min((m[k] for k in ("max", "limit") if k in m), default=None)
+
+    def n(x) -> str:
+        return f"{x:,}" if isinstance(x, int) and not isinstance(x, bool) else f"{x:g}"
+    if "min" in m and hi is not None:
+        return f"{n(m['min'])}..{n(hi)}"
+    parts = ([f">= {n(m['min'])}"] if "min" in m else []) + \
+        ([f"> {n(m['gt'])}"] if "gt" in m else []) + ([f"<= {n(hi)}"] if hi is not None else [])
+    return " and ".join(parts)
 
 
 def _field_kinds(cls: type, name: str) -> tuple[type, bool]:

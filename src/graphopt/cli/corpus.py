@@ -113,3 +113,73 @@ def corpus_info(folder: Path = typer.Argument(..., help="Corpus folder. Example:
     Example: graphopt corpus info corpus
     """
     _show(folder)
+
+
+@app.command("search")
+def corpus_search(
+    folder: Path = typer.Argument(..., help="Corpus folder (from 'corpus build'). Example: corpus/"),
+    method: str = typer.Option("portfolio", "--method", "-m",
+                               help="The search that makes each target ('graphopt methods' "
+                                    "lists them). Example: sa"),
+    budget: int = typer.Option(2000, "--budget", "-b", min=1, max=10_000_000,
+                               help="Simulator evaluations per item. 1..10,000,000. "
+                                    "Example: 20000"),
+    clusters: str = typer.Option("p100:2,p100:4,p100:8", "--clusters",
+                                 help="Cluster specs given to the items in turn, "
+                                      "comma-separated. Example: p100:4"),
+    split: str = typer.Option("train", "--split", help="Which split's items: train or "
+                                                       "held-out. Example: held-out"),
+    policy: Path | None = typer.Option(None, "--policy",
+                                       help="A saved GO policy (folder with policy.json): each "
+                                            "search starts from its greedy plan, and a target "
+                                            "is replaced only by a faster plan (expert "
+                                            "iteration). Example: runs/go-imitate"),
+    limit: int | None = typer.Option(None, "--limit", min=1,
+                                     help="At most this many items (the first by id)."),
+    seed: int = typer.Option(0, "--seed", min=0, max=2**32 - 1, help="Seed of the searches."),
+) -> None:
+    """Search a target plan for every built item of a split (one line per item); the
+    targets are what 'graphopt train imitate' learns from. Resumable: an item whose
+    target this method, budget and round made is kept.
+
+    Example: graphopt corpus search corpus --budget 2000
+    """
+    import time
+
+    from graphopt.optim.learned.targets import search_targets
+
+    if split not in ("train", "held-out"):
+        fail(GraphoptError(f"--split {split!r}: expected train or held-out"))
+    specs = tuple(c.strip() for c in clusters.split(",") if c.strip())
+    try:
+        from graphopt.hardware import load_cluster
+        from graphopt.optim.base import get_optimizer
+
+        get_optimizer(method)  # an unknown method fails before any search
+        for spec in specs:
+            load_cluster(spec)
+        if not specs:
+            raise GraphoptError("--clusters: no cluster given")
+        if policy is not None:
+            from graphopt.optim.learned.go.method import load_go_policy
+            load_go_policy(policy)
+    except GraphoptError as err:
+        fail(err)
+    start = time.perf_counter()
+
+    def progress(done: int, total: int, key: str, entry: dict) -> None:
+        what = "kept" if entry.get("reused") else "searched"
+        step = entry.get("step_time")
+        expert = entry.get("expert_step_time")
+        gain = f"  {expert / step:5.2f}x expert" if step and expert else ""
+        console.print(f"[{done}/{total}] {what:8} {entry.get('seconds', 0):6.1f} s  {key}  "
+                      + (f"{step * 1e3:.3f} ms{gain}" if step else entry.get("status", "")),
+                      highlight=False, soft_wrap=True)
+
+    try:
+        doc = search_targets(folder, method=method, budget=budget, clusters=specs, seed=seed,
+                             split=split, policy=policy, limit=limit, progress=progress)
+    except GraphoptError as err:
+        fail(err)
+    console.print(f"{len(doc['entries'])} targets in {folder / 'targets.json'} "
+                  f"({time.perf_counter() - start:,.1f} s this run)")

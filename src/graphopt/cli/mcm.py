@@ -158,7 +158,8 @@ def bench_mcm(
                       earlier_seconds(out, budget=budget, seed=seed)))
         compile_simulator()
         res = mcm.run(pick(graphs, mcm.GRAPHS), pick(presets, mcm.PRESETS), names, budget,
-                      seed, out, params=params, scratch_budget=scratch_budget, command=command)
+                      seed, out, params=params, scratch_budget=scratch_budget, command=command,
+                      progress=say)
     except GraphoptError as err:
         fail(err)
     console.print(mcm.to_markdown(res))

@@ -191,7 +191,7 @@ def bench_regal(
         with console.status("") as status:
             res = bench.run(objs, evals, seeds, items, labels, out,
                             on_step=lambda text: status.update(text + " ..."),
-                            elite_bias_policy=elite_bias_policy)
+                            elite_bias_policy=elite_bias_policy, progress=say)
             if train_check:
                 status.update("the shipped policy on the training graphs ...")
                 res["train_check"] = bench.train_check()

@@ -136,7 +136,7 @@ def bench_rewrite(
                       earlier_seconds(out, size=size, repeats=repeats, compile=compile_)))
         res = bench.run(names, size, repeats, warmup, compile_, out, cfg=cfg,
                         seq_time_limit=sequential_limit, command=command,
-                        progress=lambda name: console.print(f"{name} done", highlight=False))
+                        progress=say)
     except GraphoptError as err:
         fail(err)
     console.print(bench.to_markdown(res))

@@ -23,6 +23,54 @@ app.command("regal")(train_regal)
 app.command("mcm")(train_mcm)
 
 
+@app.command("imitate")
+def train_imitate(
+    corpus: Path = typer.Argument(..., help="Corpus folder whose train split has target plans "
+                                            "('graphopt corpus search'). Example: corpus/"),
+    out: Path = out_option(Path("runs/go-imitate"),
+                           "Folder for the checkpoint (resumed when it exists) and the policy "
+                           "(policy.safetensors + policy.json). Example: ckpt/go-imitate"),
+    epochs: int = typer.Option(20, min=1, max=100_000, help="Passes over the targets."),
+    lr: float = typer.Option(1e-3, min=1e-8, max=1.0, help="Adam's learning rate."),
+    seed: int = seed_option("Seed of the policy's initialization and of each epoch's order."),
+    init: Path | None = typer.Option(None, "--init", help="Start from a saved policy's weights. "
+                                                         "Example: runs/go-imitate"),
+    threads: int = typer.Option(1, min=1, max=MAX_THREADS, help="torch CPU threads."),
+) -> None:
+    """Pre-train GO's policy by imitation: each train graph's nodes on the devices of its
+    target plan, by a cross-entropy that does not care how devices are numbered (see
+    docs/go.md). The policy is what 'go' loads with -p go.checkpoint=OUT, and what
+    'graphopt train --init OUT' improves by PPO.
+
+    Example: graphopt train imitate corpus --epochs 20 --out runs/go-imitate
+    """
+    import torch
+
+    from graphopt.optim.learned.go.imitate import imitate
+    from graphopt.optim.learned.targets import load_targets
+
+    torch.set_num_threads(threads)
+    command = (f"graphopt train imitate {corpus} --epochs {epochs} --lr {lr:g} --seed {seed}"
+               + (f" --init {init}" if init else ""))
+    try:
+        _lock = check_run_folder(out)  # held while the run lasts
+        with console.status(f"loading the targets of {corpus} ..."):
+            targets = load_targets(corpus)
+        console.print(f"{len(targets)} target plans from "
+                      f"{len({t.family for t in targets})} families")
+
+        def progress(row: dict) -> None:
+            console.print(f"epoch {row['epoch']}/{epochs}  loss {row['loss']:.4f}  "
+                          f"accuracy {row['accuracy']:.3f}  {row['seconds']:.1f} s",
+                          highlight=False)
+
+        imitate(targets, out, epochs=epochs, lr=lr, seed=seed, init=init, command=command,
+                progress=progress)
+    except GraphoptError as err:
+        fail(err)
+    console.print(f"policy and checkpoint in {out}/")
+
+
 @app.callback()
 @options_from_fields(PPOConfig, unset_default="pre-training's")
 def train(
@@ -30,7 +78,10 @@ def train(
     corpus: str = typer.Option("default", help="Graphs to pre-train on, comma-separated "
                                                "GRAPH@CLUSTER items (GRAPH as for 'optimize'), "
                                                "or 'default': the zoo's train split and "
-                                               "random layered graphs (see docs/go.md). "
+                                               "random layered graphs (see docs/go.md). An "
+                                               "item may be a corpus folder: its train split "
+                                               "on the clusters of its targets ('graphopt "
+                                               "corpus search'). "
                                                "Example: zoo:rnnlm-2@p100:2,zoo:bert-base@p100:4"),
     cluster: str | None = cluster_option(what="Cluster of the --corpus items given without "
                                               "@CLUSTER"),
@@ -92,6 +143,12 @@ def train(
             raise GraphoptError(f"--corpus {corpus!r}: no GRAPH@CLUSTER item")
         problems = []
         for item in items:
+            if (Path(item) / "manifest.json").is_file():  # a corpus: its train split
+                from graphopt.optim.learned.targets import load_targets
+
+                with console.status(f"loading the train split of {item} ..."):
+                    problems += [t.problem for t in load_targets(item)]
+                continue
             graph, where = split_item(item, cluster)
             with console.status(f"loading {graph} ..."):
                 problems.append(Problem(load_source(graph), load_cluster(where)))

@@ -18,8 +18,8 @@ import numpy as np
 from graphopt.errors import ClusterError
 from graphopt._files import atomic_write, regular_file
 from graphopt.hardware import topology
-from graphopt.hardware.cluster import (CALIBRATED_KIND, DEVICE_FIELDS, Calibration, Cluster,
-                                       Device)
+from graphopt.hardware.cluster import (CALIBRATED_KIND, DEVICE_FIELDS, LINK_FIELDS, Calibration,
+                                       Cluster, Device)
 
 __all__ = ["MAX_DEVICES", "cluster_from_toml", "cluster_to_toml", "list_presets", "load_cluster",
            "save_cluster"]
@@ -201,8 +201,10 @@ def _from_toml(data: dict, source: str) -> Cluster:
     t = data.get("topology", {})
     kind = t.get("type")
     if kind != "matrix":  # one link's figures, spread by the topology
-        bw = _get(t, "link_gbps", source) * _GB
-        lat = _get(t, "latency_us", source) * _US
+        # one device has no link: cluster_to_toml writes it link_gbps = inf
+        alone = n == 1 and _get(t, "link_gbps", source) == np.inf
+        bw = np.inf if alone else _link_figure(t, "link_gbps", source)
+        lat = _link_figure(t, "latency_us", source)
     if kind == "matrix":  # every ordered pair's own (what cluster_to_toml writes)
         mats = tuple(_matrix(t, key, n, source) * unit for key, unit in (("link_gbps", _GB),
                                                                         ("latency_us", _US)))
@@ -210,9 +212,11 @@ def _from_toml(data: dict, source: str) -> Cluster:
         mats = topology.all_to_all(n, bw, lat)
     elif kind == "pcie_tree":
         per_switch = _opt(t, "per_switch", source, 2, int)
-        if per_switch < 1:
-            raise ClusterError(f"{source}: [topology] per_switch = {per_switch}; expected >= 1")
-        mats = topology.pcie_tree(n, bw, lat, per_switch, _opt(t, "root_gbps", source, bw / _GB) * _GB)
+        if not 1 <= per_switch <= MAX_DEVICES:
+            raise ClusterError(f"{source}: [topology] per_switch = {per_switch}; expected "
+                               f"1..{MAX_DEVICES}")
+        root = _link_figure(t, "root_gbps", source) if "root_gbps" in t else bw
+        mats = topology.pcie_tree(n, bw, lat, per_switch, root)
     elif kind == "ring":
         mats = topology.ring(n, bw, lat)
     elif kind == "torus":
@@ -235,8 +239,8 @@ def _from_toml(data: dict, source: str) -> Cluster:
         if not ((links == links.T).all() and (np.diag(links) == 0).all()):
             raise ClusterError(f"{source}: links must be symmetric (a link joins two devices) with "
                                "zeros on the diagonal")
-        mats = topology.link_matrix(links, bw, lat, _get(t, "fallback_gbps", source) * _GB,
-                                    _get(t, "fallback_latency_us", source) * _US)
+        mats = topology.link_matrix(links, bw, lat, _link_figure(t, "fallback_gbps", source),
+                                    _link_figure(t, "fallback_latency_us", source))
     elif kind == "host":
         mats = topology.host_star(n, bw, lat)
     else:
@@ -261,9 +265,11 @@ def _from_toml(data: dict, source: str) -> Cluster:
         if not isinstance(pingpong, list) or not all(
                 isinstance(p, list) and len(p) == 2 and isinstance(p[0], int)
                 and isinstance(p[1], int | float) and not isinstance(p[1], bool)
-                and 0 < p[0] and 0 <= p[1] < np.inf for p in pingpong):
+                and 0 < p[0] <= MAX_PINGPONG_BYTES and 0 <= p[1] <= MAX_PINGPONG_US
+                for p in pingpong):
             raise ClusterError(f"{source}: [calibration] pingpong_us = {pingpong!r}; expected "
-                               "[[bytes, microseconds], ...]")
+                               f"[[bytes, microseconds], ...], bytes 1..2^50, microseconds "
+                               f"0..{MAX_PINGPONG_US:g} (an hour)")
         cores = _opt(cal, "cores_per_device", source, 0, int)
         if not 0 <= cores <= 1 << 16:
             raise ClusterError(f"{source}: [calibration] cores_per_device = {cores}; expected "
@@ -273,6 +279,30 @@ def _from_toml(data: dict, source: str) -> Cluster:
         cluster = Cluster(cluster.name, cluster.devices, cluster.bandwidth, cluster.latency,
                           cluster.meta, cluster.overlap_latency, calibration)
     return cluster
+
+
+#: The ``[topology]`` keys of one link's figures and the range each is checked against
+#: (a link's, :data:`~graphopt.hardware.cluster.LINK_FIELDS`), where the file names them:
+#: a fallback or root figure of a pair that no link of the cluster uses was never checked,
+#: and one that was got the message of ``link_gbps``.
+_LINK_KEYS = {"link_gbps": "bandwidth", "root_gbps": "bandwidth", "fallback_gbps": "bandwidth",
+              "latency_us": "latency", "fallback_latency_us": "latency"}
+
+#: The largest message (bytes) and time (microseconds, an hour) of a calibration's
+#: ``pingpong_us`` row.
+MAX_PINGPONG_BYTES = 2**50
+MAX_PINGPONG_US = 3.6e9
+
+
+def _link_figure(t: dict, key: str, source: str) -> float:
+    """``[topology] key`` in SI units (bytes/s, seconds), in a link's range."""
+    field = next(f for f in LINK_FIELDS if f.attr == _LINK_KEYS[key])
+    v = _get(t, key, source)
+    if not field.ok(v * field.scale):
+        raise ClusterError(f"{source}: [topology] {key} = {v!r} {field.unit}; expected "
+                           f"{field.lo / field.scale:g}..{field.hi / field.scale:g} {field.unit} "
+                           f"({field.help})")
+    return v * field.scale
 
 
 def _matrix(t: dict, key: str, n: int, source: str) -> np.ndarray:

@@ -18,7 +18,7 @@ import numpy as np
 
 from graphopt.errors import GraphError
 
-__all__ = ["MAX_BYTES", "MAX_FLOPS", "MAX_RANK", "Graph", "GraphBuilder", "format_bytes"]
+__all__ = ["MAX_BYTES", "MAX_ELEMENTS", "MAX_FLOPS", "MAX_RANK", "Graph", "GraphBuilder", "format_bytes"]
 
 #: Output shapes are stored padded to this rank with -1; higher ranks fold their
 #: leading dimensions together (the element count is kept).
@@ -29,6 +29,11 @@ MAX_RANK = 8
 #: large is a corrupt or hostile file, not a model.
 MAX_FLOPS = 1e21
 MAX_BYTES = float(2**50)
+#: The most elements one output's shape may hold (the product of its dimensions): a
+#: tensor of :data:`MAX_BYTES` of 1-bit elements; a dimension of 2^62 passed alone (each
+#: is checked against int64) and wrapped the element count where it was multiplied out.
+#: 2^53, below which a float64 holds every whole number: the product is exact.
+MAX_ELEMENTS = 2**53
 
 _NODE_FLOAT = ("flops", "bytes_read", "bytes_written", "out_bytes", "persistent_bytes", "temp_bytes")
 _NODE_STR = ("names", "op", "dtype", "module")
@@ -214,7 +219,8 @@ class Graph:
             On a cycle or an edge against the topological order, an edge index out of
             range, a self loop, a duplicate edge, duplicate node names, a negative or
             non-finite size, FLOPs above :data:`MAX_FLOPS` or bytes above :data:`MAX_BYTES`,
-            or a shape with a zero-or-negative dimension inside its rank.
+            a shape with a zero-or-negative dimension inside its rank or more than
+            :data:`MAX_ELEMENTS` elements.
             The message names the node (or edge) at fault.
 
         Notes
@@ -230,8 +236,10 @@ class Graph:
                                  f"out of range for {n} nodes")
         loops = np.flatnonzero(self.src == self.dst)
         if len(loops):
-            raise GraphError(f"graph {g!r}: node {str(self.names[self.src[loops[0]]])!r} "
-                             "has an edge to itself (a cycle)")
+            j = int(loops[0])
+            raise GraphError(f"graph {g!r}: node {str(self.names[self.src[j]])!r} has an edge to "
+                             f"itself (a cycle): edge {j} (src={int(self.src[j])}, "
+                             f"dst={int(self.dst[j])})")
         back = np.flatnonzero(self.src > self.dst)
         if len(back):
             cycle = _find_cycle(self.src, self.dst, n)
@@ -240,9 +248,10 @@ class Graph:
                 raise GraphError(f"graph {g!r}: cycle through nodes {path}"
                                  f"{' -> ...' if len(cycle) > 8 else ''}")
             j = int(back[0])
-            raise GraphError(f"graph {g!r}: nodes are not in topological order: edge "
-                             f"{str(self.names[self.src[j]])!r} -> {str(self.names[self.dst[j]])!r} points "
-                             "backwards (build graphs with GraphBuilder, which sorts them)")
+            raise GraphError(f"graph {g!r}: nodes are not in topological order: edge {j} "
+                             f"(src={int(self.src[j])}, dst={int(self.dst[j])}), "
+                             f"{str(self.names[self.src[j]])!r} -> {str(self.names[self.dst[j]])!r}, "
+                             "points backwards (build graphs with GraphBuilder, which sorts them)")
         if self.num_edges:
             key = self.src * n + self.dst
             u, counts = np.unique(key, return_counts=True)
@@ -283,6 +292,13 @@ class Graph:
             j = int(bad[0])
             raise GraphError(f"graph {g!r}: node {str(self.names[j])!r} has shape {self.shape[j].tolist()};"
                              " expected positive dims padded at the end with -1")
+        elements = np.where(self.shape > 0, self.shape, 1).astype(np.float64).prod(axis=1)
+        big = np.flatnonzero(elements > MAX_ELEMENTS)
+        if len(big):
+            j = int(big[0])
+            raise GraphError(f"graph {g!r}: node {str(self.names[j])!r} has shape "
+                             f"{self.shape_of(j)}, {elements[j]:.3g} elements, above the limit "
+                             f"2^53 (graphopt.ir.graph.MAX_ELEMENTS)")
         if (self.coloc < -1).any():
             j = int(np.flatnonzero(self.coloc < -1)[0])
             raise GraphError(f"graph {g!r}: node {str(self.names[j])!r} has coloc={int(self.coloc[j])}; "

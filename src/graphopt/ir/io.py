@@ -188,6 +188,13 @@ def graph_to_dict(g: Graph) -> dict:
             "nodes": nodes, "edges": edges}
 
 
+def _digits(v: int) -> str:
+    """A whole number of a JSON file for a message: itself, or its first digits and length
+    (one of 400 digits has no float to print as)."""
+    text = str(v)
+    return text if len(text) <= 24 else f"{text[:8]}... ({len(text.lstrip('-'))} digits)"
+
+
 def graph_from_dict(data: Any, source: str = "<dict>") -> Graph:
     """Inverse of :func:`graph_to_dict`; validates the result."""
     if not isinstance(data, dict) or data.get("format") != FORMAT:
@@ -216,6 +223,11 @@ def graph_from_dict(data: Any, source: str = "<dict>") -> Graph:
                 if k in nd and type(nd[k]) not in kinds:
                     raise GraphFormatError(f"{source}: node {i} has {k}={json.dumps(nd[k])}; "
                                            f"expected {'an integer' if k == 'coloc' else 'a number'}")
+                # an integer past what its array holds (int64, float64) is no size or label
+                if k in nd and type(nd[k]) is int and not (
+                        -1 <= nd[k] <= _INT64_MAX if k == "coloc" else abs(nd[k]) < 2**1023):
+                    raise GraphFormatError(f"{source}: node {i} has {k}={_digits(nd[k])}; expected "
+                                           f"{'-1 (none) to 2^63-1' if k == 'coloc' else 'a size'}")
             shape = nd.get("shape", [])
             if not (isinstance(shape, list) and all(type(d) is int for d in shape)):
                 raise GraphFormatError(f"{source}: node {i} has shape={shape!r}; expected a list "
@@ -228,6 +240,13 @@ def graph_from_dict(data: Any, source: str = "<dict>") -> Graph:
                     and type(x[2]) in (int, float)):
                 raise GraphFormatError(f"{source}: edge {j} = {json.dumps(x)[:80]}; expected "
                                        "[src, dst, bytes] with integer node indices")
+            for k, v in zip(("src", "dst"), x):  # read as floats below: 2^63 would wrap
+                if not 0 <= v < n:
+                    raise GraphFormatError(f"{source}: edge {j} has {k}={_digits(v)}, out of range "
+                                           f"for {n} nodes")
+            if type(x[2]) is int and abs(x[2]) >= 2**1023:
+                raise GraphFormatError(f"{source}: edge {j} has edge_bytes={_digits(x[2])}; "
+                                       "expected a size")
         e = np.asarray(edges, dtype=np.float64).reshape(-1, 3)
         g = Graph(
             name=str(data.get("name", "graph")), meta=dict(data.get("meta") or {}),

@@ -8,17 +8,20 @@ from one simulator whatever a method believed.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from graphopt.dist.local import BudgetExhausted, stop_on_interrupt, stop_requested
-from graphopt._files import atomic_write
+from graphopt._files import atomic_write, write_error
+from graphopt.errors import WriteError
 from graphopt.optim.base import Budget, check_objectives, optimize, parse_task
 from graphopt.sim import Plan, Problem, SimResult, simulate
 
-__all__ = ["MethodResult", "compare", "output_paths", "write_outputs"]
+__all__ = ["STAGING", "MethodResult", "compare", "output_paths", "write_outputs"]
 
 
 @dataclass
@@ -106,12 +109,24 @@ def output_paths(out: Path, methods: list[str]) -> list[Path]:
     return [out / m / name for m in methods for name in METHOD_FILES] + [out / "report.json"]
 
 
+#: The folder under ``out`` where :func:`write_outputs` writes a run's files before it
+#: puts them in place; one a killed run left is removed by the next.
+STAGING = ".graphopt-staging"
+
+
 def write_outputs(problem: Problem, results: list[MethodResult], out: Path,
                   extra: dict | None = None) -> Path:
     """Per method ``plan.json``, ``trace.json`` and ``gantt.png`` under ``out/<method>/``,
-    and ``out/report.json`` with every row (the paths of :func:`output_paths`), the report
-    last; all or nothing: a write that fails (a full disk) or is interrupted removes the
-    files this call wrote and the folders it made, then raises."""
+    and ``out/report.json`` with every row (the paths of :func:`output_paths`).
+
+    All or nothing, for a full disk as for a kill at any point: every file is written
+    first under ``out/.graphopt-staging/``, then the old report is removed and the files
+    are renamed into place, the report last. So a ``report.json`` in ``out`` and every
+    file it names are one run's, whole (a failure while writing leaves the previous run's
+    files as they were; a kill while renaming leaves no report); a write that fails
+    removes what this call wrote and the folders it made, then raises naming the file
+    in ``out``.
+    """
     from graphopt.sim.trace import save_chrome_trace
     from graphopt.viz import gantt
 
@@ -127,29 +142,38 @@ def write_outputs(problem: Problem, results: list[MethodResult], out: Path,
               "rows": [r.row(ref) | {"stats": s} for r, s in zip(results, stats)]}
     text = json.dumps(report, indent=1, default=_plain)
     made = [d for d in [out, *(out / r.method for r in results)] if not d.exists()]
-    written: list[Path] = []
+    stage = out / STAGING
     try:
+        shutil.rmtree(stage, ignore_errors=True)  # what a killed run left
         for r in results:
-            d = out / r.method
-            written.append(d / plan_file)
+            d = stage / r.method
             r.plan.replace(meta={**r.plan.meta, "graph": graph}).save(d / plan_file)
-            written.append(d / trace_file)
             save_chrome_trace(problem, r.result, d / trace_file)
-            written.append(d / gantt_file)
             gantt(problem, r.result, d / gantt_file,
                   title=f"{problem.graph.name} on {problem.cluster.name}: {r.method}")
-        written.append(out / "report.json")
-        atomic_write(out / "report.json", lambda f: f.write(text.encode()))
-    except BaseException:
-        # all or nothing: a full disk halfway leaves no folder without its report
-        for path in written:
-            path.unlink(missing_ok=True)
+        atomic_write(stage / "report.json", lambda f: f.write(text.encode()))
+        # the old report goes first: a folder never holds a report beside another run's plans
+        (out / "report.json").unlink(missing_ok=True)
+        for path in output_paths(Path(), [r.method for r in results]):
+            (out / path).parent.mkdir(exist_ok=True)
+            try:
+                os.replace(stage / path, out / path)
+            except OSError as err:
+                raise write_error(out / path, err) from None
+    except BaseException as err:
+        shutil.rmtree(stage, ignore_errors=True)
         for d in reversed(made):
             try:
                 d.rmdir()
             except OSError:  # not empty: a lock file, or what was there before
                 pass
+        if isinstance(err, WriteError) and f"/{STAGING}/" in str(err):  # name the file in out
+            moved = WriteError(str(err).replace(f"/{STAGING}/", "/", 1))
+            moved.errno = err.errno
+            moved.filename = str(err.filename or "").replace(f"/{STAGING}/", "/", 1) or None
+            raise moved from None
         raise
+    shutil.rmtree(stage, ignore_errors=True)
     return out / "report.json"
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from graphopt.errors import MAX_SEED
+
 __all__ = ["RewriteConfig"]
 
 
@@ -46,4 +48,5 @@ class RewriteConfig:
                 "place of the output's dtype: 1.6% in bfloat16)."})
     atol: float = field(default=1e-4, metadata={"gt": 0,
         "help": "Absolute tolerance of the output check, relative to the largest output."})
-    seed: int = field(default=0, metadata={"help": "Seed of the ILP solver."})
+    seed: int = field(default=0, metadata={"min": 0, "max": MAX_SEED,
+                                           "help": "Seed of the ILP solver."})

@@ -12,10 +12,15 @@ A checkpoint is a folder with two files:
   (update count, baseline, best plan, history: anything JSON-ready) and the SHA-256 of
   the weights file (``weights_sha256``).
 
-The weights are written first, then the metadata, each atomically; a process killed
-between the two leaves new weights beside old metadata, which the hash refuses as a torn
-checkpoint rather than resume from a mix of two updates. A checkpoint is resumed only by
-a run with the same config.
+A save is one atomic unit: the new weights are written (atomically) beside the old ones as
+``.weights.safetensors.pending``, then the metadata replaces the old (the commit: it
+records the new weights' hash), then the pending file is renamed over the old weights. A
+process killed before the commit leaves the previous checkpoint whole (the pending file is
+removed by the next save); one killed after it leaves metadata whose weights are the
+pending file, which the reader takes (and renames into place) by their hash. Weights that
+match neither are refused as a torn checkpoint. A checkpoint is resumed only by a run with
+the same config. The policy files (``policy.safetensors`` + ``policy.json``) are saved the
+same way.
 """
 
 from __future__ import annotations
@@ -31,8 +36,8 @@ from safetensors.torch import load as load_tensors
 from safetensors.torch import save as save_tensors
 from torch import nn
 
-from graphopt.errors import GraphoptError
-from graphopt._files import atomic_write, read_json, regular_file
+from graphopt.errors import GraphoptError, WriteError
+from graphopt._files import atomic_write, read_json, regular_file, write_error
 
 __all__ = ["CheckpointError", "check_state", "load_checkpoint", "load_policy", "read_checkpoint",
            "save_checkpoint", "save_policy"]
@@ -64,7 +69,8 @@ def _plain(config: dict) -> dict:
 def save_checkpoint(folder: str | os.PathLike, config: dict, modules: dict[str, nn.Module],
                     optimizer: torch.optim.Optimizer, generator: torch.Generator | None,
                     state: dict, tensors: dict[str, torch.Tensor] | None = None) -> Path:
-    """Write a checkpoint into ``folder`` (created if need be), each file atomically.
+    """Write a checkpoint into ``folder`` (created if need be) as one unit: a kill at any
+    point leaves the previous checkpoint or this one (the module docstring says how).
 
     ``generator`` may be None for a trainer that reseeds the global generators itself;
     ``tensors`` are other tensors of the run, read back by :func:`read_checkpoint`.
@@ -93,11 +99,50 @@ def save_checkpoint(folder: str | os.PathLike, config: dict, modules: dict[str, 
     meta = {"format": FORMAT, "version": VERSION, "config": _plain(config),
             "param_groups": opt["param_groups"], "state": state,
             "weights_sha256": hashlib.sha256(blob).hexdigest()}
-    _remove_stale(folder, (WEIGHTS, META))
-    atomic_write(folder / WEIGHTS, lambda f: f.write(blob))
-    text = json.dumps(meta)
-    atomic_write(folder / META, lambda f: f.write(text.encode()))
+    _save_pair(folder, WEIGHTS, META, blob, json.dumps(meta))
     return folder
+
+
+def _pending(weights: str) -> str:
+    """The name new weights have until their metadata is committed."""
+    return f".{weights}.pending"
+
+
+def _save_pair(folder: Path, weights: str, meta_file: str, blob: bytes, text: str) -> None:
+    """Save ``blob`` as ``weights`` and ``text`` (recording its hash) as ``meta_file`` in
+    ``folder``, as one unit (the module docstring says how): a kill at any point leaves
+    the previous pair or the new one readable."""
+    _settle(folder, weights, meta_file)
+    _remove_stale(folder)
+    try:
+        atomic_write(folder / _pending(weights), lambda f: f.write(blob))
+    except WriteError as err:  # name the file the user knows
+        moved = WriteError(str(err).replace(_pending(weights), weights, 1))
+        moved.errno, moved.filename = err.errno, str(folder / weights)
+        raise moved from None
+    atomic_write(folder / meta_file, lambda f: f.write(text.encode()))  # the commit
+    try:
+        os.replace(folder / _pending(weights), folder / weights)
+    except OSError as err:  # committed all the same: the reader takes the pending file
+        raise write_error(folder / weights, err) from None
+
+
+def _settle(folder: Path, weights: str, meta_file: str) -> None:
+    """Finish what a killed save left: pending weights its metadata committed to are
+    renamed into place, uncommitted ones removed (so a new save never overwrites the
+    only copy of committed weights)."""
+    pending = folder / _pending(weights)
+    if not pending.is_file():
+        return
+    try:
+        meta = json.loads((folder / meta_file).read_bytes())
+        want = meta.get("weights_sha256") if isinstance(meta, dict) else None
+    except (OSError, ValueError):
+        want = None
+    if want is not None and want == hashlib.sha256(pending.read_bytes()).hexdigest():
+        os.replace(pending, folder / weights)
+    else:
+        pending.unlink(missing_ok=True)
 
 
 def read_checkpoint(folder: str | os.PathLike) -> tuple[dict, dict[str, torch.Tensor]] | None:
@@ -120,18 +165,42 @@ def _read_pair(folder: Path, meta_file: str, weights: str, fmt: str, what: str,
     """A metadata file and the weights it was saved with, each checked: format, version
     and the weights' hash (a torn pair is refused)."""
     meta = read_json(folder / meta_file, error=CheckpointError)
-    regular_file(folder / weights, CheckpointError)
     if not isinstance(meta, dict) or meta.get("format") != fmt:
         raise CheckpointError(f"{folder}/{meta_file}: not a graphopt {what} (expected format "
                               f"{fmt!r} version {VERSION})")
     _check_version(meta, f"{folder}/{meta_file}")
-    try:
-        blob = (folder / weights).read_bytes()
-        tensors = load_tensors(blob)
-    except (OSError, SafetensorError) as err:
-        raise CheckpointError(f"{folder}: {unreadable} ({err})") from err
+    blob = _committed_pending(folder, weights, meta)
+    if blob is None:
+        regular_file(folder / weights, CheckpointError)
+        try:
+            blob = (folder / weights).read_bytes()
+        except OSError as err:
+            raise CheckpointError(f"{folder}: {unreadable} ({err})") from err
     _check_hash(folder, weights, meta_file, meta, blob)
+    try:
+        tensors = load_tensors(blob)
+    except SafetensorError as err:
+        raise CheckpointError(f"{folder}: {unreadable} ({err})") from err
     return meta, tensors
+
+
+def _committed_pending(folder: Path, weights: str, meta: dict) -> bytes | None:
+    """The pending weights ``meta`` committed to (a save killed between its commit and
+    the rename), renamed into place where the folder can be written; else None."""
+    pending, want = folder / _pending(weights), meta.get("weights_sha256")
+    if want is None or not pending.is_file() or pending.is_symlink():
+        return None
+    try:
+        blob = pending.read_bytes()
+    except OSError:
+        return None
+    if hashlib.sha256(blob).hexdigest() != want:
+        return None  # not committed: the previous weights stand
+    try:
+        os.replace(pending, folder / weights)
+    except OSError:  # a read-only folder: read it where it is
+        pass
+    return blob
 
 
 def _check_hash(folder: Path, weights: str, meta_file: str, meta: dict, blob: bytes) -> None:
@@ -145,13 +214,13 @@ def _check_hash(folder: Path, weights: str, meta_file: str, meta: dict, blob: by
                               "two, or one was changed); remove both to start afresh")
 
 
-def _remove_stale(folder: Path, names: tuple[str, ...]) -> None:
-    """Remove the temporary files a killed :func:`atomic_write` of ``names`` left in
-    ``folder`` (``.NAME.<random>.tmp``); only this run writes there."""
+def _remove_stale(folder: Path) -> None:
+    """Remove the temporary files a killed :func:`atomic_write` left in ``folder``
+    (``.NAME.<random>.tmp``: of the checkpoint, and of the log and chart a trainer writes
+    beside it); only this run writes there."""
     if folder.is_dir():
-        for name in names:
-            for tmp in folder.glob(f".{name}.*.tmp"):
-                tmp.unlink(missing_ok=True)
+        for tmp in folder.glob(".*.tmp"):
+            tmp.unlink(missing_ok=True)
 
 
 def load_checkpoint(folder: str | os.PathLike, config: dict, modules: dict[str, nn.Module],
@@ -240,15 +309,14 @@ POLICY_FORMAT = "graphopt.policy"
 
 def save_policy(folder: str | os.PathLike, policy: nn.Module, config: dict, info: dict) -> Path:
     """Write a policy's weights (safetensors) and its constructor ``config`` and provenance
-    ``info`` (JSON) into ``folder``, each file atomically; no optimizer state."""
+    ``info`` (JSON) into ``folder``, as one unit as :func:`save_checkpoint` does; no
+    optimizer state."""
     folder = Path(folder)
     blob = save_tensors({k: v.detach().contiguous() for k, v in policy.state_dict().items()})
-    _remove_stale(folder, (POLICY_WEIGHTS, POLICY_META))
-    atomic_write(folder / POLICY_WEIGHTS, lambda f: f.write(blob))
     text = json.dumps({"format": POLICY_FORMAT, "version": VERSION, "config": _plain(config),
                        "info": info, "weights_sha256": hashlib.sha256(blob).hexdigest()},
                       indent=1)
-    atomic_write(folder / POLICY_META, lambda f: f.write(text.encode()))
+    _save_pair(folder, POLICY_WEIGHTS, POLICY_META, blob, text)
     return folder
 
 

@@ -31,6 +31,7 @@ cache directory; with none writable, a warning and a compilation in every proces
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 import warnings
@@ -58,15 +59,54 @@ def _jit(**options):
 
     def decorate(fn):
         try:
-            return njit(cache=True, **options)(fn)
+            jitted = njit(cache=True, **options)(fn)
         except RuntimeError:
             # stacklevel 1: one place for every function, so the message shows once
             warnings.warn("numba finds no writable cache directory, so the simulator compiles "
                           "in every process; set NUMBA_CACHE_DIR to keep it", RuntimeWarning,
                           stacklevel=1)
             return njit(**options)(fn)
+        cache = getattr(jitted, "_cache", None)
+        if cache is not None and hasattr(cache, "save_overload"):
+            jitted._cache = _CacheWrites(cache)
+        return jitted
 
     return decorate
+
+
+#: What a file system answers a write it refuses (as ``graphopt._main`` reads them): a
+#: full disk, a quota, ``ulimit -f``, a read-only mount.
+_WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
+
+
+class _CacheWrites:
+    """A numba function's on-disk cache whose writes may fail: the code was compiled and
+    is in use whether or not its copy on disk is saved, so a full disk (or a quota,
+    ``ulimit -f``, a read-only folder) while numba saves it is a warning naming the cache
+    folder, not the end of the command (it was ``error: a write failed (No space left
+    on device)``, naming nothing). Every other call goes to numba's cache."""
+
+    warned = False
+
+    def __init__(self, cache) -> None:
+        self._cache = cache
+
+    def __getattr__(self, name):
+        return getattr(self._cache, name)
+
+    def save_overload(self, sig, cres) -> None:
+        try:
+            self._cache.save_overload(sig, cres)
+        except OSError as err:
+            if err.errno not in _WRITE_ERRNOS:
+                raise
+            if _CacheWrites.warned:  # once: numba's compiler resets the warnings registry
+                return
+            _CacheWrites.warned = True
+            warnings.warn(f"numba cannot save the simulator's compiled code in "
+                          f"{self._cache.cache_path} ({err.strerror}); it is compiled again "
+                          "in the next process (free space there, or set NUMBA_CACHE_DIR)",
+                          RuntimeWarning, stacklevel=1)
 
 
 # -- heaps ---------------------------------------------------------------------------------

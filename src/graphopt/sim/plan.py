@@ -100,8 +100,8 @@ class Plan:
             bad = np.flatnonzero((p < 0) | (p >= num_devices))
             if len(bad):
                 j = int(bad[0])
-                raise PlanError(f"plan places node {j} on device {int(p[j])}; the cluster has "
-                                f"devices 0..{num_devices - 1}")
+                raise PlanError(f"plan placement[{j}] = {int(p[j])}: node {j} on device "
+                                f"{int(p[j])}; the cluster has devices 0..{num_devices - 1}")
 
     def replace(self, **changes: Any) -> Plan:
         fields = {"placement": self.placement, "priority": self.priority, "fusion": self.fusion,

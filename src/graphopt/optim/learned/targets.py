@@ -1,0 +1,229 @@
+"""Target plans for learning from search: a long search per training graph of a corpus.
+
+The learned methods imitate what a search finds (issue 35's "learning from search"):
+:func:`search_targets` runs one method (``portfolio`` by default: every placement
+heuristic, then annealing from the fastest) on every built item of a corpus's split, on
+a cluster assigned to each item, and keeps the best plan as the item's *target*. A
+later round with ``policy`` set seeds each search with the policy's own zero-shot plan
+(expert iteration): the search starts where the policy stands, and an item's target
+only ever improves.
+
+On disk, beside the corpus's ``manifest.json``::
+
+    targets.json                 {"format": "graphopt-corpus-targets", "version": 1,
+                                  "entries": {"<id>@<cluster>": {...}}}
+    targets/<id>@<cluster>.json  the target plan (graphopt plan format)
+
+Each entry: ``item``, ``cluster``, ``file``, ``step_time`` (s), ``expert_step_time``,
+``method``, ``budget``, ``seed``, ``evals``, ``seconds``, ``rounds`` (searches that
+tried to improve it) and ``policy`` (the seeding policy's folder, or None). Both files
+are written atomically after every item, so an interrupted search resumes where it
+stopped (an item is done when its entry records this method, budget and round).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from graphopt._files import atomic_write, read_json
+from graphopt.corpus import load_manifest
+from graphopt.errors import GraphoptError
+from graphopt.sim import Plan, Problem, simulate
+
+__all__ = ["FORMAT", "VERSION", "Target", "assign_clusters", "load_targets", "search_targets"]
+
+FORMAT = "graphopt-corpus-targets"
+VERSION = 1
+
+#: Clusters the targets are searched on, one per item in turn: the device counts GO's
+#: shipped corpus trains on, so the policy learns to read the count.
+DEFAULT_CLUSTERS = ("p100:2", "p100:4", "p100:8")
+
+
+def _empty() -> dict[str, Any]:
+    return {"format": FORMAT, "version": VERSION, "entries": {}}
+
+
+def _index(folder: Path) -> dict[str, Any]:
+    path = folder / "targets.json"
+    if not path.exists():
+        return _empty()
+    doc = read_json(path, GraphoptError)
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT \
+            or not isinstance(doc.get("entries"), dict):
+        raise GraphoptError(f"{path}: not a graphopt corpus targets file")
+    if type(doc.get("version")) is not int or doc["version"] != VERSION:
+        raise GraphoptError(f"{path}: field 'version': {doc.get('version')!r}; this graphopt "
+                            f"reads version {VERSION}")
+    return doc
+
+
+def _save_index(folder: Path, doc: dict[str, Any]) -> None:
+    text = json.dumps(doc, indent=1, sort_keys=True)
+    atomic_write(folder / "targets.json", lambda f: f.write(text.encode()))
+
+
+def assign_clusters(ids: list[str], clusters: tuple[str, ...] = DEFAULT_CLUSTERS
+                    ) -> dict[str, str]:
+    """Each item's cluster: ``clusters`` in turn over the ids in sorted order (stable
+    whatever order a build added them in).
+
+    >>> assign_clusters(["b", "a", "c"], ("p100:2", "p100:4"))
+    {'a': 'p100:2', 'b': 'p100:4', 'c': 'p100:2'}
+    """
+    if not clusters:
+        raise GraphoptError("targets: no cluster given")
+    return {i: clusters[k % len(clusters)] for k, i in enumerate(sorted(ids))}
+
+
+class Target:
+    """One item's target: the problem (graph on its cluster), the plan and its entry."""
+
+    def __init__(self, problem: Problem, plan: Plan, entry: dict[str, Any]) -> None:
+        self.problem, self.plan, self.entry = problem, plan, entry
+
+    @property
+    def family(self) -> str:
+        return self.entry["family"]
+
+
+def _problem(folder: Path, record: dict[str, Any], cluster: str) -> Problem:
+    from graphopt.hardware import load_cluster
+    from graphopt.ir import load_graph
+
+    return Problem(load_graph(folder / record["file"]), load_cluster(cluster))
+
+
+def load_targets(folder: str | Path, split: str = "train") -> list[Target]:
+    """Every target of ``split``'s items in the corpus ``folder``, in sorted key order.
+
+    Raises
+    ------
+    GraphoptError
+        No targets (run ``graphopt corpus search`` first), or a file that does not read.
+    """
+    folder = Path(folder)
+    records = load_manifest(folder)["items"]
+    doc = _index(folder)
+    out = []
+    for key in sorted(doc["entries"]):
+        entry = doc["entries"][key]
+        record = records.get(entry.get("item"))
+        if (record is None or record.get("split") != split or record.get("status") != "built"
+                or "file" not in entry):
+            continue
+        problem = _problem(folder, record, entry["cluster"])
+        plan = Plan.load(folder / entry["file"])
+        try:
+            plan.check(problem.num_nodes, problem.num_devices)
+        except GraphoptError as err:
+            raise GraphoptError(f"{folder / entry['file']}: {err}") from err
+        out.append(Target(problem, plan, {**entry, "family": record["family"]}))
+    if not out:
+        raise GraphoptError(f"{folder}: no target plans of the {split} split; run "
+                            f"'graphopt corpus search {folder}' first")
+    return out
+
+
+def _policy_plan(problem: Problem, policy_dir: str | Path, seed: int) -> Plan:
+    """The policy's most likely placement (its zero-shot greedy plan): the search's seed."""
+    import torch
+
+    from graphopt.optim.learned.go.env import GOEnv
+    from graphopt.optim.learned.go.method import load_go_policy
+    from graphopt.rl.ppo import sample
+
+    policy, _ = load_go_policy(policy_dir)
+    env = GOEnv(problem, frozenset({"placement"}), "groups", placement_flips=0.0)
+    with torch.no_grad():
+        logits = policy(*env.inputs(), tasks=env.tasks)
+    actions = sample(logits, 1, torch.Generator().manual_seed(seed), greedy=True)
+    place, _, _ = env.plans(actions)
+    return Plan(placement=place[0])
+
+
+def search_targets(folder: str | Path, *, method: str = "portfolio", budget: int = 2000,
+                   clusters: tuple[str, ...] = DEFAULT_CLUSTERS, seed: int = 0,
+                   split: str = "train", policy: str | Path | None = None,
+                   limit: int | None = None,
+                   progress: Callable[[int, int, str, dict[str, Any]], None] | None = None,
+                   ) -> dict[str, Any]:
+    """Search a target plan for every built item of ``split`` (see the module docstring).
+
+    Parameters
+    ----------
+    folder : path
+        A corpus built by ``graphopt corpus build``.
+    method, budget, seed
+        The search (a registered method name), its evaluations per item and its seed.
+    clusters : tuple of str
+        Cluster specs assigned to the items in turn (:func:`assign_clusters`).
+    policy : path, optional
+        A saved GO policy: each search starts from its greedy plan (expert iteration);
+        the round counter of the entry goes up by one.
+    limit : int, optional
+        Search at most this many items (the first, in sorted id order).
+    progress : callable, optional
+        ``progress(done, total, key, entry)`` after each item.
+
+    Returns
+    -------
+    dict
+        The targets index (``entries``).
+    """
+    from graphopt.optim.base import Budget, optimize
+
+    folder = Path(folder)
+    records = load_manifest(folder)["items"]
+    ids = sorted(i for i, r in records.items()
+                 if r.get("split") == split and r.get("status") == "built")
+    if not ids:
+        raise GraphoptError(f"{folder}: no built items of the {split} split")
+    where = assign_clusters(ids, clusters)
+    ids = ids[:limit] if limit is not None else ids
+    doc = _index(folder)
+    rnd = 1 if policy is None else None  # with a policy: one round past each entry's last
+    for done, item in enumerate(ids, 1):
+        cluster = where[item]
+        key = f"{item}@{cluster}"
+        old = doc["entries"].get(key)
+        round_ = rnd if rnd is not None else (old["rounds"] + 1 if old else 1)
+        if old is not None and old.get("method") == method and old.get("budget") == budget \
+                and old["rounds"] >= round_ and (policy is None or old.get("policy") == str(policy)):
+            if progress:
+                progress(done, len(ids), key, {**old, "reused": True})
+            continue
+        t0 = time.perf_counter()
+        problem = _problem(folder, records[item], cluster)
+        init = None if policy is None else _policy_plan(problem, policy, seed)
+        plan, stats = optimize(problem, method, frozenset({"placement"}), Budget(evals=budget),
+                               seed, init=init)
+        step = stats.get("step_time")
+        expert, _ = optimize(problem, "expert", frozenset({"placement"}), Budget(evals=1), seed)
+        expert_res = simulate(problem, expert)
+        if old is not None and old.get("step_time") is not None and (
+                step is None or old["step_time"] <= step):
+            plan, step = Plan.load(folder / old["file"]), old["step_time"]  # keep the better
+        if step is None or not np.isfinite(step):
+            entry = {"item": item, "cluster": cluster, "status": "no valid plan",
+                     "method": method, "budget": budget, "rounds": round_}
+        else:
+            file = f"targets/{key}.json"
+            plan.save(folder / file)
+            entry = {"item": item, "cluster": cluster, "file": file, "step_time": float(step),
+                     "expert_step_time": float(expert_res.step_time) if expert_res.valid else None,
+                     "method": method, "budget": budget, "seed": seed,
+                     "evals": int(stats.get("evals", 0)), "rounds": round_,
+                     "policy": None if policy is None else str(policy),
+                     "seconds": round(time.perf_counter() - t0, 3)}
+        doc["entries"][key] = entry
+        _save_index(folder, doc)
+        if progress:
+            progress(done, len(ids), key, entry)
+    return doc

@@ -1,0 +1,156 @@
+"""Learning from search: corpus targets, imitation with device-number-free loss, the CLI."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from graphopt.cli import app
+from graphopt.corpus import CorpusItem, build_corpus
+from graphopt.errors import GraphoptError
+from graphopt.optim.learned.go.env import GOEnv
+from graphopt.optim.learned.go.imitate import imitate, matched_cross_entropy, unit_targets
+from graphopt.optim.learned.go.method import load_go_policy
+from graphopt.optim.learned.targets import assign_clusters, load_targets, search_targets
+from graphopt.sim import simulate
+
+runner = CliRunner()
+
+ITEMS = [CorpusItem(f"example:layered-60-s{s}", "layered") for s in range(3)] + [
+    CorpusItem("example:layered-60-s9", "wavenet")]  # a held-out family: never a target
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("corpus")
+    build_corpus(folder, ITEMS)
+    search_targets(folder, budget=60, clusters=("p100:2", "p100:4"))
+    return folder
+
+
+def test_targets_are_searched_plans_no_worse_than_expert(corpus):
+    doc = json.loads((corpus / "targets.json").read_text())
+    entries = doc["entries"]
+    assert len(entries) == 3  # the train split only
+    assert sorted(e["cluster"] for e in entries.values()) == ["p100:2", "p100:2", "p100:4"]
+    targets = load_targets(corpus)
+    for t in targets:
+        res = simulate(t.problem, t.plan)
+        assert res.valid and res.step_time == pytest.approx(t.entry["step_time"])
+        assert t.entry["step_time"] <= t.entry["expert_step_time"] * (1 + 1e-9)
+        assert t.entry["evals"] <= 60 and t.family == "layered"
+
+
+def test_search_resumes_and_a_policy_round_never_makes_a_target_worse(corpus, tmp_path):
+    before = json.loads((corpus / "targets.json").read_text())["entries"]
+    seen = []
+    search_targets(corpus, budget=60, clusters=("p100:2", "p100:4"),
+                   progress=lambda d, n, k, e: seen.append(e.get("reused")))
+    assert seen == [True, True, True]
+    imitate(load_targets(corpus), tmp_path / "p", epochs=1, dim=16)
+    search_targets(corpus, budget=60, clusters=("p100:2", "p100:4"), policy=tmp_path / "p")
+    after = json.loads((corpus / "targets.json").read_text())["entries"]
+    for key, e in after.items():
+        assert e["rounds"] == 2 and e["step_time"] <= before[key]["step_time"]
+
+
+def test_assign_clusters_is_stable():
+    assert assign_clusters(["c", "a", "b"], ("x", "y")) == {"a": "x", "b": "y", "c": "x"}
+    with pytest.raises(GraphoptError):
+        assign_clusters(["a"], ())
+
+
+def test_no_targets_is_one_clear_error(tmp_path):
+    build_corpus(tmp_path, ITEMS[:1])
+    with pytest.raises(GraphoptError, match="corpus search"):
+        load_targets(tmp_path)
+
+
+def test_matched_loss_ignores_device_numbering():
+    torch.manual_seed(0)
+    z = torch.randn(30, 4)
+    t = np.random.default_rng(0).integers(0, 4, 30)
+    w = np.full(30, 1 / 30)
+    perm = np.array([2, 0, 3, 1])
+    a, acc_a = matched_cross_entropy(z, t, w, 4)
+    b, acc_b = matched_cross_entropy(z, perm[t], w, 4)
+    assert float(a) == pytest.approx(float(b)) and acc_a == acc_b
+    # and it is the smallest loss over the renumberings
+    import itertools
+    logp = torch.log_softmax(z, 1)
+    best = min(-(torch.as_tensor(w) * logp[torch.arange(30), torch.as_tensor(np.array(p)[t])]).sum()
+               for p in itertools.permutations(range(4)))
+    assert float(a) == pytest.approx(float(best))
+
+
+def test_imitation_learns_the_targets_and_resumes(corpus, tmp_path):
+    targets = load_targets(corpus)
+    rows = []
+    imitate(targets, tmp_path / "a", epochs=10, lr=1e-2, dim=16, progress=rows.append)
+    assert rows[-1]["loss"] < rows[0]["loss"] and rows[-1]["accuracy"] > 0.8
+    # a run stopped after 4 epochs and resumed ends with the same weights
+    imitate(targets, tmp_path / "b", epochs=4, lr=1e-2, dim=16)
+    imitate(targets, tmp_path / "b", epochs=10, lr=1e-2, dim=16)
+    pa, info = load_go_policy(tmp_path / "a")
+    pb, _ = load_go_policy(tmp_path / "b")
+    for (k, va), vb in zip(pa.state_dict().items(), pb.state_dict().values()):
+        assert torch.equal(va, vb), k
+    assert info["method"] == "go-imitate" and len(info["history"]) == 10
+    env = GOEnv(targets[0].problem, frozenset({"placement"}))
+    t, w = unit_targets(env, targets[0].plan)
+    assert len(t) == env.num_units and w.sum() == pytest.approx(1.0)
+
+
+def test_cli_search_and_imitate(corpus, tmp_path):
+    r = runner.invoke(app, ["corpus", "search", str(corpus), "--budget", "60",
+                            "--clusters", "p100:2,p100:4"])
+    assert r.exit_code == 0, r.output
+    assert "[3/3] kept" in r.output
+    r = runner.invoke(app, ["train", "imitate", str(corpus), "--epochs", "2",
+                            "--out", str(tmp_path / "im")])
+    assert r.exit_code == 0, r.output
+    assert "epoch 2/2" in r.output and (tmp_path / "im" / "policy.json").is_file()
+    # PPO continues from the imitation policy on the corpus's train split
+    r = runner.invoke(app, ["train", "--corpus", str(corpus), "--init", str(tmp_path / "im"),
+                            "--updates", "2", "--out", str(tmp_path / "ppo")])
+    assert r.exit_code == 0, r.output
+    info = json.loads((tmp_path / "ppo" / "policy.json").read_text())["info"]
+    assert len(info["graphs"]) == 3 and info["updates"] == 2
+    r = runner.invoke(app, ["optimize", "example:layered-60-s5", "-c", "p100:2", "--methods", "go",
+                            "-p", f"go.checkpoint={tmp_path / 'im'}"])
+    assert r.exit_code == 0, r.output
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--method", "nope"], "nope"),
+    (["--clusters", "nope:2"], "nope"),
+    (["--split", "dev"], "--split"),
+])
+def test_cli_search_bad_options(corpus, args, words):
+    r = runner.invoke(app, ["corpus", "search", str(corpus), *args])
+    assert r.exit_code == 2 and words in r.output and "Traceback" not in r.output
+
+
+def test_cli_imitate_without_targets(tmp_path):
+    build_corpus(tmp_path / "c", ITEMS[:1])
+    r = runner.invoke(app, ["train", "imitate", str(tmp_path / "c"), "--out", str(tmp_path / "o")])
+    assert r.exit_code == 2 and "corpus search" in r.output
+
+
+def test_transfer_benchmark_runs_every_control(corpus, tmp_path):
+    from graphopt.benchmarks.go_transfer import run, to_markdown
+
+    imitate(load_targets(corpus), tmp_path / "p", epochs=1, dim=16)
+    result = run(corpus, tmp_path / "p", cluster="p100:2", budget=40, per_family=1,
+                 out=tmp_path / "r.json")
+    (row,) = result["rows"]  # the one held-out item
+    assert row["family"] == "wavenet"
+    assert set(row["step_time"]) == {"expert", "best", "portfolio", "go", "go-shuffled",
+                                     "go-random", "go-shipped", "go-finetune",
+                                     "go-finetune-random"}
+    st = row["step_time"]
+    assert st["portfolio"] <= st["best"] * (1 + 1e-9)
+    assert json.loads((tmp_path / "r.json").read_text())["summary"]["rows"] == 1
+    assert "go beats all three controls" in to_markdown(result)
