@@ -68,7 +68,7 @@ def optimize(
                                            "weighs on all alike. Example: 10"),
     backend: str = backend_option(),
     address: str | None = address_option(),
-    stages: int = typer.Option(2, "--stages",
+    stages: int = typer.Option(2, "--stages", min=1, max=4096,
                                help="With --task pipeline: pipeline stages (one process or "
                                     "device each). Example: 4"),
     microbatches: str = typer.Option("auto", "--microbatches",
