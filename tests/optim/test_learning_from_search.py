@@ -154,3 +154,15 @@ def test_transfer_benchmark_runs_every_control(corpus, tmp_path):
     assert st["portfolio"] <= st["best"] * (1 + 1e-9)
     assert json.loads((tmp_path / "r.json").read_text())["summary"]["rows"] == 1
     assert "go beats all three controls" in to_markdown(result)
+
+
+def test_shipped_corpus_policy_never_saw_a_held_out_family():
+    from graphopt.corpus import HELD_OUT_FAMILIES
+
+    policy, info = load_go_policy("go-corpus")
+    assert info["graphs"] and info["init"]
+    for name in info["graphs"]:
+        graph = name.rsplit("@", 1)[0]
+        family = (graph.split(":")[1] if graph.startswith("hf:")
+                  else graph.split("-")[0].replace("transformer", "transformer_xl"))
+        assert family not in HELD_OUT_FAMILIES, name

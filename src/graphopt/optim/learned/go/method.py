@@ -42,11 +42,14 @@ from graphopt.rl.reinforce import time_to_within
 from graphopt.runs.run import seed_everything
 from graphopt.sim import Plan, Problem
 
-__all__ = ["FINETUNE_PPO", "GO", "GOFinetune", "GOOne", "PRETRAIN_CORPUS", "PRETRAIN_PPO",
+__all__ = ["FINETUNE_PPO", "GO", "GOFinetune", "GOOne", "NAMED", "PRETRAIN_CORPUS", "PRETRAIN_PPO",
            "SHIPPED", "load_go_policy", "new_policy"]
 
 #: The pre-trained policy in the package.
 SHIPPED = Path(__file__).parent.parent / "checkpoints" / "go"
+#: Policies shipped beside it, by the name ``-p go.checkpoint=NAME`` takes: ``go-corpus``
+#: learned from the corpus's search targets (docs/go.md, "Learning from search").
+NAMED = {"go": SHIPPED, "go-corpus": SHIPPED.parent / "go-corpus"}
 
 #: Pre-training corpus of the shipped policy, GRAPH@CLUSTER: zoo models of the train
 #: split (the held-out families, WaveNet and AmoebaNet, never appear) on device counts
@@ -80,7 +83,10 @@ def new_policy(seed: int, **config) -> GOPolicy:
 
 
 def load_go_policy(folder: str | Path | None = None) -> tuple[GOPolicy, dict]:
-    """A saved policy and its provenance; ``None`` loads the shipped one."""
+    """A saved policy and its provenance: ``folder``, or a shipped policy by its name in
+    :data:`NAMED`; ``None`` loads the shipped one."""
+    if isinstance(folder, str) and folder in NAMED and not Path(folder).is_dir():
+        folder = NAMED[folder]
     policy, info = load_policy(folder or SHIPPED, lambda c: GOPolicy(GOPolicyConfig(**c)))
     if policy.config.in_dim != len(UNIT_FEATURES):
         raise GraphoptError(f"{folder or SHIPPED}: policy reads {policy.config.in_dim} features, "
@@ -167,7 +173,8 @@ class GO:
     objectives: ClassVar[tuple[str, ...]] = ("runtime",)  # the policy is trained on step time
 
     checkpoint: str | None = field(default=None, metadata={
-        "help": "Folder of a saved policy (None: the one shipped in the package)."})
+        "help": "Folder of a saved policy, or the name of one shipped in the package: ``go`` "
+                "(None: the default) or ``go-corpus`` (learned from the corpus's search targets)."})
     samples: int = field(default=16, metadata={"min": 1, "limit": 10_000,
         "help": "Plans simulated: the most likely one and ``samples − 1`` drawn from the policy."})
     units: str = field(default="groups", metadata={"choices": ("groups", "ops"),
@@ -341,7 +348,8 @@ class GOFinetune(GOOne):
                 "annealing), the policy's own zero-shot plans kept as candidates; ``init``: "
                 "--init, or the pre-trained policy alone."})
     checkpoint: str | None = field(default=None, metadata={
-        "help": "Folder of the pre-trained policy (None: the one shipped in the package)."})
+        "help": "Folder of the pre-trained policy, or the name of one shipped in the package: "
+                "``go`` (None: the default) or ``go-corpus``."})
 
     def _policy(self, seed: int) -> GOPolicy:
         return load_go_policy(self.checkpoint)[0]
