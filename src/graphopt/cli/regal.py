@@ -293,7 +293,8 @@ def train_regal_imitate(
 
         def line(epoch: int, row: dict) -> None:
             val = "" if row["val_loss"] is None else (
-                f"  val {row['val_loss']:.4f} (prior alone {row['val_loss_prior']:.4f})")
+                f"  val {row['val_loss']:.4f} (prior alone {row['val_loss_prior']:.4f}, "
+                f"a constant {row['val_loss_constant']:.4f})")
             console.print(f"epoch {epoch}/{config.epochs}  train {row['train_loss']:.4f}{val}  "
                           f"{row['seconds']:.1f} s", highlight=False)
 

@@ -42,9 +42,9 @@ class ImitateConfig:
     """Hyperparameters of REGAL's imitation pre-training
     (:func:`graphopt.optim.learned.regal.imitate.imitate_regal`)."""
 
-    epochs: int = field(default=30, metadata={"min": 1, "max": 100_000,
+    epochs: int = field(default=60, metadata={"min": 1, "max": 100_000,
         "help": "Passes over the targets (a run resumes, or goes on, with more)."})
-    lr: float = field(default=3e-3, metadata={"gt": 0, "max": 1, "help": "Adam learning rate."})
+    lr: float = field(default=1e-3, metadata={"gt": 0, "max": 1, "help": "Adam learning rate."})
     kappa_max: float = field(default=20.0, metadata={"gt": 1, "max": 1000,
         "help": "Largest concentration alpha + beta of a fitted Beta (a converged elite's gene "
                 "would otherwise be a point)."})

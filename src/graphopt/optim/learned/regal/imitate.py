@@ -7,8 +7,10 @@ of a corpus, BRKGA on REGAL's chromosome with the layer-split prior
 evaluations (ten times the benchmark's 5,000); its last elite (the best 20 of 100
 chromosomes) is renumbered so that its devices match the prior's (the cluster's devices
 are identical, so a plan with its devices renumbered is the same plan, and one numbering
-across graphs is what a network can learn), and each gene's Beta(α, β) is fitted to the
-elite's values of it by the method of moments (:func:`fit_beta`, concentration clipped).
+across graphs is what a network can learn) and normalized to what decoding reads (a
+unit's affinities 0.75 / 0.25, the priorities as ranks: :func:`normalize_elite`), and
+each gene's Beta(α, β) is fitted to the elite's values of it by the method of moments
+(:func:`fit_beta`, concentration clipped).
 One ``targets/<id>.npz`` per graph (the elite's mean and variance per gene, the fitted
 α and β, the elite itself as float32) and an ``index.json``; resumable.
 
@@ -54,8 +56,8 @@ from graphopt.runs.run import LOG_FILE, seed_everything, write_log
 from graphopt.sim import Problem
 
 __all__ = ["FORMAT", "KAPPA_MIN", "LONG_EVALS", "TASK", "VERSION", "build_targets",
-           "canonical_devices", "elite_targets", "fit_beta", "imitate_regal", "load_targets",
-           "node_targets", "target_order"]
+           "canonical_devices", "elite_moments", "elite_targets", "fit_beta", "imitate_regal",
+           "load_targets", "node_targets", "normalize_elite", "target_order"]
 
 FORMAT, VERSION = "graphopt-regal-targets", 1
 
@@ -80,7 +82,7 @@ def fit_beta(mean: np.ndarray, var: np.ndarray, kappa_max: float = 20.0,
 
     >>> a, b = fit_beta(np.array([0.5, 0.9]), np.array([1 / 12, 0.0]), kappa_max=10)
     >>> np.round(a, 3).tolist(), np.round(b, 3).tolist()
-    [[1.0, 9.0], [1.0, 1.0]]
+    ([1.0, 9.0], [1.0, 1.0])
     """
     m = np.clip(np.asarray(mean, np.float64), EPS, 1 - EPS)
     v = np.maximum(np.asarray(var, np.float64), 1e-12)
@@ -109,10 +111,43 @@ def canonical_devices(space: RegalSpace, elite: np.ndarray) -> np.ndarray:
     return out
 
 
+def normalize_elite(space: RegalSpace, elite: np.ndarray) -> np.ndarray:
+    """``elite`` with every chromosome rewritten to the one of its plan that keeps only
+    what decoding reads: a unit's affinities 0.75 for its device and 0.25 for the others
+    (:meth:`RegalSpace.encode`), and the priorities as their ranks in the chromosome
+    (0 to 1; the simulator reads their order only). The fitted Betas then say where the
+    elite puts a unit and how early it runs a node, not how far a key happened to drift.
+
+    >>> from graphopt.hardware import load_cluster
+    >>> from graphopt.ir.generate import layered_graph
+    >>> space = RegalSpace(Problem(layered_graph(3, 2), load_cluster("p100:2")), TASK)
+    >>> keys = np.random.default_rng(0).random((4, space.num_genes))
+    >>> norm = normalize_elite(space, keys)
+    >>> a, b = space.decode(keys), space.decode(norm)
+    >>> bool((a.units == b.units).all()
+    ...      and (np.argsort(a.priority, 1) == np.argsort(b.priority, 1)).all())
+    True
+    """
+    out = space.encode(space.decode(elite)) if "placement" in space.layout else elite.copy()
+    if "scheduling" in space.layout:
+        s = space.layout["scheduling"]
+        ranks = np.argsort(np.argsort(elite[:, s], axis=1, kind="stable"), axis=1)
+        out[:, s] = ranks / max(ranks.shape[1] - 1, 1)
+    return out
+
+
+def elite_moments(space: RegalSpace, elite: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per gene the mean and variance over ``elite`` once normalized
+    (:func:`normalize_elite`): what :func:`fit_beta` fits."""
+    norm = normalize_elite(space, np.asarray(elite, np.float64))
+    return norm.mean(axis=0), norm.var(axis=0)
+
+
 def elite_targets(problem: Problem, evals: int = LONG_EVALS, seed: int = 0,
                   objective: str = "memory") -> tuple[dict[str, np.ndarray], dict]:
     """One graph's targets: the elite of layer-split BRKGA at ``evals`` evaluations,
-    renumbered (:func:`canonical_devices`), its per-gene ``mean`` and ``var``, the fitted
+    renumbered (:func:`canonical_devices`), its per-gene ``mean`` and ``var`` (of the
+    normalized elite, :func:`elite_moments`), the fitted
     ``alpha`` and ``beta`` (:func:`fit_beta` at its default clip) and the ``elite``
     (float32); and the run's ``value``, ``evals`` and ``seconds``."""
     space = RegalSpace(problem, TASK)
@@ -124,7 +159,7 @@ def elite_targets(problem: Problem, evals: int = LONG_EVALS, seed: int = 0,
     elite = canonical_devices(space, st["elite_keys"])
     if not len(elite):
         raise GraphoptError(f"{problem.graph.name}: no elite after {evals} evaluations")
-    mean, var = elite.mean(axis=0), elite.var(axis=0)
+    mean, var = elite_moments(space, elite)
     alpha, beta = fit_beta(mean, var)
     arrays = {"mean": mean, "var": var, "alpha": alpha, "beta": beta,
               "elite": elite.astype(np.float32)}
@@ -256,12 +291,13 @@ def load_targets(folder: str | Path) -> tuple[dict, list[tuple[str, Problem, dic
 def node_targets(problem: Problem, arrays: dict[str, np.ndarray], kappa_max: float,
                  max_devices: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Per node, the head's outputs that hand BRKGA the fitted Betas (:func:`fit_beta` of
-    the elite's moments at ``kappa_max``) once multiplied by the layer-split prior's:
-    ``log(α_fit / α_prior)`` and ``log(β_fit / β_prior)`` of its unit's D affinities and of
-    its priority; and the boolean mask of the head's outputs they are for (N, width)."""
+    the normalized elite's moments, :func:`elite_moments`, at ``kappa_max``) once
+    multiplied by the layer-split prior's: ``log(α_fit / α_prior)`` and
+    ``log(β_fit / β_prior)`` of its unit's D affinities and of its priority; and the
+    boolean mask of the head's outputs they are for (N, width)."""
     space = RegalSpace(problem, TASK)
     prior = layer_split_prior(space)
-    alpha, beta = fit_beta(arrays["mean"], arrays["var"], kappa_max)
+    alpha, beta = fit_beta(*elite_moments(space, arrays["elite"]), kappa_max)
     la, lb = np.log(alpha / prior["alpha"]), np.log(beta / prior["beta"])
     d, n, u = problem.num_devices, problem.num_nodes, space.num_units
     lay = space.layout
@@ -294,7 +330,9 @@ def imitate_regal(targets: str | Path, out: str | Path, config: ImitateConfig,
     """Pre-train REGAL's head on the targets in ``targets`` (module docstring); checkpoint
     into ``out`` (resumed when there, or extended with more ``epochs``) and write the
     policy there. Returns the run state (``epoch``, ``log``: per epoch ``train_loss``,
-    ``val_loss``, ``val_loss_prior``, ``seconds``; ``val_families``).
+    ``val_loss``, ``val_loss_prior`` (predicting zero: the prior alone),
+    ``val_loss_constant`` (predicting the training targets' mean per output for every
+    node), ``seconds``; ``val_families``).
 
     Raises
     ------
@@ -331,15 +369,19 @@ def imitate_regal(targets: str | Path, out: str | Path, config: ImitateConfig,
         _, _, x, ei, t, mask = row
         return ((head(x, ei)[:, mask] - t[:, mask]) ** 2).mean()
 
-    def mean_loss(rows, zero: bool = False) -> float | None:
+    def mean_loss(rows, const: torch.Tensor | None = None) -> float | None:
+        """The head's loss on ``rows``, or that of predicting ``const`` on every node."""
         if not rows:
             return None
         with torch.no_grad():
-            return float(np.mean([float((r[4][:, r[5]] ** 2).mean()) if zero else
-                                  float(loss_of(r)) for r in rows]))
+            return float(np.mean([float(((r[4] - const)[:, r[5]] ** 2).mean())
+                                  if const is not None else float(loss_of(r)) for r in rows]))
 
     t_call, t0 = time.perf_counter(), time.perf_counter() - state["seconds"]
-    prior_loss = mean_loss(valid, zero=True)
+    # the two baselines a learned gain must beat: zero (the prior alone) and the training
+    # targets' mean per output (one constant for every node of every graph)
+    prior_loss = mean_loss(valid, torch.zeros(()))
+    const_loss = mean_loss(valid, torch.cat([r[4] for r in train]).mean(0))
     while state["epoch"] < config.epochs and not stop_requested() and (
             max_seconds is None or time.perf_counter() - t_call < max_seconds):
         e = state["epoch"]
@@ -354,7 +396,7 @@ def imitate_regal(targets: str | Path, out: str | Path, config: ImitateConfig,
         state["seconds"] = time.perf_counter() - t0
         row = {"epoch": e + 1, "train_loss": float(np.mean(losses)),
                "val_loss": mean_loss(valid), "val_loss_prior": prior_loss,
-               "seconds": round(state["seconds"], 2)}
+               "val_loss_constant": const_loss, "seconds": round(state["seconds"], 2)}
         state["log"].append(row)
         save_checkpoint(out, run_config, {"head": head}, opt, None, state)
         write_log(state["log"], Path(out) / LOG_FILE)
@@ -369,6 +411,7 @@ def imitate_regal(targets: str | Path, out: str | Path, config: ImitateConfig,
                                "epochs": state["epoch"], "seconds": round(state["seconds"], 1),
                                "train_loss": last.get("train_loss"),
                                "val_loss": last.get("val_loss"), "val_loss_prior": prior_loss,
+                               "val_loss_constant": const_loss,
                                "long_evals": doc.get("evals")},
                  # trained_prior reads config.prior: the head's Betas multiply this prior's
                  "config": {**asdict(config), "prior": "layer-split", "elite_bias": False}})
