@@ -7,6 +7,7 @@ train regal-imitate``).
 
 Usage:  OMP_NUM_THREADS=1 .venv/bin/python bench/regal_imitate.py --corpus runs/corpus \\
             --candidate runs/regal-imitate [--seeds 10] [--per-family 1] [--docs FILE]
+            [--section regal-imitate]
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ def main() -> None:
     ap.add_argument("--per-family", type=int, default=1, help="items per held-out family")
     ap.add_argument("--cluster", default="p100:2", help="cluster of every row")
     ap.add_argument("--out", type=Path, default=Path("runs/bench/regal_imitate.json"))
-    ap.add_argument("--docs", type=Path, help="markdown file to put the table in "
-                                              "(section regal-imitate)")
+    ap.add_argument("--docs", type=Path, help="markdown file to put the table in")
+    ap.add_argument("--section", default="regal-imitate", help="section of --docs the table "
+                                                               "replaces (appended if missing)")
     a = parse_bench_args(ap)
     if not (a.candidate / "policy.json").is_file():
         ap.error(f"--candidate: no policy.json in {a.candidate}")
@@ -47,8 +49,9 @@ def main() -> None:
     if a.docs:
         command = (f"OMP_NUM_THREADS=1 .venv/bin/python bench/regal_imitate.py --corpus {a.corpus} "
                    f"--candidate {a.candidate} --evals {a.evals} --seeds {a.seeds} "
-                   f"--per-family {a.per_family} --cluster {a.cluster}")
-        replace_section(a.docs, "regal-imitate", f"`{command}`\n\n{table}")
+                   f"--per-family {a.per_family} --cluster {a.cluster} --out {a.out} "
+                   f"--docs {a.docs} --section {a.section}")
+        replace_section(a.docs, a.section, f"`{command}`\n\n{table}")
 
 
 if __name__ == "__main__":

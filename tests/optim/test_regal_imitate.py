@@ -133,3 +133,15 @@ def test_cli_targets_and_imitate(corpus, tmp_path):
     r = runner.invoke(app, ["corpus", "regal-targets", str(corpus), "--out", str(tmp_path / "t"),
                             "--evals", "300", "--limit", "1"])
     assert r.exit_code == 2 and "other evals" in r.output
+
+
+def test_benchmark_runs_every_row_on_the_held_out_families(corpus, targets, tmp_path):
+    from graphopt.benchmarks.regal_imitate import ROWS, run, to_markdown
+
+    imitate_regal(targets, tmp_path / "p", ImitateConfig(epochs=1, dim=8))
+    res = run(corpus, tmp_path / "p", evals=60, seeds=1, out=tmp_path / "r.json")
+    assert {g["family"] for g in res["graphs"].values()} == {"bert", "wavenet"}
+    assert all(set(g["rows"]) == set(ROWS) for g in res["graphs"].values())
+    assert json.loads((tmp_path / "r.json").read_text())["settings"]["loadavg_end"]
+    text = to_markdown(res)
+    assert "shuffled features" in text and "target +1.5" in text and "load average" in text
