@@ -72,6 +72,9 @@ def test_targets_resume_and_refuse_other_settings(corpus, targets):
     assert again["builds"][-1]["made"] == 0 and len(again["items"]) == 3
     with pytest.raises(GraphoptError, match="other evals"):
         build_targets(corpus, targets, evals=400)
+    assert all("gain_pct" in v and v["reference"] > 0 for v in again["items"].values())
+    with pytest.raises(GraphoptError, match="no target gains"):
+        imitate_regal(targets, targets.parent / "none", ImitateConfig(epochs=1, min_gain=100))
     _, items = load_targets(targets)
     for _, _, arrays in items:
         assert (arrays["alpha"] > 0).all() and (arrays["alpha"] + arrays["beta"] <= 20 + 1e-9).all()

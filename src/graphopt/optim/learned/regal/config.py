@@ -48,6 +48,9 @@ class ImitateConfig:
     kappa_max: float = field(default=20.0, metadata={"gt": 1, "max": 1000,
         "help": "Largest concentration alpha + beta of a fitted Beta (a converged elite's gene "
                 "would otherwise be a point)."})
+    min_gain: float = field(default=0.0, metadata={"min": 0, "max": 100,
+        "help": "Learn only from graphs whose long run is at least this many % below "
+                "layer-split BRKGA at 5,000 evaluations (0: every graph)."})
     val_share: float = field(default=0.1, metadata={"min": 0, "max": 0.5,
         "help": "Share of the targets' families held out of training, for the validation loss."})
     dim: int = field(default=32, metadata={"min": 1, "max": 8192,

@@ -48,14 +48,14 @@ from graphopt.optim.base import Budget
 from graphopt.optim.learned.regal.config import ImitateConfig
 from graphopt.optim.learned.regal.head import REGALHead
 from graphopt.optim.learned.regal.method import (RegalSpace, layer_split_devices,
-                                                 layer_split_prior)
+                                                 layer_split_prior, regal_value)
 from graphopt.optim.learned.regal.train import input_dim, regal_inputs
 from graphopt.optim.search.brkga import BRKGA
 from graphopt.runs.checkpoint import load_checkpoint, save_checkpoint, save_policy
 from graphopt.runs.run import LOG_FILE, seed_everything, write_log
 from graphopt.sim import Problem
 
-__all__ = ["FORMAT", "KAPPA_MIN", "LONG_EVALS", "TASK", "VERSION", "build_targets",
+__all__ = ["FORMAT", "KAPPA_MIN", "LONG_EVALS", "REFERENCE_EVALS", "TASK", "VERSION", "build_targets",
            "canonical_devices", "elite_moments", "elite_targets", "fit_beta", "imitate_regal",
            "load_targets", "node_targets", "normalize_elite", "target_order"]
 
@@ -63,6 +63,10 @@ FORMAT, VERSION = "graphopt-regal-targets", 1
 
 #: Evaluations of each target's long run: ten times the benchmark's BRKGA-5K.
 LONG_EVALS = 50_000
+
+#: Evaluations of the reference run (layer-split BRKGA at the benchmark's budget) that a
+#: target's ``gain_pct`` is measured against.
+REFERENCE_EVALS = 5000
 
 #: Smallest concentration α + β of a fitted Beta: a gene the elite spreads over [0, 1]
 #: gets Beta(2m, 2(1 - m)) at most this wide, not a U shape.
@@ -209,7 +213,10 @@ def build_targets(corpus: str | Path, out: str | Path, *, evals: int = LONG_EVAL
     """Targets for the corpus's train graphs (:func:`target_order`, at most ``limit``) into
     ``out``, resuming what is there; stops after ``max_seconds`` at a graph's end or on
     Ctrl-C. Returns the index (``items``: per graph its family, nodes, file, value,
-    evals and seconds; ``builds``: per call its argv, graphs made and seconds).
+    evals and seconds, and ``reference`` and ``gain_pct``: layer-split BRKGA's value at
+    :data:`REFERENCE_EVALS` evaluations and how far the long run is below it, filled in
+    for targets made before it was kept; ``builds``: per call its argv, graphs made and
+    seconds).
 
     Raises
     ------
@@ -226,7 +233,8 @@ def build_targets(corpus: str | Path, out: str | Path, *, evals: int = LONG_EVAL
                 "prior": "layer-split"}
     doc = _index(out, corpus, settings)
     c = load_cluster(cluster)
-    todo = [k for k in target_order(manifest)[:limit] if k not in doc["items"]]
+    todo = [k for k in target_order(manifest)[:limit]
+            if k not in doc["items"] or "reference" not in doc["items"][k]]
     t0, made = time.perf_counter(), 0
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     for k in todo:
@@ -234,16 +242,26 @@ def build_targets(corpus: str | Path, out: str | Path, *, evals: int = LONG_EVAL
             break
         item = manifest["items"][k]
         problem = Problem(load_graph(corpus / item["file"]), c)
-        arrays, info = elite_targets(problem, evals, seed, objective)
-        if stop_requested():  # its search was cut short: not a target
+        if k not in doc["items"]:
+            arrays, info = elite_targets(problem, evals, seed, objective)
+            if stop_requested():  # its search was cut short: not a target
+                break
+            rel = f"targets/{k}.npz"
+            (out / "targets").mkdir(parents=True, exist_ok=True)
+            atomic_write(out / rel, lambda f, a=arrays: np.savez_compressed(f, **a))
+            doc["items"][k] = {"family": item["family"], "nodes": problem.num_nodes,
+                               "source": item.get("source"), "graph": item["file"],
+                               "file": rel, **info}
+            made += 1
+        # what the long run gained over the prior at the benchmark's budget: a graph whose
+        # peak no plan can move (weights-bound) gains nothing, and its elite teaches nothing
+        space = RegalSpace(problem, TASK)
+        ref = regal_value(problem, layer_split_prior(space), seed, REFERENCE_EVALS, objective, TASK)
+        if stop_requested():
             break
-        rel = f"targets/{k}.npz"
-        (out / "targets").mkdir(parents=True, exist_ok=True)
-        atomic_write(out / rel, lambda f, a=arrays: np.savez_compressed(f, **a))
-        doc["items"][k] = {"family": item["family"], "nodes": problem.num_nodes,
-                           "source": item.get("source"), "graph": item["file"], "file": rel,
-                           **info}
-        made += 1
+        entry = doc["items"][k]
+        entry["reference"] = ref
+        entry["gain_pct"] = round(100 * (ref - entry["value"]) / ref, 4) if ref else 0.0
         _save_index(out, doc)
         if on_item:
             on_item(k, doc["items"][k])
@@ -344,6 +362,15 @@ def imitate_regal(targets: str | Path, out: str | Path, config: ImitateConfig,
     doc, items = load_targets(targets)
     if not items:
         raise GraphoptError(f"{targets}: no targets in index.json")
+    if config.min_gain > 0:
+        missing = [k for k, _, _ in items if "gain_pct" not in doc["items"][k]]
+        if missing:
+            raise GraphoptError(f"{targets}: {len(missing)} targets without gain_pct (made "
+                                "before it was kept); run 'graphopt corpus regal-targets' on "
+                                "the folder again to add it")
+        items = [r for r in items if doc["items"][r[0]]["gain_pct"] >= config.min_gain]
+        if not items:
+            raise GraphoptError(f"{targets}: no target gains {config.min_gain}% or more")
     fams = sorted({doc["items"][k]["family"] for k, _, _ in items})
     val = _val_families(fams, config.val_share)
     data = []
