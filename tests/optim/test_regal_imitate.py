@@ -148,3 +148,9 @@ def test_benchmark_runs_every_row_on_the_held_out_families(corpus, targets, tmp_
     assert json.loads((tmp_path / "r.json").read_text())["settings"]["loadavg_end"]
     text = to_markdown(res)
     assert "shuffled features" in text and "target +1.5" in text and "load average" in text
+
+
+def test_cli_targets_of_no_corpus_is_one_line(tmp_path):
+    r = runner.invoke(app, ["corpus", "regal-targets", str(tmp_path / "nope"), "--out",
+                            str(tmp_path / "t")])
+    assert r.exit_code == 2 and "not a corpus" in r.output and "Traceback" not in r.output
