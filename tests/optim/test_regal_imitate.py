@@ -154,3 +154,19 @@ def test_cli_targets_of_no_corpus_is_one_line(tmp_path):
     r = runner.invoke(app, ["corpus", "regal-targets", str(tmp_path / "nope"), "--out",
                             str(tmp_path / "t")])
     assert r.exit_code == 2 and "not a corpus" in r.output and "Traceback" not in r.output
+
+
+def test_bench_script_checks_its_output_and_candidate_before_work(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    script = str(root / "bench" / "regal_imitate.py")
+    run = subprocess.run([sys.executable, script, "--candidate", str(tmp_path), "--out",
+                          "/proc/x/r.json"], capture_output=True, text=True, timeout=60, cwd=root)
+    assert run.returncode == 2 and "Traceback" not in run.stderr and "--out" in run.stderr
+    run = subprocess.run([sys.executable, script, "--candidate", str(tmp_path), "--out",
+                          str(tmp_path / "r.json")], capture_output=True, text=True, timeout=60,
+                         cwd=root)
+    assert run.returncode == 2 and "no policy.json" in run.stderr
