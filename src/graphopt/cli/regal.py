@@ -13,9 +13,9 @@ from graphopt.cli._common import (check_run_folder, compile_simulator, console,
 from graphopt.cli.options import (address_option, backend_option, cluster_option,
                                   methods_option, out_option)
 from graphopt.errors import GraphoptError, check_fields
-from graphopt.optim.learned.regal.config import RegalConfig
+from graphopt.optim.learned.regal.config import ImitateConfig, RegalConfig
 
-__all__ = ["bench_regal", "train_regal"]
+__all__ = ["bench_regal", "corpus_regal_targets", "train_regal", "train_regal_imitate"]
 
 OBJECTIVE_HELP = ("What BRKGA minimises: memory (the highest peak memory over devices, "
                   "REGAL's objective) or runtime (step time); plans out of memory rank last. "
@@ -202,3 +202,105 @@ def bench_regal(
     if docs:
         bench.update_docs(res, docs, command, section, out)
     console.print(f"results: {out}" + (f"; tables written into {docs}" if docs else ""))
+
+
+def corpus_regal_targets(
+    folder: Path = typer.Argument(..., help="Corpus folder (from 'corpus build'); only read. "
+                                            "Example: corpus/"),
+    out: Path = out_option(Path("runs/regal-targets"),
+                           "Folder for the targets (index.json, targets/<id>.npz); resumed "
+                           "when it holds some. Example: runs/regal-targets"),
+    evals: int = typer.Option(50_000, "--evals", min=100, max=10_000_000,
+                              help="Evaluations of each graph's long run (ten times the "
+                                   "benchmark's 5,000). Example: 20000"),
+    cluster: str = cluster_option("p100:2", what="Cluster every graph is placed on",
+                                  default_help="default p100:2, REGAL's"),
+    objective: str = typer.Option("memory", "--objective", help=OBJECTIVE_HELP),
+    limit: int | None = typer.Option(None, "--limit", min=1,
+                                     help="At most this many graphs (families in turn)."),
+    minutes: float | None = typer.Option(None, min=0.0, help="Stop after this many minutes, at "
+                                                            "a graph's end (run again to go on). "
+                                                            "Example: 15"),
+    seed: int = typer.Option(0, "--seed", min=0, max=2**32 - 1, help="Seed of the long runs."),
+) -> None:
+    """REGAL's imitation targets: per train graph of the corpus, a long run of layer-split
+    BRKGA and per-gene Beta(alpha, beta) fitted to its last elite (docs/regal.md,
+    "Learning from search"). What 'graphopt train regal-imitate' learns from.
+
+    Example: graphopt corpus regal-targets corpus --out runs/regal-targets --minutes 15
+    """
+    from graphopt.dist.local import check_objective, stop_on_interrupt
+    from graphopt.hardware import load_cluster
+    from graphopt.optim.learned.regal.imitate import build_targets
+
+    argv = " ".join(["graphopt corpus regal-targets", str(folder), f"--out {out}",
+                     *([f"--evals {evals}"] if evals != 50_000 else []),
+                     *([f"--cluster {cluster}"] if cluster != "p100:2" else []),
+                     *([f"--objective {objective}"] if objective != "memory" else []),
+                     *([f"--limit {limit}"] if limit else []),
+                     *([f"--minutes {minutes:g}"] if minutes is not None else []),
+                     *([f"--seed {seed}"] if seed else [])])
+    try:
+        check_output(out, "--out", folder=True)
+        check_objective(objective)
+        load_cluster(cluster)
+        compile_simulator()
+
+        def line(key: str, entry: dict) -> None:
+            console.print(f"{entry['seconds']:6.1f} s  {key}  {entry['nodes']} ops  peak "
+                          f"{entry['value'] / 2**20:.3f} MiB", highlight=False, soft_wrap=True)
+
+        with stop_on_interrupt():
+            doc = build_targets(folder, out, evals=evals, seed=seed, cluster=cluster,
+                                objective=objective, limit=limit,
+                                max_seconds=None if minutes is None else minutes * 60,
+                                on_item=line, argv=argv)
+    except GraphoptError as err:
+        fail(err)
+    fams = {v["family"] for v in doc["items"].values()}
+    console.print(f"{len(doc['items'])} graphs of {len(fams)} families in {out}/index.json "
+                  f"({doc['builds'][-1]['seconds']:,.1f} s this run)")
+
+
+@options_from_fields(ImitateConfig)
+def train_regal_imitate(
+    targets: Path = typer.Argument(..., help="Folder of REGAL targets ('graphopt corpus "
+                                             "regal-targets'). Example: runs/regal-targets"),
+    out: Path = out_option(Path("runs/regal-imitate"),
+                           "Folder for the checkpoint (resumed, or run on with more --epochs, "
+                           "when it exists), log.csv and the policy. Example: runs/regal-imitate"),
+    minutes: float | None = typer.Option(None, min=0.0, help="Stop after this many minutes (the "
+                                                            "checkpoint resumes later)."),
+    **options,
+) -> None:
+    """Pre-train REGAL's head by imitation: per node, the Beta parameters fitted to long
+    runs' elites (over the layer-split prior's), regressed from the graph. The policy is
+    what 'regal' loads with -p regal.checkpoint=OUT.
+
+    Example: graphopt train regal-imitate runs/regal-targets --out runs/regal-imitate
+    """
+    from graphopt.optim.learned.regal.imitate import imitate_regal
+
+    config = ImitateConfig(**options)
+    defaults = ImitateConfig()
+    command = " ".join(["graphopt train regal-imitate", str(targets), f"--out {out}",
+                        *([f"--minutes {minutes:g}"] if minutes is not None else []),
+                        *(f"--{k.replace('_', '-')} {v}" for k, v in vars(config).items()
+                          if v != getattr(defaults, k))])
+    try:
+        _lock = check_run_folder(out)  # held while the run lasts
+        check_fields(config, lambda key: "--" + key.replace("_", "-"))
+
+        def line(epoch: int, row: dict) -> None:
+            val = "" if row["val_loss"] is None else (
+                f"  val {row['val_loss']:.4f} (prior alone {row['val_loss_prior']:.4f}, "
+                f"a constant {row['val_loss_constant']:.4f})")
+            console.print(f"epoch {epoch}/{config.epochs}  train {row['train_loss']:.4f}{val}  "
+                          f"{row['seconds']:.1f} s", highlight=False)
+
+        state = imitate_regal(targets, out, config,
+                              None if minutes is None else minutes * 60, line, command)
+    except GraphoptError as err:
+        fail(err)
+    console.print(f"policy, checkpoint and log.csv in {out}/ ({state['epoch']} epochs; "
+                  f"validation families: {', '.join(state['val_families']) or 'none'})")

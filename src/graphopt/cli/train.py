@@ -14,12 +14,13 @@ from graphopt.cli.options import (address_option, backend_option, cluster_option
 from graphopt.errors import MAX_THREADS, GraphoptError
 from graphopt.frontends import load_source
 from graphopt.cli.mcm import train_mcm
-from graphopt.cli.regal import train_regal
+from graphopt.cli.regal import train_regal, train_regal_imitate
 from graphopt.rl.config import PPOConfig
 
 #: ``graphopt train`` itself pre-trains GO; ``graphopt train regal`` trains REGAL.
 app = typer.Typer(invoke_without_command=True)
 app.command("regal")(train_regal)
+app.command("regal-imitate")(train_regal_imitate)
 app.command("mcm")(train_mcm)
 
 

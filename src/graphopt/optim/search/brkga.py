@@ -125,10 +125,15 @@ class BRKGA:
                  init: Plan | None = None) -> tuple[Plan, dict]:
         return self.evolve(SearchSpace(problem, task, init), budget, seed)
 
-    def evolve(self, space: SearchSpace, budget: Budget, seed: int) -> tuple[Plan, dict]:
+    def evolve(self, space: SearchSpace, budget: Budget, seed: int,
+               keep_elite: bool = False) -> tuple[Plan, dict]:
         """The genetic algorithm over ``space``'s chromosome (its ``layout``, ``decode`` and
         ``encode``): :meth:`optimize` with a chromosome of another shape, as REGAL's
-        (:class:`graphopt.optim.learned.regal.method.RegalSpace`)."""
+        (:class:`graphopt.optim.learned.regal.method.RegalSpace`).
+
+        With ``keep_elite`` the stats also hold the last population's elite: ``elite_keys``
+        (elites x genes, best first) and ``elite_scores`` (what REGAL's imitation targets
+        are fitted to, :mod:`graphopt.optim.learned.regal.imitate`)."""
         rng = np.random.default_rng(seed)
         problem = space.problem
         genes, layout = space.num_genes, space.layout
@@ -145,6 +150,7 @@ class BRKGA:
                                 f"{n_mutant} mutants; lower the fractions or grow the population")
         ev = LocalEvaluator.from_budget(problem, budget)
         interrupted, generations = False, 0
+        keys, scores = np.zeros((0, genes)), np.zeros(0)  # a budget spent in the first population
         try:
             start, start_score = space.start(ev)
             keys = np.vstack([space.encode(start), rng.beta(alpha, beta, (pop - 1, genes))])
@@ -165,4 +171,8 @@ class BRKGA:
             pass
         except KeyboardInterrupt:
             interrupted = True
-        return space.result(ev, interrupted, generations=generations)
+        extra = {}
+        if keep_elite:
+            order = np.argsort(scores, kind="stable")[:n_elite]
+            extra = {"elite_keys": keys[order], "elite_scores": scores[order]}
+        return space.result(ev, interrupted, generations=generations, **extra)

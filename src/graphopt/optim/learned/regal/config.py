@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from graphopt.errors import MAX_SEED
 
-__all__ = ["RegalConfig"]
+__all__ = ["ImitateConfig", "RegalConfig"]
 
 
 @dataclass
@@ -35,3 +35,28 @@ class RegalConfig:
     max_grad_norm: float = field(default=1.0, metadata={"gt": 0, "help": "Gradient clipping norm."})
     save_every: int = field(default=10, metadata={"min": 1, "help": "Updates between checkpoints."})
     seed: int = field(default=0, metadata={"min": 0, "max": MAX_SEED, "help": "Seed of every random choice."})
+
+
+@dataclass
+class ImitateConfig:
+    """Hyperparameters of REGAL's imitation pre-training
+    (:func:`graphopt.optim.learned.regal.imitate.imitate_regal`)."""
+
+    epochs: int = field(default=60, metadata={"min": 1, "max": 100_000,
+        "help": "Passes over the targets (a run resumes, or goes on, with more)."})
+    lr: float = field(default=1e-3, metadata={"gt": 0, "max": 1, "help": "Adam learning rate."})
+    kappa_max: float = field(default=20.0, metadata={"gt": 1, "max": 1000,
+        "help": "Largest concentration alpha + beta of a fitted Beta (a converged elite's gene "
+                "would otherwise be a point)."})
+    min_gain: float = field(default=0.0, metadata={"min": 0, "max": 100,
+        "help": "Learn only from graphs whose long run is at least this many % below "
+                "layer-split BRKGA at 5,000 evaluations (0: every graph)."})
+    val_share: float = field(default=0.1, metadata={"min": 0, "max": 0.5,
+        "help": "Share of the targets' families held out of training, for the validation loss."})
+    dim: int = field(default=32, metadata={"min": 1, "max": 8192,
+        "help": "Hidden width of the graph network."})
+    layers: int = field(default=2, metadata={"min": 1, "max": 16, "help": "GraphSAGE layers."})
+    max_devices: int = field(default=8, metadata={"min": 1, "max": 64,
+        "help": "Device slots of the head."})
+    seed: int = field(default=0, metadata={"min": 0, "max": MAX_SEED,
+        "help": "Seed of the weights and of each epoch's order."})

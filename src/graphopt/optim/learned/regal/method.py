@@ -44,7 +44,8 @@ from graphopt.optim.learned.regal.train import (RegalConfig, gene_params, input_
                                train_regal)
 from graphopt.sim import Plan, Problem
 
-__all__ = ["REGAL", "RegalSpace", "SHIPPED", "TEST_GRAPHS", "TRAIN_CORPUS", "layer_split_prior",
+__all__ = ["REGAL", "RegalSpace", "SHIPPED", "TEST_GRAPHS", "TRAIN_CORPUS", "layer_split_devices",
+           "layer_split_prior",
            "load_corpus", "load_regal_policy", "pretrain_regal", "regal_value",
            "trained_prior"]
 
@@ -205,6 +206,24 @@ class RegalSpace(SearchSpace):
         return keys
 
 
+def layer_split_devices(space: RegalSpace) -> np.ndarray:
+    """Per placement unit, the device :func:`layer_split_prior` leans it to: the run of
+    whole layers (:func:`graphopt.ir.features.layer_share` cut at k/D) most of its nodes
+    are in.
+
+    >>> from graphopt.hardware import load_cluster
+    >>> space = RegalSpace(Problem(layered_graph(4, 3), load_cluster("p100:2")),
+    ...                    frozenset({"placement"}))
+    >>> sorted(set(layer_split_devices(space).tolist()))
+    [0, 1]
+    """
+    g, d = space.problem.graph, space.problem.num_devices
+    run = np.minimum((layer_share(g) * d).astype(np.int64), d - 1)
+    votes = np.zeros((space.num_units, d))
+    np.add.at(votes, (space.unit_of, run), 1)
+    return votes.argmax(axis=1)
+
+
 def layer_split_prior(space: RegalSpace, strength: float = 1.5) -> dict[str, np.ndarray]:
     """A hand-written mutant prior for REGAL's chromosome, the bar a trained policy must
     clear: the model cut into D runs of whole layers holding equal weight and output bytes
@@ -220,10 +239,7 @@ def layer_split_prior(space: RegalSpace, strength: float = 1.5) -> dict[str, np.
     ``inheritance`` per gene, as :func:`gene_params`.
     """
     g, d = space.problem.graph, space.problem.num_devices
-    run = np.minimum((layer_share(g) * d).astype(np.int64), d - 1)
-    votes = np.zeros((space.num_units, d))
-    np.add.at(votes, (space.unit_of, run), 1)
-    mine = np.arange(d)[None, :] == votes.argmax(axis=1)[:, None]
+    mine = np.arange(d)[None, :] == layer_split_devices(space)[:, None]
     alpha = [np.where(mine, strength, 1.0).reshape(-1)]
     beta = [np.where(mine, 1.0, strength).reshape(-1)]
     if "scheduling" in space.layout:
