@@ -437,6 +437,30 @@ def load_program(path: str | os.PathLike) -> TracedProgram:
         raise FrontendError(f"{path}: {err}") from err
 
 
+#: Libraries whose output classes a program's outputs may be, registered with torch's
+#: pytree when the library defines them: a program exported in another process names
+#: them, and they must be imported before it loads (a Hugging Face model's ModelOutput).
+OUTPUT_TYPE_LIBRARIES = ("transformers.",)
+
+
+def _register_output_types(err: BaseException) -> bool:
+    """Import the module of an output type that ``err`` says pytree does not know, when it
+    belongs to one of :data:`OUTPUT_TYPE_LIBRARIES` and is installed (importing it
+    registers its classes); True when it did. Nothing else a file names is imported."""
+    import importlib
+    import re
+
+    found = re.search(r"Deserializing ([\w.]+) in pytree is not registered", str(err))
+    if not found or not found.group(1).startswith(OUTPUT_TYPE_LIBRARIES):
+        return False
+    module = found.group(1).rsplit(".", 1)[0]
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return False
+    return True
+
+
 def load_archive(path: str | os.PathLike) -> torch.export.ExportedProgram:
     """The program in a ``.pt2`` file (:func:`torch.export.save`), checked before it is read
     and read without unpickling.
@@ -461,12 +485,16 @@ def load_archive(path: str | os.PathLike) -> torch.export.ExportedProgram:
     # load_pt2 is what torch.export.load runs first; when it fails, torch.export.load logs
     # a traceback, hides the cause and retries the archive as torch < 2.8's format, whose
     # loader unpickles with weights_only=False
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # torch's own deprecation notices, not the user's
-            programs = load_pt2(path).exported_programs
-    except Exception as err:  # torch raises many types for a malformed archive
-        raise GraphFormatError(f"{path}: torch.export.load failed: {_first_line(err)}") from err
+    for attempt in range(2):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # torch's own deprecation notices, not the user's
+                programs = load_pt2(path).exported_programs
+            break
+        except Exception as err:  # torch raises many types for a malformed archive
+            if attempt or not _register_output_types(err):
+                raise GraphFormatError(f"{path}: torch.export.load failed: "
+                                       f"{_first_line(err)}") from err
     if "model" not in programs:
         raise GraphFormatError(f"{path}: holds no program named 'model' (it has "
                                f"{sorted(programs) or 'none'}); save it with torch.export.save")
