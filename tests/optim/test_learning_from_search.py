@@ -166,3 +166,17 @@ def test_shipped_corpus_policy_never_saw_a_held_out_family():
         family = (graph.split(":")[1] if graph.startswith("hf:")
                   else graph.split("-")[0].replace("transformer", "transformer_xl"))
         assert family not in HELD_OUT_FAMILIES, name
+
+
+def test_a_policy_round_resumes_without_searching_again(corpus, tmp_path):
+    imitate(load_targets(corpus), tmp_path / "p", epochs=1, dim=16)
+    search_targets(corpus, budget=60, clusters=("p100:2", "p100:4"), policy=tmp_path / "p",
+                   limit=2)
+    before = json.loads((corpus / "targets.json").read_text())["entries"]
+    seen = []
+    search_targets(corpus, budget=60, clusters=("p100:2", "p100:4"), policy=tmp_path / "p",
+                   progress=lambda d, n, k, e: seen.append(e.get("reused", False)))
+    after = json.loads((corpus / "targets.json").read_text())["entries"]
+    assert seen[:2] == [True, True] and seen[2] is False  # the interrupted round goes on
+    for key in list(before)[:2]:
+        assert after[key]["rounds"] == before[key]["rounds"]

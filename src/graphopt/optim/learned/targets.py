@@ -18,7 +18,8 @@ Each entry: ``item``, ``cluster``, ``file``, ``step_time`` (s), ``expert_step_ti
 ``method``, ``budget``, ``seed``, ``evals``, ``seconds``, ``rounds`` (searches that
 tried to improve it) and ``policy`` (the seeding policy's folder, or None). Both files
 are written atomically after every item, so an interrupted search resumes where it
-stopped (an item is done when its entry records this method, budget and round).
+stopped (an item is done when its entry records this method and budget, and in a
+policy's round this policy).
 """
 
 from __future__ import annotations
@@ -188,17 +189,19 @@ def search_targets(folder: str | Path, *, method: str = "portfolio", budget: int
     where = assign_clusters(ids, clusters)
     ids = ids[:limit] if limit is not None else ids
     doc = _index(folder)
-    rnd = 1 if policy is None else None  # with a policy: one round past each entry's last
+    seeded_by = None if policy is None else str(policy)
     for done, item in enumerate(ids, 1):
         cluster = where[item]
         key = f"{item}@{cluster}"
         old = doc["entries"].get(key)
-        round_ = rnd if rnd is not None else (old["rounds"] + 1 if old else 1)
-        if old is not None and old.get("method") == method and old.get("budget") == budget \
-                and old["rounds"] >= round_ and (policy is None or old.get("policy") == str(policy)):
+        # a target of this method and budget is kept; in a policy's round, one that this
+        # policy seeded (so an interrupted round resumes where it stopped)
+        if old is not None and (old.get("method"), old.get("budget")) == (method, budget) \
+                and (policy is None or old.get("policy") == seeded_by):
             if progress:
                 progress(done, len(ids), key, {**old, "reused": True})
             continue
+        round_ = old["rounds"] + 1 if old else 1
         t0 = time.perf_counter()
         problem = _problem(folder, records[item], cluster)
         init = None if policy is None else _policy_plan(problem, policy, seed)
@@ -212,7 +215,7 @@ def search_targets(folder: str | Path, *, method: str = "portfolio", budget: int
             plan, step = Plan.load(folder / old["file"]), old["step_time"]  # keep the better
         if step is None or not np.isfinite(step):
             entry = {"item": item, "cluster": cluster, "status": "no valid plan",
-                     "method": method, "budget": budget, "rounds": round_}
+                     "method": method, "budget": budget, "rounds": round_, "policy": seeded_by}
         else:
             file = f"targets/{key}.json"
             plan.save(folder / file)
@@ -220,7 +223,7 @@ def search_targets(folder: str | Path, *, method: str = "portfolio", budget: int
                      "expert_step_time": float(expert_res.step_time) if expert_res.valid else None,
                      "method": method, "budget": budget, "seed": seed,
                      "evals": int(stats.get("evals", 0)), "rounds": round_,
-                     "policy": None if policy is None else str(policy),
+                     "policy": seeded_by,
                      "seconds": round(time.perf_counter() - t0, 3)}
         doc["entries"][key] = entry
         _save_index(folder, doc)
