@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from graphopt.benchmarks import geomean, row_line, save_json, say
-from graphopt.corpus import load_manifest
+from graphopt.corpus import HELD_OUT_FAMILIES, load_manifest
 from graphopt.dist.local import LocalEvaluator
 from graphopt.hardware import load_cluster
 from graphopt.ir import load_graph
@@ -63,6 +63,23 @@ def held_out_items(corpus: str | Path, per_family: int = 2) -> list[dict]:
     for family in sorted(by_family):
         rows += sorted(by_family[family], key=lambda r: -r["nodes"])[:per_family]
     return rows
+
+
+def held_out_seen(info: dict) -> list[str]:
+    """The held-out families among the graphs a policy was trained on (its
+    ``policy.json`` info's ``graphs``, ``SOURCE@CLUSTER``): a zero-shot row of those
+    families is not unseen for it.
+
+    >>> held_out_seen({"graphs": ["hf:gpt2:seq=32@p100:4", "bert-base@p100:4", "gnmt-2@p100:2"]})
+    ['bert', 'gpt2']
+    """
+    seen = set()
+    for name in info.get("graphs", []):
+        graph = name.rsplit("@", 1)[0]
+        family = graph.split(":")[1] if graph.startswith("hf:") else graph.split("-")[0]
+        if family in HELD_OUT_FAMILIES:
+            seen.add(family)
+    return sorted(seen)
 
 
 def zero_shot(problem: Problem, policy, seed: int, shuffle: bool = False) -> float | None:
@@ -98,7 +115,7 @@ def run(corpus: str | Path, candidate: str | Path, *, cluster: str = "p100:4",
     """Every row of :func:`held_out_items` (see the module docstring); the results dict,
     saved to ``out`` after every row."""
     policy, info = load_go_policy(candidate)
-    shipped, _ = load_go_policy(SHIPPED)
+    shipped, shipped_info = load_go_policy(SHIPPED)
     random_dir = Path(out or "runs/bench/go_transfer.json").with_suffix("") / "random-weights"
     random = new_policy(seed + 1, **{k: v for k, v in policy.config_dict().items()
                                      if k not in ("in_dim", "num_op_types")})
@@ -108,7 +125,9 @@ def run(corpus: str | Path, candidate: str | Path, *, cluster: str = "p100:4",
     result = {"settings": {"corpus": str(corpus), "candidate": str(candidate),
                            "cluster": cluster, "budget": budget, "seed": seed,
                            "per_family": per_family, "finetune": finetune,
-                           "candidate_command": info.get("command")},
+                           "candidate_command": info.get("command"),
+                           "held_out_seen": {"candidate": held_out_seen(info),
+                                             "shipped": held_out_seen(shipped_info)}},
               "load_average": list(os.getloadavg()), "rows": []}
     say(f"go-transfer: {len(items)} held-out rows on {cluster}, budget {budget}")
     for k, item in enumerate(items, 1):
@@ -220,6 +239,10 @@ def to_markdown(result: dict) -> str:
         f"{g[n]['at_or_above_expert']}/{s['rows']}" for n in names) + " |")
     la = result["load_average"]
     lines.append("")
+    for who, fams in result["settings"].get("held_out_seen", {}).items():
+        if fams:
+            lines.append(f"The {who} policy was trained on graphs of held-out families "
+                         f"({', '.join(fams)}): its rows of them are not unseen.")
     lines.append(f"go beats all three controls (random weights, shuffled features, heuristics "
                  f"alone) on {s['go_beats_all_controls']} of {s['rows']} rows. "
                  f"Load average at the start {la[0]:.2f}.")
