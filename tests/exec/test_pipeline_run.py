@@ -65,3 +65,43 @@ def test_pipeline_task_needs_a_pipe_model_and_run_a_matching_plan(tmp_path):
                                          "--devices", "cpu:3"]), "2 stages")
     _one_line_exit_2(runner.invoke(app, ["run", "pipe:mlp", "--pipeline", str(tmp_path / "none")]),
                      "none")
+
+
+
+def test_profile_layers_times_every_layer_and_leaves_the_model_as_it_was():
+    import numpy as np
+    import torch
+
+    from graphopt.exec.pipeline import pipeline_problem, profile_layers
+    from graphopt.hardware import load_cluster
+    from graphopt.zoo.pipeline import build_pipeline_model
+
+    model = build_pipeline_model(MODEL)
+    before = [p.detach().clone() for p in model.sequential().parameters()]
+    threads = torch.get_num_threads()
+    t, u = profile_layers(model, 2, reps=2)
+    assert t.shape == u.shape == (len(model.layers),)
+    assert (t > 0).all() and (u >= 0).all() and np.isfinite(t).all()
+    assert torch.get_num_threads() == threads
+    after = list(model.sequential().parameters())
+    assert all(torch.equal(a, b) and a.grad is None for a, b in zip(after, before))
+    # profiled: the same measured time on every device; bytes still from the graph
+    cluster = load_cluster("cpu:2")
+    _, roof = pipeline_problem(model, 2, cluster)
+    _, prof = pipeline_problem(model, 2, cluster, profile=True)
+    assert (prof.time[:, 0] == prof.time[:, 1]).all() and (prof.time > 0).all()
+    assert np.array_equal(prof.weights, roof.weights)
+    assert np.array_equal(prof.activations, roof.activations)
+
+
+@pytest.mark.skipif(not pipeline_available(), reason="no torch.distributed.pipelining with gloo")
+def test_measure_prices_what_this_host_measures(tmp_path):
+    from graphopt.exec.workers import host_cores
+
+    out = tmp_path / "p"
+    r = runner.invoke(app, ["optimize", MODEL, "--task", "pipeline", "--stages", "2",
+                            "--microbatches", "2", "--measure", "--measure-steps", "1", "--methods",
+                            "even,exact", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    sim = json.loads((out / "exact" / "pipeline.json").read_text())["simulated"]
+    assert sim["profiled"] is True and sim["cores"] == host_cores() and sim["overhead"] > 0

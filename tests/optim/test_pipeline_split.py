@@ -32,32 +32,35 @@ def _problem(rng, d: int, capacity: float) -> SimpleNamespace:
                            sec_per_byte=spb, cluster=SimpleNamespace(name="fake"))
 
 
-def _brute(prob, costs, k, m, sched):
+def _brute(prob, costs, k, m, sched, overhead=0.0, cores=None):
     nl = costs.num_layers
     best = None
     for cuts in itertools.combinations(range(1, nl), k - 1):
-        c = split_cost(prob, costs, (0, *cuts, nl), m, sched)
+        c = split_cost(prob, costs, (0, *cuts, nl), m, sched, overhead, cores)
         if c.fits and (best is None or c.step_time < best.step_time - 1e-12):
             best = c
     return best
 
 
-@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("seed", range(24))
 def test_exact_is_optimal_against_brute_force(seed):
     rng = np.random.default_rng(seed)
-    nl, k = int(rng.integers(3, 9)), int(rng.integers(1, 5))
+    nl, k = int(rng.integers(3, 10)), int(rng.integers(1, 5))
     k = min(k, nl)
     m, sched = int(rng.integers(k, 9)), ["gpipe", "1f1b"][seed % 2]
     costs = _costs(rng, nl, k)
     # a capacity that often rules some splits out, sometimes all
     prob = _problem(rng, k, float(rng.uniform(10, 80)))
-    got = exact_split(prob, costs, k, m, sched)
-    want = _brute(prob, costs, k, m, sched)
+    overhead = float(rng.uniform(0, 0.5)) if seed % 3 else 0.0
+    cores = [None, 1, 2][seed % 3]
+    got = exact_split(prob, costs, k, m, sched, overhead=overhead, cores=cores)
+    want = _brute(prob, costs, k, m, sched, overhead, cores)
     if want is None:
         assert got is None
     else:
         assert got is not None
-        assert split_cost(prob, costs, got, m, sched).step_time == pytest.approx(want.step_time)
+        assert split_cost(prob, costs, got, m, sched, overhead, cores).step_time == \
+            pytest.approx(want.step_time)
 
 
 def test_even_and_params_splits():

@@ -26,10 +26,31 @@ def test_in_flight_gpipe_keeps_all_1f1b_keeps_stages_left():
         in_flight("gpipe", 2, 0)
 
 
-def test_step_is_the_bubble_formula_plus_updates():
-    t, u = np.array([1.0, 3.0, 2.0]), np.array([0.1, 0.2, 0.5])
-    assert training_step_time(t, u, 4) == pytest.approx(max((4 + 2) * t + u))
-    assert training_step_time(t, np.zeros(3), 4) == pytest.approx(6 * 3.0)
+def _flow_shop(t, m: int) -> float:
+    """Makespan of ``m`` identical microbatches passing stages of times ``t`` in order,
+    each stage taking them one at a time, event by event."""
+    done = np.zeros(len(t))  # when each stage finished its previous microbatch
+    for _ in range(m):
+        ready = 0.0
+        for s, ts in enumerate(t):
+            done[s] = max(done[s], ready) + ts
+            ready = done[s]
+    return float(done[-1])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_step_is_the_fill_and_drain_plus_the_slowest_stage(seed):
+    rng = np.random.default_rng(seed)
+    k, m = int(rng.integers(1, 6)), int(rng.integers(1, 9))
+    t = rng.uniform(0.1, 3.0, k)
+    assert training_step_time(t, np.zeros(k), m) == pytest.approx(_flow_shop(t, m))
+    # equal stages: the bubble formula
+    assert training_step_time(np.full(k, 2.0), np.zeros(k), m) == pytest.approx((m + k - 1) * 2.0)
+    u = rng.uniform(0, 1, k)
+    assert training_step_time(t, u, m) == pytest.approx(t.sum() + max((m - 1) * t + u))
+    # processes sharing one core take their whole work at least
+    assert training_step_time(t, u, m, cores=1) == pytest.approx(
+        max(t.sum() + max((m - 1) * t + u), (m * t + u).sum()))
 
 
 @pytest.fixture(scope="module")

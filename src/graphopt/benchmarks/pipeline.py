@@ -11,12 +11,16 @@ and graphopt's exact split at that count (``exact-first``), on ``K`` gloo proces
 step of each plan in turn, ``steps`` timed rounds after a
 warm-up; the median step of each.
 
-The simulator prices the splits on this machine's calibrated CPU workers
-(:func:`graphopt.exec.calibrate.calibrate`, run again before every row, as the load
-others put on the machine drifts; its figures copied to ``K`` devices) plus the pipeline
-runtime's overhead per stage and microbatch
-(:func:`graphopt.exec.pipeline.runtime_overhead`, measured once per stage count); no
-figure is fitted to the rows. Reported per plan: measured and simulated throughput, the
+The simulator prices the splits from each layer's forward, backward and update profiled
+in one process of this machine at each microbatch size
+(:func:`graphopt.exec.pipeline.profile_layers`, a few seconds before the row is run),
+bytes and memory from the traced graph, the transfers on this machine's calibrated CPU
+workers (:func:`graphopt.exec.calibrate.calibrate`, again before every row), the
+pipeline runtime's overhead per stage and microbatch
+(:func:`graphopt.exec.pipeline.runtime_overhead`, measured once per stage count), and the
+stages' processes sharing this machine's cores; no figure is fitted to the rows. The
+same plans priced by the calibrated roofline alone are kept beside (``roofline_step``).
+Reported per plan: measured and simulated throughput, the
 measured throughput over the even split's, the simulated step over the measured one, and
 simulated against measured peak memory per stage; per row the load average before it.
 """
@@ -57,42 +61,54 @@ def _cluster(calibration, count: int):
 
 
 def _row(spec: str, stages: int, microbatches: int | None, steps: int, cluster,
-         overhead: float) -> dict:
+         overhead: float, cores: int) -> dict:
     model = build_pipeline_model(spec)
+    profiled: dict[int, tuple] = {}
+
+    def problem(m: int):  # each microbatch count profiled once per row
+        if m not in profiled:
+            profiled[m] = pipeline_problem(model, m, cluster, profile=True)
+        return profiled[m]
+
     if microbatches is None:
-        results = plan_pipeline_auto(lambda m: pipeline_problem(model, m, cluster),
-                                     microbatch_candidates(model.batch, stages), stages,
-                                     overhead=overhead)
+        results = plan_pipeline_auto(problem, microbatch_candidates(model.batch, stages), stages,
+                                     overhead=overhead, cores=cores)
     else:
-        prob, costs = pipeline_problem(model, microbatches, cluster)
-        results = plan_pipeline(prob, costs, stages, microbatches, "auto", overhead=overhead)
+        prob, costs = problem(microbatches)
+        results = plan_pipeline(prob, costs, stages, microbatches, "auto", overhead=overhead,
+                                cores=cores)
     plans = [PipelinePlan(spec, r.cost.bounds, r.cost.schedule, r.cost.microbatches, r.method)
              for r in results]
     sims = [r.cost for r in results]
     even = next(p for p in plans if p.method == "even")
     if model.batch % stages == 0:  # what a user writes first: even, 1F1B, M = K
-        first_prob, first_costs = pipeline_problem(model, stages, cluster)
+        first_prob, first_costs = problem(stages)
         plans.append(PipelinePlan(spec, even.bounds, "1f1b", stages, "even-first"))
-        # the overhead is per action, the same at any microbatch count
-        sims.append(split_cost(first_prob, first_costs, even.bounds, stages, "1f1b", overhead))
+        sims.append(split_cost(first_prob, first_costs, even.bounds, stages, "1f1b", overhead,
+                               cores))
         # and graphopt's split at that count: the split's worth where M = K
         ex = plan_pipeline(first_prob, first_costs, stages, stages, "1f1b", ("exact",),
-                           overhead)[0].cost
+                           overhead, cores)[0].cost
         plans.append(PipelinePlan(spec, ex.bounds, "1f1b", stages, "exact-first"))
         sims.append(ex)
+    # the same plans priced by the calibrated roofline alone, as before layers were profiled
+    roof = {m: pipeline_problem(model, m, cluster) for m in {p.microbatches for p in plans}}
+    roofline = [split_cost(*roof[p.microbatches], p.bounds, p.microbatches, p.schedule,
+                           overhead).step_time for p in plans]
     load = os.getloadavg()[0]
     t0 = time.perf_counter()
     measured = measure_pipelines(spec, plans, steps=steps)
     out = {"model": spec, "stages": stages, "layers": len(model.layers), "batch": model.batch,
            "load_before": load, "load_after": os.getloadavg()[0],
            "seconds": time.perf_counter() - t0, "plans": []}
-    for p, sim, m in zip(plans, sims, measured):
+    for p, sim, m, r in zip(plans, sims, measured, roofline):
         out["plans"].append({
             "method": p.method, "bounds": list(p.bounds), "schedule": p.schedule,
             "microbatches": p.microbatches, "measured_step": m.median,
             "measured_steps": m.step_times, "measured_throughput": m.throughput,
             "measured_min_step": min(m.step_times),
             "simulated_step": sim.step_time, "simulated_throughput": model.batch / sim.step_time,
+            "roofline_step": r,
             "measured_memory": m.memory, "simulated_memory": [float(x) for x in sim.memory],
             "loss": m.loss})
     even_m = out["plans"][0]["measured_throughput"]
@@ -101,6 +117,7 @@ def _row(spec: str, stages: int, microbatches: int | None, steps: int, cluster,
         p["vs_even"] = p["measured_throughput"] / even_m
         p["simulated_vs_even"] = p["simulated_throughput"] / even_s
         p["step_error"] = p["simulated_step"] / p["measured_step"] - 1
+        p["roofline_error"] = p["roofline_step"] / p["measured_step"] - 1
         p["memory_error"] = [s / m - 1 for s, m in zip(p["simulated_memory"], p["measured_memory"])]
     return out
 
@@ -109,11 +126,12 @@ def run(models=MODELS, stages=(2,), microbatches: int | None = None, steps: int 
     """Every model at every stage count (the module docstring says what is measured);
     ``microbatches`` None lets graphopt choose them (``--microbatches auto``)."""
     from graphopt.exec.calibrate import calibrate
+    from graphopt.exec.workers import host_cores
 
     t0 = time.perf_counter()
     res = {"settings": {"models": list(models), "stages": list(stages),
                         "microbatches": microbatches, "steps": steps},
-           "overhead": {}, "rows": []}
+           "overhead": {}, "rows": [], "load_start": os.getloadavg()[0]}
     total = len(models) * len(stages)
     for k in stages:
         overhead = runtime_overhead(k, k)
@@ -125,7 +143,7 @@ def run(models=MODELS, stages=(2,), microbatches: int | None = None, steps: int 
             # before every row, a few seconds before its measurement
             calibration = calibrate(2).calibration
             row = _row(spec, k, None if microbatches is None else max(microbatches, k), steps,
-                       _cluster(calibration, k), overhead)
+                       _cluster(calibration, k), overhead, host_cores())
             row["calibration"] = dataclasses.asdict(calibration)
             res["rows"].append(row)
             say(f"[{len(res['rows'])}/{total}] {spec} on {k} stages: {row['seconds']:.1f} s, "
@@ -139,7 +157,7 @@ def summary(res: dict) -> dict:
     """The claims: exact over even (geomean of measured throughput), the worst row
     against even and params, the median step and memory errors, and how often the
     simulator's first split is within 3% of the measured best."""
-    best, worst, first, errors, mem, fastest = [], [], [], [], [], []
+    best, worst, first, errors, mem, fastest, roof = [], [], [], [], [], [], []
     for row in res["rows"]:
         by = {p["method"]: p for p in row["plans"]}
         ex = by["exact"]
@@ -152,6 +170,7 @@ def summary(res: dict) -> dict:
         top = max(p["measured_throughput"] for p in split)
         first.append(top_sim["measured_throughput"] >= 0.97 * top)
         errors += [abs(p["step_error"]) for p in row["plans"]]
+        roof += [abs(p["roofline_error"]) for p in row["plans"] if "roofline_error" in p]
         mem += [abs(e) for p in row["plans"] for e in p["memory_error"]]
         if "even-first" in by:
             ex["vs_even_first"] = ex["measured_throughput"] / by["even-first"]["measured_throughput"]
@@ -167,6 +186,7 @@ def summary(res: dict) -> dict:
                 if p["method"] == "exact-first" and "vs_even_first" in p]),
             "simulator_first_within_3pct": f"{sum(first)}/{len(first)}",
             "median_abs_step_error": statistics.median(errors) if errors else None,
+            "median_abs_roofline_error": statistics.median(roof) if roof else None,
             "median_abs_memory_error": statistics.median(mem) if mem else None}
 
 
@@ -206,7 +226,9 @@ def to_markdown(res: dict) -> str:
                  if s["exact_first_vs_even_first_geomean"] else "-")
               + f"; by each plan's fastest step instead of its median: "
                 f"{s['exact_vs_even_fastest_step_geomean']:.3f}x",
-              f"simulated step against measured: median error {pct(s['median_abs_step_error'])}; "
+              f"simulated step against measured: median error {pct(s['median_abs_step_error'])} "
+              f"(priced by the calibrated roofline instead of profiled layers: "
+              f"{pct(s.get('median_abs_roofline_error'))}); "
               f"peak memory per stage: median error {pct(s['median_abs_memory_error'])}; the "
               f"simulator's first split within 3% of the measured best in "
               f"{s['simulator_first_within_3pct']} rows",

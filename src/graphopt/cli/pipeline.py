@@ -41,6 +41,7 @@ def optimize_pipeline(graph: str, cluster: str | None, stages: int, microbatches
     with ``out`` a plan file per method; with ``measure``, each plan run for real."""
     from graphopt.exec.pipeline import (measure_pipelines, pipeline_problem, runtime_overhead,
                                         stage_cluster)
+    from graphopt.exec.workers import host_cores
     from graphopt.hardware import load_cluster
     from graphopt.optim.partition.pipeline import (SPLIT_METHODS, microbatch_candidates,
                                                    plan_pipeline, plan_pipeline_auto)
@@ -62,22 +63,25 @@ def optimize_pipeline(graph: str, cluster: str | None, stages: int, microbatches
     if stages > len(model.layers):
         raise GraphoptError(f"--stages {stages}: {graph} has only {len(model.layers)} layers")
     c = stage_cluster(load_cluster(cluster or "cpu"), stages)
-    overhead = 0.0
+    # --measure prices what this host measures: each layer profiled here, the runtime's
+    # overhead, and the stages' processes sharing this host's cores
+    overhead, cores = 0.0, host_cores() if measure else None
     if measure:
         with console.status(f"measuring the pipeline runtime's overhead on {stages} processes"):
             overhead = runtime_overhead(stages, stages)
-    with console.status(f"tracing one microbatch of {graph}"):
+    with console.status(f"{'profiling' if measure else 'tracing'} one microbatch of {graph}"):
         if microbatches == "auto":
-            results = plan_pipeline_auto(lambda m: pipeline_problem(model, m, c),
+            results = plan_pipeline_auto(lambda m: pipeline_problem(model, m, c, profile=measure),
                                          microbatch_candidates(model.batch, stages), stages,
-                                         schedule, methods, overhead)
+                                         schedule, methods, overhead, cores)
         else:
-            prob, costs = pipeline_problem(model, int(microbatches), c)
+            prob, costs = pipeline_problem(model, int(microbatches), c, profile=measure)
             results = plan_pipeline(prob, costs, stages, int(microbatches), schedule, methods,
-                                    overhead)
+                                    overhead, cores)
     microbatches = str(results[0].cost.microbatches)
     plans = [PipelinePlan(graph, r.cost.bounds, r.cost.schedule, int(microbatches), r.method,
-                          _simulated(r.cost, model.batch, overhead)) for r in results]
+                          _simulated(r.cost, model.batch, overhead, cores, measure))
+             for r in results]
     measured = None
     if measure:
         with console.status(f"running {len(plans)} plans in turns on cpu:{stages}"):
@@ -103,9 +107,9 @@ def optimize_pipeline(graph: str, cluster: str | None, stages: int, microbatches
             row += [f"{m.median * 1e3:.2f}", f"{m.throughput:,.1f}", _bytes(m.memory)]
         t.add_row(*row)
     if measure:
-        t.caption = (f"measured: median of {steps} steps, plans in turns; the simulated times "
-                     f"include the runtime's measured {overhead * 1e3:.2f} ms per stage and "
-                     "microbatch")
+        t.caption = (f"measured: median of {steps} steps, plans in turns; simulated from layers "
+                     f"profiled here, the runtime's measured {overhead * 1e3:.2f} ms per stage "
+                     f"and microbatch, and {cores} shared core(s)")
     console.print(t)
     if out is not None:
         for p in plans:
@@ -117,10 +121,11 @@ def optimize_pipeline(graph: str, cluster: str | None, stages: int, microbatches
                       f"--pipeline {out}/exact/{PLAN_FILE} --devices cpu:{stages}")
 
 
-def _simulated(cost, batch: int, overhead: float) -> dict:
+def _simulated(cost, batch: int, overhead: float, cores: int | None, profiled: bool) -> dict:
     return {"step_time": cost.step_time, "throughput": cost.throughput(batch),
             "stage_time": [float(x) for x in cost.stage_time],
-            "memory": [float(x) for x in cost.memory], "fits": cost.fits, "overhead": overhead}
+            "memory": [float(x) for x in cost.memory], "fits": cost.fits, "overhead": overhead,
+            "cores": cores, "profiled": profiled}
 
 
 def run_pipeline(graph: str, plan_path: Path, devices: str, cluster: str | None, steps: int,
@@ -147,9 +152,13 @@ def run_pipeline(graph: str, plan_path: Path, devices: str, cluster: str | None,
         raise GraphoptError(f"{plan_path}: bounds end at layer {plan.bounds[-1]}; {graph} has "
                             f"{len(model.layers)} layers")
     c = stage_cluster(load_cluster(cluster or "cpu"), count)
-    prob, costs = pipeline_problem(model, plan.microbatches, c)
+    # priced as the plan was made: profiled layers and shared cores where it was measured
+    prob, costs = pipeline_problem(model, plan.microbatches, c,
+                                   profile=plan.simulated.get("profiled") is True)
     overhead = float(plan.simulated.get("overhead", 0.0) or 0.0)
-    sim = split_cost(prob, costs, plan.bounds, plan.microbatches, plan.schedule, overhead)
+    cores = plan.simulated.get("cores")
+    sim = split_cost(prob, costs, plan.bounds, plan.microbatches, plan.schedule, overhead,
+                     cores if type(cores) is int and 1 <= cores <= 1 << 16 else None)
     with console.status(f"running {steps + 1} steps on {count} processes"):
         m = measure_pipelines(graph, [plan], steps=steps, seed=seed)[0]
     ref = reference_loss(model, plan.microbatches)

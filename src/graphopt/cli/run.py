@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -164,6 +163,7 @@ def calibrate(
     """
     from graphopt.exec.api import parse_devices
     from graphopt.exec.calibrate import calibrate as measure
+    from graphopt.exec.workers import host_cores
     from graphopt.hardware import save_cluster
 
     try:
@@ -171,7 +171,7 @@ def calibrate(
         kind, count = parse_devices(devices)
         if kind != "cpu":
             raise GraphoptError(f"--devices {devices}: calibration measures CPU workers (cpu:N)")
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        cores = host_cores()
         if count > max(2, cores or 1):  # each worker a process of a few hundred MB, on its own core
             raise GraphoptError(f"--devices {devices}: this machine gives graphopt {cores} core(s); "
                                 f"calibration measures one worker per core, so at most "

@@ -18,6 +18,7 @@ first step's loss, beside the unsplit model's on the same microbatches.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import socket
 import statistics
@@ -35,7 +36,7 @@ from graphopt.sim.pipeline import LayerCosts, PipelinePlan, layer_costs
 from graphopt.zoo.pipeline import PipelineModel, build_pipeline_model
 
 __all__ = ["PipelineMeasure", "check_microbatches", "measure_pipelines", "pipeline_available",
-           "pipeline_problem", "reference_loss", "runtime_overhead", "stage_cluster",
+           "pipeline_problem", "profile_layers", "reference_loss", "runtime_overhead", "stage_cluster",
            "trace_microbatch"]
 
 
@@ -97,15 +98,81 @@ def trace_microbatch(model: PipelineModel, microbatches: int):
                          loss=lambda out: model.loss(out, y), name=model.name)
 
 
-def pipeline_problem(model: PipelineModel, microbatches: int,
-                     cluster: Cluster) -> tuple[Problem, LayerCosts]:
+def pipeline_problem(model: PipelineModel, microbatches: int, cluster: Cluster,
+                     profile: bool = False) -> tuple[Problem, LayerCosts]:
     """The simulator's problem of one microbatch's training step on ``cluster``, and the
-    cost of each layer (:func:`~graphopt.sim.pipeline.layer_costs`)."""
+    cost of each layer (:func:`~graphopt.sim.pipeline.layer_costs`).
+
+    With ``profile``, each layer's compute and update times are measured on this machine
+    (:func:`profile_layers`, the same on every device) instead of priced by the
+    cluster's roofline; bytes, memory and transfers still come from the graph.
+    """
     from graphopt.exec.export import forward_ops
 
     traced = trace_microbatch(model, microbatches)
     prob = Problem(traced.graph, cluster)
-    return prob, layer_costs(prob, forward_ops(traced))
+    costs = layer_costs(prob, forward_ops(traced))
+    if profile:
+        t, u = profile_layers(model, microbatches)
+        d = prob.num_devices
+        costs = dataclasses.replace(costs, time=np.repeat(t[:, None], d, 1),
+                                    update=np.repeat(u[:, None], d, 1))
+    return prob, costs
+
+
+def profile_layers(model: PipelineModel, microbatches: int, reps: int = 5,
+                   threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Seconds each layer of ``model`` takes on one microbatch, measured in this process
+    with ``threads`` intra-op threads, as a stage's process runs it.
+
+    Per layer, the forward of the microbatch's input to it and the backward of its output
+    (the loss and its gradient with the last layer, as :func:`~graphopt.sim.pipeline.op_layers`
+    puts them), each layer on a detached copy of its predecessor's output; and the SGD
+    update of its parameters. The median of ``reps`` rounds after one untimed.
+
+    Returns
+    -------
+    time, update : float64 (L,)
+        Forward and backward per microbatch, and the update once per step.
+    """
+    check_microbatches(model, microbatches)
+    size = model.batch // microbatches
+    x, y = model.inputs[:size], model.target[:size]
+    layers = model.layers
+    opts = [torch.optim.SGD(list(layer.parameters()), lr=0.0) for layer in layers]
+    rounds = np.zeros((reps, len(layers)))
+    updates = np.zeros((reps, len(layers)))
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for r in range(-1, reps):
+            ins, outs, fwd = [], [], np.zeros(len(layers))
+            h = x
+            for i, layer in enumerate(layers):
+                h = h.detach().requires_grad_(h.is_floating_point())
+                t0 = time.perf_counter()
+                out = layer(h)
+                if i == len(layers) - 1:
+                    out = model.loss(out, y)
+                fwd[i] = time.perf_counter() - t0
+                ins.append(h)
+                outs.append(out)
+                h = out
+            grad = None
+            for i in range(len(layers) - 1, -1, -1):
+                t0 = time.perf_counter()
+                outs[i].backward(grad)
+                t = time.perf_counter() - t0
+                grad = ins[i].grad
+                t1 = time.perf_counter()
+                opts[i].step()
+                u = time.perf_counter() - t1
+                opts[i].zero_grad()
+                if r >= 0:
+                    rounds[r, i], updates[r, i] = fwd[i] + t, u
+    finally:
+        torch.set_num_threads(before)
+    return np.median(rounds, axis=0), np.median(updates, axis=0)
 
 
 def reference_loss(model: PipelineModel, microbatches: int) -> float:

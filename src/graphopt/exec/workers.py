@@ -43,16 +43,25 @@ _SWITCH_INTERVAL = 1e-4
 #: Threads per worker that wait for arriving values.
 _RECEIVERS = 4
 
-__all__ = ["CPUWorkers", "device_cores"]
+__all__ = ["CPUWorkers", "device_cores", "host_cores"]
+
+
+def _cores() -> list[int]:
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return list(range(os.cpu_count() or 1))
+
+
+def host_cores() -> int:
+    """How many cores this process may run on (its affinity, not the machine's count)."""
+    return len(_cores())
 
 
 def device_cores(devices: int) -> list[set[int]]:
     """The cores of each device: this process's cores split evenly (shared when there
     are more devices than cores)."""
-    try:
-        cores = sorted(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = list(range(os.cpu_count() or 1))
+    cores = _cores()
     if devices >= len(cores):
         return [{cores[d % len(cores)]} for d in range(devices)]
     k = len(cores) // devices

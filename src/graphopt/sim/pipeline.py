@@ -29,8 +29,9 @@ holds the two together.
 cut into contiguous stages, ``M`` microbatches streamed through them under a schedule
 (GPipe or 1F1B). A stage's time per microbatch is its ops' compute plus the transfers
 it sends and receives (:func:`training_stage_time`: the same per-input cost as above,
-without the overlap); a step is ``M + K - 1`` slots of the slowest stage, plus the
-optimizer's update (:func:`training_step_time`); a stage's memory is its weights,
+without the overlap); a step is the fill and drain through every stage, ``M - 1`` more
+microbatches on the slowest, and its optimizer update, and no less than the stages'
+whole work over the cores they share (:func:`training_step_time`); a stage's memory is its weights,
 gradients and optimizer state plus the activations of the microbatches it holds at once
 (:func:`in_flight`), its largest backward buffer, and on the last stage the outputs of
 every microbatch, which ``torch.distributed.pipelining`` keeps to return them.
@@ -283,16 +284,22 @@ def training_stage_time(cost: PipelineCost) -> np.ndarray:
     return cost.compute + cost.link.sum(axis=2) + cost.link.sum(axis=1)
 
 
-def training_step_time(stage_time: np.ndarray, update: np.ndarray, microbatches: int) -> np.ndarray:
+def training_step_time(stage_time: np.ndarray, update: np.ndarray, microbatches: int,
+                       cores: int | None = None) -> np.ndarray:
     """Seconds of one training step of ``M`` microbatches through ``K`` stages
     (float64, the leading shape of ``stage_time``).
 
-    Both schedules fill and drain the pipeline alike: the last microbatch's backward
-    leaves stage 0 ``M + K - 1`` slots of the slowest stage after the first forward
-    entered it (the bubble is ``(K - 1) / (M + K - 1)`` of the step), then every stage
-    applies its optimizer update once. Written per stage, ``step = max_s((M + K - 1) ·
-    t_s + u_s)``: at least the bubble formula ``(M + K - 1) · max(t)``, and a maximum
-    over stages, which an exact search over contiguous splits minimises stage by stage.
+    The first microbatch fills the pipeline through every stage and the last drains it
+    (``sum_s t_s``); in between the slowest stage runs the other ``M - 1`` microbatches
+    back to back, then applies its optimizer update: ``step = sum_s t_s + max_s((M - 1)
+    · t_s + u_s)``. With equal stages this is the bubble formula ``(M + K - 1) · t``;
+    with unequal ones it does not charge every slot of the fill and drain at the
+    slowest stage's pace (GPT-2's head on the last of two stages: the first stage's few
+    blocks delay it once, not ``K - 1`` times). Both schedules fill and drain alike.
+
+    ``cores``: the stages are processes sharing that many cores (CPU processes on one
+    host), so a step also takes at least their whole work over the cores,
+    ``sum_s (M · t_s + u_s) / cores``; None gives each stage its own.
 
     Parameters
     ----------
@@ -301,13 +308,19 @@ def training_step_time(stage_time: np.ndarray, update: np.ndarray, microbatches:
     update : float64 (..., K)
         Seconds of each stage's optimizer update, once per step.
     microbatches : int
+    cores : int, optional
 
     >>> float(training_step_time(np.array([1.0, 2.0]), np.array([0.0, 0.5]), 3))
-    8.5
+    7.5
+    >>> float(training_step_time(np.array([1.0, 2.0]), np.array([0.0, 0.5]), 3, cores=1))
+    9.5
     """
-    stage_time = np.asarray(stage_time, dtype=np.float64)
-    k = stage_time.shape[-1]
-    return ((microbatches + k - 1) * stage_time + np.asarray(update, dtype=np.float64)).max(axis=-1)
+    t = np.asarray(stage_time, dtype=np.float64)
+    u = np.asarray(update, dtype=np.float64)
+    step = t.sum(axis=-1) + ((microbatches - 1) * t + u).max(axis=-1)
+    if cores is not None:
+        step = np.maximum(step, (microbatches * t + u).sum(axis=-1) / cores)
+    return step
 
 
 @dataclass(frozen=True)
@@ -503,7 +516,7 @@ def boundary_time(problem: Problem, costs: LayerCosts, device: int) -> np.ndarra
 
 
 def split_cost(problem: Problem, costs: LayerCosts, bounds, microbatches: int,
-               schedule: str, overhead: float = 0.0) -> SplitCost:
+               schedule: str, overhead: float = 0.0, cores: int | None = None) -> SplitCost:
     """Price the contiguous split ``bounds`` (stage ``s`` on device ``s``) under
     ``schedule`` with ``microbatches`` microbatches.
 
@@ -511,7 +524,8 @@ def split_cost(problem: Problem, costs: LayerCosts, bounds, microbatches: int,
     (its schedule's bookkeeping, a send's and a receive's fixed costs): 0 by default,
     measured on this machine by :func:`graphopt.exec.pipeline.runtime_overhead`. It is
     the same on every stage, so it moves every split's step time alike and never the
-    choice among them.
+    choice among them. ``cores``: the stages share that many cores
+    (:func:`training_step_time`).
 
     The stage times are those :func:`training_stage_time` gives for the placement of
     every op on its layer's stage wherever tensors flow between neighbouring layers only
@@ -546,7 +560,7 @@ def split_cost(problem: Problem, costs: LayerCosts, bounds, microbatches: int,
                      + costs.state[lo:hi].sum() + keep[s] * costs.activations[lo:hi].sum()
                      + costs.workspace[lo:hi].max()
                      + (microbatches * costs.output if s == k - 1 else 0.0))
-    step = float(training_step_time(stage, update, microbatches))
+    step = float(training_step_time(stage, update, microbatches, cores))
     fits = bool((memory <= problem.capacity[:k]).all())
     return SplitCost(tuple(b), schedule, int(microbatches), step, stage, memory, fits)
 

@@ -85,15 +85,23 @@ def params_split(weights: np.ndarray, stages: int) -> tuple[int, ...]:
 
 
 def exact_split(problem: Problem, costs: LayerCosts, stages: int, microbatches: int,
-                schedule: str, capacity: np.ndarray | None = None) -> tuple[int, ...] | None:
+                schedule: str, capacity: np.ndarray | None = None, overhead: float = 0.0,
+                cores: int | None = None) -> tuple[int, ...] | None:
     """The contiguous split of least simulated step time whose stages fit, by dynamic
     programming; None when no split fits.
 
-    ``best[s][j]``, the least ``max`` over stages ``0..s`` of ``(M + K - 1) · t + u``
-    (:func:`~graphopt.sim.pipeline.training_step_time`) for layers ``0..j-1``, is the
-    least over ``i`` of ``max(best[s-1][i], cost(s, i, j))``: a stage's cost depends on
-    its layers and its index only (its device, its cuts, its in-flight microbatches).
-    ``O(K·L²)``. ``capacity`` (bytes per stage) replaces the devices' memory.
+    The step (:func:`~graphopt.sim.pipeline.training_step_time`) is ``S + V``, the sum
+    ``S`` of the stage times plus the largest ``V`` of the stages' ``(M - 1) · t + u``
+    (and no less than the work over ``cores``, which grows with ``S`` too). So for each
+    candidate cap ``V`` (every stage's value, in increasing order) a dynamic program
+    gives the least ``S`` over the splits whose stages stay under the cap and fit:
+    ``least[s][j] = min_i least[s-1][i] + t(s, i, j)`` over the stages ``s`` running
+    layers ``i..j-1``; the caps stop once ``V`` alone plus the least ``S`` under no cap
+    cannot beat the best step found. A stage's time depends on its layers and its index
+    only (its device, its cuts, its in-flight microbatches). ``O(K·L²)`` per cap, few
+    caps in practice (``S`` moves little between splits). ``capacity`` (bytes per
+    stage) replaces the devices' memory; ``overhead`` and ``cores`` are
+    :func:`~graphopt.sim.pipeline.split_cost`'s.
     """
     nl = costs.num_layers
     _check(nl, stages, microbatches)
@@ -101,12 +109,13 @@ def exact_split(problem: Problem, costs: LayerCosts, stages: int, microbatches: 
         raise GraphoptError(f"--stages {stages}: the cluster has {problem.num_devices} devices")
     k, m = stages, microbatches
     keep = in_flight(schedule, k, m)
-    slots = m + k - 1
     zero = np.zeros(1)
     fixed = np.concatenate([zero, np.cumsum(costs.weights + costs.grads + costs.state)])
     act = np.concatenate([zero, np.cumsum(costs.activations)])
-    best = np.full((k, nl + 1), np.inf)
-    arg = np.zeros((k, nl + 1), dtype=np.int64)
+    # t[s, i, j], v[s, i, j]: stage s running layers i..j-1 (inf where it cannot or does not fit)
+    t = np.full((k, nl + 1, nl + 1), np.inf)
+    v = np.full((k, nl + 1, nl + 1), np.inf)
+    upd_all = np.zeros((k, nl + 1, nl + 1))
     for s in range(k):
         time = np.concatenate([zero, np.cumsum(costs.time[:, s])])
         upd = np.concatenate([zero, np.cumsum(costs.update[:, s])])
@@ -115,26 +124,59 @@ def exact_split(problem: Problem, costs: LayerCosts, stages: int, microbatches: 
         cap = (problem.capacity if capacity is None else capacity)[s]
         for j in range(s + 1, nl - (k - 1 - s) + 1):
             i = np.arange(s, j)  # the stage runs layers i..j-1
-            t = time[j] - time[i]
+            ts = time[j] - time[i] + overhead
             if left is not None:
-                t = t + left[i - 1]
+                ts = ts + left[i - 1]
             if right is not None:
-                t = t + right[j - 1]
-            c = slots * t + (upd[j] - upd[i])
+                ts = ts + right[j - 1]
             work = np.maximum.accumulate(costs.workspace[s:j][::-1])[::-1][i - s]  # max over i..j-1
             mem = (fixed[j] - fixed[i] + keep[s] * (act[j] - act[i]) + work
                    + (m * costs.output if s == k - 1 else 0.0))
-            c = np.where(mem <= cap, c, np.inf)
-            prev = best[s - 1, i] if s > 0 else np.where(i == 0, 0.0, np.inf)
-            total = np.maximum(prev, c)
-            pick = int(np.argmin(total))
-            best[s, j], arg[s, j] = total[pick], i[pick]
-    if not np.isfinite(best[k - 1, nl]):
+            ok = mem <= cap
+            t[s, i[ok], j] = ts[ok]
+            upd_all[s, i, j] = upd[j] - upd[i]
+            v[s, i[ok], j] = (m - 1) * ts[ok] + upd_all[s, i[ok], j]
+
+    def least_sum(limit: float) -> tuple[float, list[int] | None]:
+        """The least sum of stage times (and its bounds) with every stage's value under limit."""
+        allowed = np.where(v <= limit, t, np.inf)
+        best = np.full(nl + 1, np.inf)
+        best[0] = 0.0
+        args = np.zeros((k, nl + 1), dtype=np.int64)
+        for s in range(k):
+            total = best[:, None] + allowed[s]  # (i, j)
+            args[s] = np.argmin(total, axis=0)
+            best = total[args[s], np.arange(nl + 1)]
+        if not np.isfinite(best[nl]):
+            return np.inf, None
+        bounds = [nl]
+        for s in range(k - 1, -1, -1):
+            bounds.append(int(args[s, bounds[-1]]))
+        return float(best[nl]), bounds[::-1]
+
+    def step(total: float, limit: float, bounds: list[int]) -> float:
+        if cores is None:
+            return total + limit
+        stage_t = [t[s, a, b] for s, (a, b) in enumerate(zip(bounds, bounds[1:]))]
+        stage_u = [upd_all[s, a, b] for s, (a, b) in enumerate(zip(bounds, bounds[1:]))]
+        return max(total + limit, (m * sum(stage_t) + sum(stage_u)) / cores)
+
+    floor, _ = least_sum(np.inf)
+    if not np.isfinite(floor):
         return None
-    bounds = [nl]
-    for s in range(k - 1, -1, -1):
-        bounds.append(int(arg[s, bounds[-1]]))
-    return tuple(reversed(bounds))
+    best_step, best_bounds = np.inf, None
+    for limit in np.unique(v[np.isfinite(v)]):
+        if floor + limit >= best_step:
+            break
+        total, bounds = least_sum(float(limit))
+        if bounds is None:
+            continue
+        # the largest value on this split may be below the cap: price it exactly
+        real = max(v[s, a, b] for s, (a, b) in enumerate(zip(bounds, bounds[1:])))
+        cost = step(total, float(real), bounds)
+        if cost < best_step:
+            best_step, best_bounds = cost, bounds
+    return tuple(best_bounds) if best_bounds is not None else None
 
 
 def _schedules(schedule: str, stages: int, microbatches: int) -> tuple[str, ...]:
@@ -152,11 +194,11 @@ def _schedules(schedule: str, stages: int, microbatches: int) -> tuple[str, ...]
 
 def plan_pipeline(problem: Problem, costs: LayerCosts, stages: int, microbatches: int,
                   schedule: str = "auto", methods=SPLIT_METHODS,
-                  overhead: float = 0.0) -> list[PipelineResult]:
+                  overhead: float = 0.0, cores: int | None = None) -> list[PipelineResult]:
     """Each method's split of ``costs``' layers into ``stages`` stages, priced with
     ``microbatches`` microbatches under ``schedule`` (``auto``: the better one, per split)
-    and the runtime's ``overhead`` per stage and microbatch
-    (:func:`~graphopt.sim.pipeline.split_cost`).
+    and the runtime's ``overhead`` per stage and microbatch, the stages sharing
+    ``cores`` cores (None: each its own; :func:`~graphopt.sim.pipeline.split_cost`).
 
     A method whose split does not fit memory is still reported (``cost.fits`` False);
     ``exact`` with no split that fits falls back to the fastest split, unfitting.
@@ -190,11 +232,13 @@ def plan_pipeline(problem: Problem, costs: LayerCosts, stages: int, microbatches
             elif method == "params":
                 bounds = params_split(costs.weights, stages)
             else:
-                bounds = exact_split(problem, costs, stages, microbatches, sched)
+                bounds = exact_split(problem, costs, stages, microbatches, sched,
+                                     overhead=overhead, cores=cores)
                 if bounds is None:  # nothing fits: the fastest split, memory ignored
                     bounds = exact_split(problem, costs, stages, microbatches, sched,
-                                         capacity=np.full(stages, np.inf))
-            cost = split_cost(problem, costs, bounds, microbatches, sched, overhead)
+                                         capacity=np.full(stages, np.inf), overhead=overhead,
+                                         cores=cores)
+            cost = split_cost(problem, costs, bounds, microbatches, sched, overhead, cores)
             if better(cost, best):
                 best = cost
         assert best is not None  # scheds is never empty
@@ -217,7 +261,8 @@ def microbatch_candidates(batch: int, stages: int, limit: int = 6) -> list[int]:
 
 
 def plan_pipeline_auto(problem_for, candidates, stages: int, schedule: str = "auto",
-                       methods=SPLIT_METHODS, overhead: float = 0.0) -> list[PipelineResult]:
+                       methods=SPLIT_METHODS, overhead: float = 0.0,
+                       cores: int | None = None) -> list[PipelineResult]:
     """:func:`plan_pipeline` with the microbatch count chosen too: the count among
     ``candidates`` whose ``exact`` split is fastest (and fits), then every method's split
     at that count, so that the methods differ in their split alone.
@@ -234,11 +279,11 @@ def plan_pipeline_auto(problem_for, candidates, stages: int, schedule: str = "au
         if schedule == "1f1b" and m < stages:
             continue
         prob, costs = problem_for(m)
-        cost = plan_pipeline(prob, costs, stages, m, schedule, ("exact",), overhead)[0].cost
+        cost = plan_pipeline(prob, costs, stages, m, schedule, ("exact",), overhead, cores)[0].cost
         if best is None or (cost.fits, -cost.step_time) > (best[0].fits, -best[0].step_time):
             best = (cost, prob, costs, m)
     if best is None:
         raise GraphoptError(f"--microbatches auto: no count among {list(candidates)} suits "
                             f"--schedule {schedule} on {stages} stages")
     _, prob, costs, m = best
-    return plan_pipeline(prob, costs, stages, m, schedule, methods, overhead)
+    return plan_pipeline(prob, costs, stages, m, schedule, methods, overhead, cores)
