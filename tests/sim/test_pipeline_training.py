@@ -75,8 +75,11 @@ def test_layers_and_memory_accounting(mlp):
     for sched in ("gpipe", "1f1b"):
         c = split_cost(prob, costs, (0, 2, 6), 2, sched)
         keep = in_flight(sched, 2, 2)
-        want = [2 * costs.weights[a:b].sum() + keep[s] * costs.activations[a:b].sum()
-                + costs.workspace[a:b].max() + (2 * costs.output if s == 1 else 0)
+        # in a backward: the other microbatches' activations, this one's up to the layer
+        # whose workspace is live
+        want = [2 * costs.weights[a:b].sum() + (keep[s] - 1) * costs.activations[a:b].sum()
+                + max(costs.activations[a:l + 1].sum() + costs.workspace[l] for l in range(a, b))
+                + (2 * costs.output if s == 1 else 0)
                 for s, (a, b) in enumerate([(0, 2), (2, 6)])]
         assert c.memory == pytest.approx(want)
     assert (split_cost(prob, costs, (0, 2, 6), 2, "gpipe").memory

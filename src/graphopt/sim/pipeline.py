@@ -488,9 +488,12 @@ class SplitCost:
     stage_time : float64 (K,)
         Seconds per microbatch on each stage, transfers and runtime overhead included.
     memory : float64 (K,)
-        Peak bytes of each stage: weights, gradients, optimizer state, the activations
-        of its in-flight microbatches (:func:`in_flight`), its largest backward
-        workspace, and on the last stage every microbatch's output.
+        Peak bytes of each stage, reached in a backward: weights, gradients, optimizer
+        state, the activations of its other in-flight microbatches (:func:`in_flight`),
+        and the most over its layers ``l`` of the activations of layers up to ``l`` plus
+        ``l``'s backward workspace (a backward frees a layer's activations as it passes
+        it: an embedding's dense gradient, made whole in the stage's last backward op,
+        meets only the embedding's own); on the last stage every microbatch's output.
     fits : bool
         Every stage's memory within its device's.
     """
@@ -556,9 +559,12 @@ def split_cost(problem: Problem, costs: LayerCosts, bounds, microbatches: int,
         if s < k - 1:
             stage[s] += boundary_time(problem, costs, s)[hi - 1]
         update[s] = costs.update[lo:hi, s].sum()
+        act = costs.activations[lo:hi]
+        # the peak comes in a backward: the other in-flight microbatches' activations, this
+        # one's up to the layer whose gradient is being made whole (later layers' freed)
+        backward = (np.cumsum(act) + costs.workspace[lo:hi]).max()
         memory[s] = (costs.weights[lo:hi].sum() + costs.grads[lo:hi].sum()
-                     + costs.state[lo:hi].sum() + keep[s] * costs.activations[lo:hi].sum()
-                     + costs.workspace[lo:hi].max()
+                     + costs.state[lo:hi].sum() + (keep[s] - 1) * act.sum() + backward
                      + (microbatches * costs.output if s == k - 1 else 0.0))
     step = float(training_step_time(stage, update, microbatches, cores))
     fits = bool((memory <= problem.capacity[:k]).all())

@@ -129,8 +129,10 @@ def exact_split(problem: Problem, costs: LayerCosts, stages: int, microbatches: 
                 ts = ts + left[i - 1]
             if right is not None:
                 ts = ts + right[j - 1]
-            work = np.maximum.accumulate(costs.workspace[s:j][::-1])[::-1][i - s]  # max over i..j-1
-            mem = (fixed[j] - fixed[i] + keep[s] * (act[j] - act[i]) + work
+            # max over l in i..j-1 of the activations of layers i..l plus l's workspace
+            peak = act[s + 1:j + 1] + costs.workspace[s:j]
+            back = np.maximum.accumulate(peak[::-1])[::-1][i - s] - act[i]
+            mem = (fixed[j] - fixed[i] + (keep[s] - 1) * (act[j] - act[i]) + back
                    + (m * costs.output if s == k - 1 else 0.0))
             ok = mem <= cap
             t[s, i[ok], j] = ts[ok]
