@@ -19,12 +19,11 @@ PLAN_FILE = "pipeline.json"
 
 
 def _model(graph: str):
-    from graphopt.zoo.pipeline import build_pipeline_model, is_pipeline_source
+    from graphopt.zoo.pipeline import PIPELINE_MODELS, build_pipeline_model, is_pipeline_source
 
     if not is_pipeline_source(graph):
         raise GraphoptError(f"graph {graph!r}: the pipeline task splits a model of layers, "
-                            "pipe:NAME (mlp, mlp-uneven, transformer-encoder, gpt2, bert), "
-                            "e.g. pipe:gpt2:layers=6")
+                            f"pipe:NAME ({', '.join(PIPELINE_MODELS)}), e.g. pipe:gpt2:layers=6")
     return build_pipeline_model(graph)
 
 

@@ -18,10 +18,21 @@ Models (weights random and seeded, nothing downloaded):
 - ``gpt2`` — ``transformers``' ``GPT2Block`` between GPT-2's token and position
   embeddings and its final norm and language-model head;
 - ``bert`` — ``transformers``' ``BertEmbeddings``, ``BertLayer`` blocks and a masked-LM
-  style head.
+  style head;
+- ``t5`` — T5's encoder: its token embedding, ``T5Block`` blocks, its final (RMS) norm and a
+  masked-LM style head. Stock T5 computes the relative position bias in its first block
+  and hands it to the others; here every block holds a copy of that bias table and
+  computes the bias itself, so each block takes and returns hidden states alone. The
+  forward is stock T5's at initialization; in training the copies are untied (each
+  block learns its own table, as gpt2's head is untied from its embedding), and each
+  block pays for the bias's small ``seq × seq`` lookup;
+- ``vit`` — ``transformers``' ``ViTEmbeddings`` (patch convolution, CLS token and
+  positions) on random images, ``ViTLayer`` blocks, the final norm and a classifier on
+  the CLS token, over random labels: stock ``ViTForImageClassification``.
 
-Overrides: ``layers``, ``hidden``, ``batch``, ``seq``, ``vocab``, ``heads``, ``growth``
-(as each model takes them; :func:`build_pipeline_model` names the known ones).
+Overrides: ``layers``, ``hidden``, ``batch``, ``seq``, ``vocab``, ``heads``, ``growth``,
+``image``, ``patch``, ``classes`` (as each model takes them; :func:`build_pipeline_model`
+names the known ones).
 
 >>> m = build_pipeline_model("mlp:layers=3,hidden=8,batch=4")
 >>> len(m.layers), tuple(m.inputs.shape)
@@ -30,6 +41,8 @@ Overrides: ``layers``, ``hidden``, ``batch``, ``seq``, ``vocab``, ``heads``, ``g
 
 from __future__ import annotations
 
+import copy
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -133,8 +146,8 @@ def _transformers():
     try:
         import transformers
     except ImportError:
-        raise GraphoptError("pipe:gpt2 and pipe:bert need the 'transformers' package: "
-                            "pip install 'graphopt[hf]'") from None
+        raise GraphoptError("pipe:gpt2, pipe:bert, pipe:t5 and pipe:vit need the "
+                            "'transformers' package: pip install 'graphopt[hf]'") from None
     return transformers
 
 
@@ -160,6 +173,17 @@ class _Block(nn.Module):
         return out[0] if isinstance(out, tuple) else out
 
 
+class _NormHead(nn.Module):
+    """A model's own final norm and head: hidden states → scores."""
+
+    def __init__(self, norm: nn.Module, head: nn.Module) -> None:
+        super().__init__()
+        self.norm, self.head = norm, head
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.head(self.norm(x))
+
+
 def _gpt2(layers: int = 6, hidden: int = 128, heads: int = 4, seq: int = 64, batch: int = 8,
           vocab: int = 50257) -> tuple[list[nn.Module], Tensor, Tensor]:
     tf = _transformers()
@@ -174,17 +198,8 @@ def _gpt2(layers: int = 6, hidden: int = 128, heads: int = 4, seq: int = 64, bat
     # between them would need the weight on two processes
     head = nn.Linear(hidden, vocab, bias=False)
     head.weight = nn.Parameter(model.lm_head.weight.detach().clone())
-    blocks.append(_GPT2Head(t.ln_f, head))
+    blocks.append(_NormHead(t.ln_f, head))
     return (blocks, *_tokens(batch, seq, vocab))
-
-
-class _GPT2Head(nn.Module):
-    def __init__(self, norm: nn.Module, head: nn.Module) -> None:
-        super().__init__()
-        self.norm, self.head = norm, head
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.head(self.norm(x))
 
 
 def _bert(layers: int = 4, hidden: int = 128, heads: int = 4, seq: int = 64, batch: int = 8,
@@ -200,6 +215,46 @@ def _bert(layers: int = 4, hidden: int = 128, heads: int = 4, seq: int = 64, bat
     return (blocks, *_tokens(batch, seq, vocab))
 
 
+def _t5(layers: int = 4, hidden: int = 256, heads: int = 4, seq: int = 64, batch: int = 8,
+        vocab: int = 32128) -> tuple[list[nn.Module], Tensor, Tensor]:
+    tf = _transformers()
+    cfg = tf.T5Config(num_layers=layers, d_model=hidden, d_kv=hidden // heads,
+                      d_ff=4 * hidden, num_heads=heads, vocab_size=vocab, dropout_rate=0.0)
+    encoder = tf.T5EncoderModel(cfg).encoder
+    first = encoder.block[0].layer[0].SelfAttention
+    for block in encoder.block[1:]:
+        # the first block's bias table, copied: a block called without a bias computes
+        # it from its own table, so no block needs another's output beside the hidden states
+        attn = block.layer[0].SelfAttention
+        attn.has_relative_attention_bias = True
+        attn.relative_attention_bias = copy.deepcopy(first.relative_attention_bias)
+    blocks: list[nn.Module] = [encoder.embed_tokens]
+    blocks += [_Block(b) for b in encoder.block]
+    blocks.append(_Head(hidden, vocab, norm=encoder.final_layer_norm))
+    return (blocks, *_tokens(batch, seq, vocab))
+
+
+class _ClsHead(_NormHead):
+    """The final norm and a classifier on the first (CLS) token."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.head(self.norm(x[:, 0]))
+
+
+def _vit(layers: int = 6, hidden: int = 256, heads: int = 4, image: int = 32, patch: int = 4,
+         batch: int = 16, classes: int = 10) -> tuple[list[nn.Module], Tensor, Tensor]:
+    tf = _transformers()
+    cfg = tf.ViTConfig(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads,
+                       intermediate_size=4 * hidden, image_size=image, patch_size=patch,
+                       num_labels=classes, hidden_dropout_prob=0.0,
+                       attention_probs_dropout_prob=0.0)
+    model = tf.ViTForImageClassification(cfg)
+    blocks: list[nn.Module] = [model.vit.embeddings]
+    blocks += [_Block(b) for b in model.vit.layers]
+    blocks.append(_ClsHead(model.vit.layernorm, model.classifier))
+    return blocks, torch.randn(batch, 3, image, image), torch.randint(0, classes, (batch,))
+
+
 #: Name → builder of (layers, inputs, target).
 PIPELINE_MODELS: dict[str, Callable[..., tuple[list[nn.Module], Tensor, Tensor]]] = {
     "mlp": _mlp,
@@ -207,13 +262,17 @@ PIPELINE_MODELS: dict[str, Callable[..., tuple[list[nn.Module], Tensor, Tensor]]
     "transformer-encoder": _encoder,
     "gpt2": _gpt2,
     "bert": _bert,
+    "t5": _t5,
+    "vit": _vit,
 }
 
 _KEYS = {"mlp": {"layers", "hidden", "batch", "classes"},
          "mlp-uneven": {"layers", "hidden", "batch", "classes", "growth"},
          "transformer-encoder": {"layers", "hidden", "heads", "seq", "batch", "vocab"},
          "gpt2": {"layers", "hidden", "heads", "seq", "batch", "vocab"},
-         "bert": {"layers", "hidden", "heads", "seq", "batch", "vocab"}}
+         "bert": {"layers", "hidden", "heads", "seq", "batch", "vocab"},
+         "t5": {"layers", "hidden", "heads", "seq", "batch", "vocab"},
+         "vit": {"layers", "hidden", "heads", "image", "patch", "batch", "classes"}}
 
 
 def is_pipeline_source(spec: str) -> bool:
@@ -228,8 +287,9 @@ def build_pipeline_model(spec: str, seed: int = 0) -> PipelineModel:
     Raises
     ------
     GraphoptError
-        An unknown name or override, a size below 1, or (gpt2, bert) ``transformers``
-        missing; the message names the source.
+        An unknown name or override, a size below 1, ``heads`` not dividing ``hidden``,
+        ``patch`` above ``image``, or (gpt2, bert, t5, vit) ``transformers`` missing;
+        the message names the source.
     """
     source = spec if is_pipeline_source(spec) else PREFIX + spec
     name, _, text = source[len(PREFIX):].partition(":")
@@ -248,6 +308,14 @@ def build_pipeline_model(spec: str, seed: int = 0) -> PipelineModel:
         if not ok:
             raise GraphoptError(f"graph {source!r}: override {key}={value!r} must be "
                                 f"{'a number in [0, 16]' if key == 'growth' else 'an integer >= 1'}")
+    sizes = {k: p.default for k, p in inspect.signature(PIPELINE_MODELS[name]).parameters.items()}
+    sizes.update(overrides)
+    if "heads" in sizes and sizes["hidden"] % sizes["heads"]:
+        raise GraphoptError(f"graph {source!r}: heads={sizes['heads']} must divide "
+                            f"hidden={sizes['hidden']}")
+    if "patch" in sizes and sizes["patch"] > sizes["image"]:
+        raise GraphoptError(f"graph {source!r}: patch={sizes['patch']} must be at most "
+                            f"image={sizes['image']}")
     torch.manual_seed(seed)
     layers, inputs, target = PIPELINE_MODELS[name](**overrides)
     for layer in layers:
