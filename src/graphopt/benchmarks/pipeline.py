@@ -1,8 +1,8 @@
 """Pipeline splits run for real: ``torch.distributed.pipelining`` on CPU processes.
 
 For each model (``pipe:`` sources, :mod:`graphopt.zoo.pipeline`: a
-``torch.nn.TransformerEncoder``, an MLP whose blocks widen, ``transformers``' GPT-2 and
-BERT, random weights) and each stage count, the pipeline task's three splits (``even``
+``torch.nn.TransformerEncoder``, an MLP whose blocks widen, ``transformers``' GPT-2,
+BERT, T5's encoder and ViT, random weights) and each stage count, the pipeline task's three splits (``even``
 layer counts, ``params``-balanced, the ``exact`` optimum of the simulator), each with
 the schedule and the microbatches graphopt chose (``auto``: the count whose exact split
 is fastest, the same count for all three, so that they differ in the split alone), plus what a
@@ -50,6 +50,8 @@ MODELS = (
     "pipe:mlp-uneven:layers=8,hidden=256,batch=64",
     "pipe:gpt2:layers=6,hidden=256,heads=4,seq=64,batch=8",
     "pipe:bert:layers=4,hidden=256,heads=4,seq=64,batch=8",
+    "pipe:t5:layers=4,hidden=256,heads=4,seq=64,batch=8,vocab=32128",
+    "pipe:vit:layers=6,hidden=256,heads=4,image=32,patch=4,batch=16,classes=10",
 )
 
 
