@@ -111,6 +111,7 @@ def _row(spec: str, stages: int, microbatches: int | None, steps: int, cluster,
             "measured_min_step": min(m.step_times),
             "simulated_step": sim.step_time, "simulated_throughput": model.batch / sim.step_time,
             "roofline_step": r,
+            "measured_busy": m.busy, "simulated_busy": [float(x) for x in sim.busy],
             "measured_memory": m.memory, "simulated_memory": [float(x) for x in sim.memory],
             "loss": m.loss})
     even_m = out["plans"][0]["measured_throughput"]
@@ -120,6 +121,7 @@ def _row(spec: str, stages: int, microbatches: int | None, steps: int, cluster,
         p["simulated_vs_even"] = p["simulated_throughput"] / even_s
         p["step_error"] = p["simulated_step"] / p["measured_step"] - 1
         p["roofline_error"] = p["roofline_step"] / p["measured_step"] - 1
+        p["busy_error"] = [s / m - 1 for s, m in zip(p["simulated_busy"], p["measured_busy"])]
         p["memory_error"] = [s / m - 1 for s, m in zip(p["simulated_memory"], p["measured_memory"])]
     return out
 
@@ -159,7 +161,7 @@ def summary(res: dict) -> dict:
     """The claims: exact over even (geomean of measured throughput), the worst row
     against even and params, the median step and memory errors, and how often the
     simulator's first split is within 3% of the measured best."""
-    best, worst, first, errors, mem, fastest, roof = [], [], [], [], [], [], []
+    best, worst, first, errors, mem, fastest, roof, busy, waits = ([] for _ in range(9))
     for row in res["rows"]:
         by = {p["method"]: p for p in row["plans"]}
         ex = by["exact"]
@@ -173,6 +175,9 @@ def summary(res: dict) -> dict:
         first.append(top_sim["measured_throughput"] >= 0.97 * top)
         errors += [abs(p["step_error"]) for p in row["plans"]]
         roof += [abs(p["roofline_error"]) for p in row["plans"] if "roofline_error" in p]
+        busy += [abs(e) for p in row["plans"] for e in p.get("busy_error", ())]
+        waits += [1 - max(p["measured_busy"]) / p["measured_step"] for p in row["plans"]
+                  if "measured_busy" in p]
         mem += [abs(e) for p in row["plans"] for e in p["memory_error"]]
         if "even-first" in by:
             ex["vs_even_first"] = ex["measured_throughput"] / by["even-first"]["measured_throughput"]
@@ -189,6 +194,8 @@ def summary(res: dict) -> dict:
             "simulator_first_within_3pct": f"{sum(first)}/{len(first)}",
             "median_abs_step_error": statistics.median(errors) if errors else None,
             "median_abs_roofline_error": statistics.median(roof) if roof else None,
+            "median_abs_busy_error": statistics.median(busy) if busy else None,
+            "median_busiest_stage_idle": statistics.median(waits) if waits else None,
             "median_abs_memory_error": statistics.median(mem) if mem else None}
 
 
@@ -199,18 +206,20 @@ def _sizes(bounds) -> str:
 def to_markdown(res: dict) -> str:
     """The results as Markdown: one table of every plan, then the summary."""
     lines = ["| model | K | method | layers | schedule, M | measured samples/s | simulated "
-             "samples/s | measured vs even | simulated / measured step | peak MiB per stage, "
-             "measured (simulated) | load |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "samples/s | measured vs even | simulated / measured step | CPU ms per stage, measured "
+             "(simulated) | peak MiB per stage, measured (simulated) | load |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in res["rows"]:
         name = row["model"].removeprefix("pipe:").split(":")[0]
         for p in row["plans"]:
             mem = " / ".join(f"{m / 2**20:.1f} ({s / 2**20:.1f})"
                              for m, s in zip(p["measured_memory"], p["simulated_memory"]))
+            busy = " / ".join(f"{m * 1e3:.0f} ({s * 1e3:.0f})" for m, s in
+                              zip(p.get("measured_busy", ()), p.get("simulated_busy", ())))
             lines.append(f"| {name} | {row['stages']} | {p['method']} | {_sizes(p['bounds'])} | "
                          f"{p['schedule']}, {p['microbatches']} | {p['measured_throughput']:,.1f} | "
                          f"{p['simulated_throughput']:,.1f} | {p['vs_even']:.2f}x | "
-                         f"{p['simulated_step'] / p['measured_step']:.2f} | {mem} | "
+                         f"{p['simulated_step'] / p['measured_step']:.2f} | {busy or '-'} | {mem} | "
                          f"{row['load_before']:.2f} |")
     s = res["summary"]
 
@@ -231,7 +240,10 @@ def to_markdown(res: dict) -> str:
               f"simulated step against measured: median error {pct(s['median_abs_step_error'])} "
               f"(priced by the calibrated roofline instead of profiled layers: "
               f"{pct(s.get('median_abs_roofline_error'))}); "
-              f"peak memory per stage: median error {pct(s['median_abs_memory_error'])}; the "
+              f"each stage's CPU time in a step: median error {pct(s.get('median_abs_busy_error'))}"
+              f" (the busiest stage idle {pct(s.get('median_busiest_stage_idle'))} of the step, "
+              f"median); peak memory per stage: median error "
+              f"{pct(s['median_abs_memory_error'])}; the "
               f"simulator's first split within 3% of the measured best in "
               f"{s['simulator_first_within_3pct']} rows",
               "runtime overhead per stage and microbatch (ms): "

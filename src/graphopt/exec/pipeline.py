@@ -11,8 +11,9 @@ speed drifts weighs on all of them alike.
 What is measured per plan: the step time (the slowest process's, from a barrier to the
 end of the update, median over steps), the throughput (examples per second), the peak
 memory of each stage (its parameters and optimizer state plus the highest running total
-of what one profiled step allocates, from PyTorch's profiler memory records), and the
-first step's loss, beside the unsplit model's on the same microbatches.
+of what one profiled step allocates, from PyTorch's profiler memory records), the CPU
+seconds each stage's process spends in a step (``busy``), and the first step's loss,
+beside the unsplit model's on the same microbatches.
 """
 
 from __future__ import annotations
@@ -57,6 +58,10 @@ class PipelineMeasure:
         Peak bytes of each stage.
     loss : float
         The first step's loss, the mean over its microbatches.
+    busy : list of float
+        CPU seconds each stage's process spends in a step (median): its compute, sends
+        and receives, without the time it waits. Beside the step it tells a stage that
+        computes from one that waits (for a neighbour, or for a core).
     """
 
     plan: PipelinePlan
@@ -65,6 +70,7 @@ class PipelineMeasure:
     throughput: float
     memory: list[int]
     loss: float
+    busy: list[float]
 
 
 def pipeline_available() -> bool:
@@ -241,13 +247,14 @@ def _work(rank, world, port, spec, seed, plans, steps, warmup, threads, queue) -
             runs.append((piece, sched, opt))
         x, y = model.inputs, model.target
         times: list[list[float]] = [[] for _ in plans]
+        busy: list[list[float]] = [[] for _ in plans]  # this process's CPU seconds a step
         first_loss = [float("nan")] * len(plans)
 
-        def step(i: int) -> float:
+        def step(i: int) -> tuple[float, float]:
             piece, sched, opt = runs[i]
             losses: list = []
             dist.barrier()
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             if world == 1:
                 sched.step(x, target=y, losses=losses)
             elif rank == 0:
@@ -258,23 +265,26 @@ def _work(rank, world, port, spec, seed, plans, steps, warmup, threads, queue) -
                 sched.step()
             opt.step()
             opt.zero_grad()
+            cpu = time.process_time() - c0
             dt = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
             dist.all_reduce(dt, op=dist.ReduceOp.MAX)
             if losses and np.isnan(first_loss[i]):
                 first_loss[i] = float(torch.stack([v.detach() for v in losses]).mean())
-            return float(dt)
+            return float(dt), cpu
 
         for r in range(warmup + steps):
             for i in range(len(plans)):
-                dt = step(i)
+                dt, cpu = step(i)
                 if r >= warmup:
                     times[i].append(dt)
+                    busy[i].append(cpu)
         memory = []
         for i, (piece, _, opt) in enumerate(runs):
             with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
                 step(i)
             memory.append(_state_bytes(piece, opt) + _peak_allocated(prof))
-        queue.put(("ok", rank, times, memory, first_loss))
+        queue.put(("ok", rank, times, memory, first_loss,
+                   [statistics.median(b) for b in busy]))
     finally:
         dist.destroy_process_group()
 
@@ -364,7 +374,8 @@ def measure_pipelines(spec: str, plans: list[PipelinePlan], steps: int = 5, warm
         ts = got[0][2][i]
         med = statistics.median(ts)
         out.append(PipelineMeasure(p, ts, med, model.batch / med,
-                                   [got[r][3][i] for r in range(world)], got[world - 1][4][i]))
+                                   [got[r][3][i] for r in range(world)], got[world - 1][4][i],
+                                   [got[r][5][i] for r in range(world)]))
     return out
 
 

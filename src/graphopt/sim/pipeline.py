@@ -487,6 +487,8 @@ class SplitCost:
         Seconds of one training step (:func:`training_step_time`).
     stage_time : float64 (K,)
         Seconds per microbatch on each stage, transfers and runtime overhead included.
+    update : float64 (K,)
+        Seconds of each stage's optimizer update, once per step.
     memory : float64 (K,)
         Peak bytes of each stage, reached in a backward: weights, gradients, optimizer
         state, the activations of its other in-flight microbatches (:func:`in_flight`),
@@ -503,8 +505,15 @@ class SplitCost:
     microbatches: int
     step_time: float
     stage_time: np.ndarray
+    update: np.ndarray
     memory: np.ndarray
     fits: bool
+
+    @property
+    def busy(self) -> np.ndarray:
+        """Seconds each stage works in a step (float64 (K,)): every microbatch and its
+        update, without the time it waits."""
+        return self.microbatches * self.stage_time + self.update
 
     def throughput(self, batch: int) -> float:
         """Examples per second for a step of ``batch`` examples."""
@@ -568,7 +577,7 @@ def split_cost(problem: Problem, costs: LayerCosts, bounds, microbatches: int,
                      + (microbatches * costs.output if s == k - 1 else 0.0))
     step = float(training_step_time(stage, update, microbatches, cores))
     fits = bool((memory <= problem.capacity[:k]).all())
-    return SplitCost(tuple(b), schedule, int(microbatches), step, stage, memory, fits)
+    return SplitCost(tuple(b), schedule, int(microbatches), step, stage, update, memory, fits)
 
 
 #: The ``format`` field of a pipeline plan file.
