@@ -10,10 +10,10 @@ accelerate's ``dispatch_model`` would hold it (:func:`~graphopt.exec.export.exec
 - on the device that runs them, for each call of a mapped module, the bytes of the
   tensors it is called with (accelerate copies them there), plus the highest running
   total of what the call allocates (PyTorch's profiler memory records, frees negative:
-  :func:`~graphopt.exec.pipeline.peak_allocated`), plus, for a module stored on
-  ``"cpu"`` or ``"disk"`` but run on the main device, the largest of its submodules'
-  own weights (accelerate loads each submodule's for that submodule's call); the
-  device's figure is the highest over its calls.
+  :func:`~graphopt.exec.pipeline.peak_allocated`), where a module stored on ``"cpu"``
+  or ``"disk"`` but run on the main device counts each submodule's own weights as
+  allocated for that submodule's call, as accelerate loads them; the device's figure
+  is the highest over its calls.
 
 What it does not measure: tensors a device keeps between two calls of its modules other
 than their arguments (a skip connection that passes over a module of another device),
@@ -22,6 +22,8 @@ arguments (the output moved back to the caller's device).
 """
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import torch
 from torch import nn
@@ -65,19 +67,6 @@ def _weights(model: nn.Module, key: str) -> list[torch.Tensor]:
     return [*mod.parameters(), *mod.buffers()]
 
 
-def _loaded(model: nn.Module, key: str, there: set[int]) -> int:
-    """Bytes accelerate loads at once to run an entry stored off its execution device:
-    it loads each submodule's own weights for that submodule's call, so the largest of
-    them, less the (tied) tensors already there."""
-    try:
-        mods = list(model.get_submodule(key).modules())
-    except AttributeError:
-        mods = []
-    own = [[*m.parameters(recurse=False), *m.buffers(recurse=False)] for m in mods]
-    return max((sum(t.numel() * t.element_size() for t in ts if t.data_ptr() not in there)
-                for ts in own or [_weights(model, key)]), default=0)
-
-
 def measure_map_memory(model: nn.Module, args: tuple, device_map: dict[str, Device],
                        kwargs: dict | None = None) -> dict[Device, int]:
     """Peak bytes on each device of ``device_map`` for one forward of ``model`` on
@@ -115,6 +104,7 @@ def measure_map_memory(model: nn.Module, args: tuple, device_map: dict[str, Devi
             if t.data_ptr() not in seen[dev]:
                 seen[dev].add(t.data_ptr())
                 resident[dev] += t.numel() * t.element_size()
+    names = {n for n, _ in model.named_modules()}
     calls: list[tuple[str, int]] = []  # (entry, bytes of its arguments), in call order
 
     def mark(text: str) -> None:
@@ -132,7 +122,28 @@ def measure_map_memory(model: nn.Module, args: tuple, device_map: dict[str, Devi
             mark(f"{len(calls) - 1}:end")
         return hook
 
+    loads: list[int] = []  # bytes accelerate loads for each call of an offloaded submodule
+    open_loads: list[int] = []  # the calls begun and not ended (a submodule's children)
+
+    def load(size: int, end: bool):
+        def hook(module, *_) -> None:
+            if not end:
+                open_loads.append(len(loads))
+                loads.append(size)
+            mark(f"load{open_loads.pop() if end else open_loads[-1]}:{'end' if end else 'begin'}")
+        return hook
+
     handles = []
+    for key, dev in device_map.items():  # stored off where it runs: loaded per submodule
+        if run[dev] == dev or key not in names:
+            continue
+        for sub in model.get_submodule(key).modules():
+            size = sum(t.numel() * t.element_size() for t in
+                       [*sub.parameters(recurse=False), *sub.buffers(recurse=False)]
+                       if t.data_ptr() not in seen[run[dev]])  # a tied one is there already
+            if size:
+                handles.append(sub.register_forward_pre_hook(load(size, False)))
+                handles.append(sub.register_forward_hook(load(size, True)))
     for key in device_map:
         try:
             mods = [model.get_submodule(key)]
@@ -154,12 +165,15 @@ def measure_map_memory(model: nn.Module, args: tuple, device_map: dict[str, Devi
     events = prof.events()
     stamps = {e.name: e.time_range.start for e in events if e.name.startswith(_MARK)}
     records = [e for e in events if not getattr(e, "is_user_annotation", False)]
+    for i, size in enumerate(loads):  # a load as an allocation from its call's start to end
+        for edge, sign in (("begin", 1), ("end", -1)):
+            records.append(SimpleNamespace(
+                time_range=SimpleNamespace(start=stamps[f"{_MARK}:load{i}:{edge}"]),
+                self_cpu_memory_usage=sign * size))
     working = dict.fromkeys(devices, 0)
     for k, (key, arg_bytes) in enumerate(calls):
         home = device_map[key]
         window = (stamps[f"{_MARK}:{k}:begin"], stamps[f"{_MARK}:{k}:end"])
         used = arg_bytes + peak_allocated(records, window)
-        if run[home] != home:
-            used += _loaded(model, key, seen[run[home]])
         working[run[home]] = max(working[run[home]], used)
     return {d: int(resident[d] + working[d]) for d in devices}

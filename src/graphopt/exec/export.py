@@ -476,7 +476,8 @@ def map_memory(graph: Graph, device_map: dict[str, Device],
     A device holds the weights (parameters and buffers) of the modules mapped to it for
     the whole forward, and the simulator's peak of the activations its ops keep alive
     (DESIGN.md "Memory": an output from its op's start until its last consumer ends, a
-    tensor received from another device until its last consumer there ends). Modules
+    tensor received from another device until its last consumer there ends), each
+    tensor kept as long as eager PyTorch keeps it (:func:`_eager_lifetimes`). Modules
     mapped to ``"cpu"`` beside GPUs, or to ``"disk"``, run on the main device
     (:func:`execution_device`): their weights count where they are stored, and on the
     main device only while the op that reads them runs. Ops of no mapped module (the
@@ -524,6 +525,7 @@ def map_memory(graph: Graph, device_map: dict[str, Device],
                                          graph.out_bytes))
     source = graph.in_degree == 0
     order = np.where(source, first_user - 0.5, np.arange(graph.num_nodes, dtype=np.float64))
+    g = _eager_lifetimes(g)
     cluster = stage_cluster(load_cluster("cpu"), len(devices)).with_memory(float(2**59))
     plan = Plan(placement=where, priority=-order, fusion=np.zeros(graph.num_nodes))
     peak = np.asarray(simulate(Problem(g, cluster), plan).peak_memory, dtype=np.float64)
@@ -534,6 +536,61 @@ def map_memory(graph: Graph, device_map: dict[str, Device],
         if not moved[weight] and dev != where[weight]:
             peak[dev] += graph.persistent_bytes[weight]
     return {d: float(peak[slot[d]]) for d in devices}
+
+
+def _eager_lifetimes(graph: Graph) -> Graph:
+    """``graph`` with edges (of 0 bytes) that keep each tensor alive as eager PyTorch
+    does, beyond its last reader in the dataflow: while a view of it is read (a view
+    owns no bytes), and, for a tensor a module is called with, until that call of the
+    module returns (its caller holds it). A call is a run of the module's ops in program
+    order that no op outside it interrupts. ``O(N·M + E)`` for ``M`` module paths."""
+    from graphopt.ir.ops import op_class
+    from graphopt.sim.pipeline import stationary
+
+    n = graph.num_nodes
+    still = stationary(graph)
+    view = np.array([op_class(str(o)) == "view" for o in graph.op], dtype=bool)
+    view &= (graph.in_degree > 0) & ~still
+    base = np.arange(n)
+    ptr, preds, _ = graph.pred
+    for v in np.flatnonzero(view):  # topological order: a view of a view finds the tensor
+        base[v] = base[preds[ptr[v]]]
+    parts = [str(m).split(".") if m else [] for m in graph.module]
+    computes = graph.in_degree > 0
+    ends: dict[str, np.ndarray] = {}
+
+    def call_end(path: str, v: int) -> int:
+        if path not in ends:
+            inside = np.array([m == path or m.startswith(path + ".") for m in
+                               map(str, graph.module)])
+            between = np.cumsum(~inside & computes)  # outside ops that run so far
+            idx = np.flatnonzero(inside)
+            run = np.cumsum(np.r_[True, between[idx[1:]] != between[idx[:-1]]]) - 1
+            last = np.zeros(run.max() + 1, dtype=np.int64)
+            last[run] = idx  # increasing: each run keeps its last op
+            ends[path] = np.full(n, -1, dtype=np.int64)
+            ends[path][idx] = last[run]
+        return int(ends[path][v])
+
+    pairs = set()
+    for u, v in zip(graph.src.tolist(), graph.dst.tolist()):
+        if still[u]:
+            continue
+        if base[u] != u:
+            pairs.add((int(base[u]), v))
+        pu, pv = parts[u], parts[v]
+        k = next((i for i, (a, b) in enumerate(zip(pu, pv)) if a != b), min(len(pu), len(pv)))
+        if len(pv) > k:  # v is inside a module u is not: that call holds u
+            end = call_end(".".join(pv[:k + 1]), v)
+            if end > v:
+                pairs.add((int(base[u]), end))
+    pairs -= set(zip(graph.src.tolist(), graph.dst.tolist()))
+    if not pairs:
+        return graph
+    add_src, add_dst = (np.array(x, dtype=graph.src.dtype) for x in zip(*sorted(pairs)))
+    return graph.replace(src=np.concatenate([graph.src, add_src]),
+                         dst=np.concatenate([graph.dst, add_dst]),
+                         edge_bytes=np.concatenate([graph.edge_bytes, np.zeros(len(pairs))]))
 
 
 def _weight_readers(graph: Graph, where: np.ndarray) -> set[tuple[int, int]]:
