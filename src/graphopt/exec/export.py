@@ -532,7 +532,7 @@ def map_memory(graph: Graph, device_map: dict[str, Device],
     np.add.at(peak, stored[moved], graph.persistent_bytes[moved])
     # a weight read where it is not stored (tied, as GPT-2's head reads the embedding)
     # is copied there for the whole forward: accelerate moves it with the reader's module
-    for weight, dev in _weight_readers(graph, where):
+    for weight, dev in {(w, int(where[v])) for w, v in _weight_reads(graph)}:
         if not moved[weight] and dev != where[weight]:
             peak[dev] += graph.persistent_bytes[weight]
     return {d: float(peak[slot[d]]) for d in devices}
@@ -593,9 +593,9 @@ def _eager_lifetimes(graph: Graph) -> Graph:
                          edge_bytes=np.concatenate([graph.edge_bytes, np.zeros(len(pairs))]))
 
 
-def _weight_readers(graph: Graph, where: np.ndarray) -> set[tuple[int, int]]:
-    """``(weight op, device)`` for each device whose ops read a weight, through views of
-    it (:func:`~graphopt.sim.pipeline.stationary`)."""
+def _weight_reads(graph: Graph) -> set[tuple[int, int]]:
+    """``(weight op, reader op)`` for each op that reads a weight, through views of it
+    (:func:`~graphopt.sim.pipeline.stationary`)."""
     from graphopt.sim.pipeline import stationary
 
     still = stationary(graph)
@@ -603,11 +603,8 @@ def _weight_readers(graph: Graph, where: np.ndarray) -> set[tuple[int, int]]:
     ptr, preds, _ = graph.pred
     for v in np.flatnonzero(still & (graph.in_degree > 0)):  # topological: inputs first
         root[v] = root[preds[ptr[v]]]
-    out = set()
-    for u, v in zip(graph.src, graph.dst):
-        if still[u] and not still[v] and graph.persistent_bytes[root[u]] > 0:
-            out.add((int(root[u]), int(where[v])))
-    return out
+    return {(int(root[u]), int(v)) for u, v in zip(graph.src, graph.dst)
+            if still[u] and not still[v] and graph.persistent_bytes[root[u]] > 0}
 
 
 @dataclass
@@ -647,7 +644,8 @@ def fit_device_map(graph: Graph, device_map: dict[str, Device], max_memory: dict
     (:func:`device_order`: GPUs, then ``"cpu"``, then ``"disk"``). An entry whose weights
     exceed the overflow, or the only entry of its device, is first split into its
     children (and the parameters it holds itself) when it has any and is not in
-    ``no_split``, so that no more than needed moves.
+    ``no_split``, so that no more than needed moves. Last, a module that reads a weight
+    stored on another device (tied) joins that device where the map still fits.
 
     Parameters
     ----------
@@ -725,12 +723,31 @@ def fit_device_map(graph: Graph, device_map: dict[str, Device], max_memory: dict
                 first.setdefault(p, first.get(unit, d))
             continue
         m[unit] = order[order.index(d) + 1]
+    m, mem = _join_tied(graph, m, mem, max_memory)
     entry = _map_entries(graph, m)
     pos = {k: int(np.flatnonzero(entry == j).min(initial=graph.num_nodes))
            for j, k in enumerate(m)}
     m = {k: m[k] for k in sorted(m, key=lambda k: pos[k])}
     moved = [(k, first[k], v) for k, v in m.items() if first.get(k, v) != v]
     return FittedMap(m, mem, dict(max_memory), moved)
+
+
+def _join_tied(graph: Graph, m: dict[str, Device], mem: dict[Device, float],
+               max_memory: dict[Device, int]) -> tuple[dict[str, Device], dict]:
+    """``m`` with each entry that reads a weight another device stores (tied, as GPT-2's
+    head reads the token embedding) moved to that device where the map still fits: the
+    weight is then held once, and accelerate loads no copy of it for each forward."""
+    entry = _map_entries(graph, m)
+    keys = list(m)
+    for w, v in sorted(_weight_reads(graph)):
+        a, b = keys[entry[v]] if entry[v] >= 0 else None, keys[entry[w]] if entry[w] >= 0 else None
+        if a is None or b is None or m[a] == m[b]:
+            continue
+        trial = {**m, a: m[b]}
+        got = map_memory(graph, trial, list(max_memory))
+        if all(got[d] <= max_memory[d] for d in max_memory):
+            m, mem = trial, got
+    return m, mem
 
 
 def _split(m: dict[str, Device], unit: str, parts: list[str]) -> dict[str, Device]:
