@@ -136,3 +136,12 @@ def test_cli_fits_the_plan_to_max_memory_or_fails_in_one_line(tmp_path):
         r = run(app, [*base, "--max-memory", bad])
         lines = r.output.strip().splitlines()
         assert r.exit_code == 2 and len(lines) == 1 and why in lines[0], r.output
+    # accelerate runs the forward: a training step's graph file cannot tell it apart
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        step = trace_program(_mlp([WIDTH] * 3), (torch.randn(8, WIDTH),), training=True).graph
+    Plan().save(tmp_path / "s.json")
+    r = run(app, ["export", str(tmp_path / "s.json"), "--graph",
+                  str(save_graph(step, tmp_path / "s.npz")), "--format", "device-map",
+                  "-o", str(tmp_path / "map.json"), "--max-memory", "0=1GB"])
+    assert r.exit_code == 2 and "training step" in r.output and "Traceback" not in r.output

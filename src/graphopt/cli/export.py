@@ -69,7 +69,7 @@ def export(
                 if budget is None:
                     dm.save(out)
                 else:
-                    fit = fit_device_map(g, dm.device_map, budget)
+                    fit = fit_device_map(_forward(g, graph), dm.device_map, budget)
                     fit.save(out)
             else:
                 from graphopt.exec.api import trace_source
@@ -112,3 +112,17 @@ def export(
     for d in dm.disagree[:10]:
         t.add_row(d.node, d.module or "-", str(d.device), str(d.mapped), f"{d.seconds * 1e3:.4f}")
     console.print(t)
+
+
+def _forward(g, source: str):
+    """The forward pass of ``g``, what accelerate runs: a training step's forward ops (its
+    program tells them apart: ``zoo:NAME``; a graph file of one is refused)."""
+    if not g.meta.get("training"):
+        return g
+    import numpy as np
+
+    from graphopt.exec.api import trace_source
+    from graphopt.exec.export import forward_ops
+
+    program = trace_source(source) if source.startswith("zoo:") else g
+    return g.subgraph(np.flatnonzero(forward_ops(program)))
