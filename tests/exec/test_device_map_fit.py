@@ -94,6 +94,8 @@ def test_measured_peak_within_the_budget_and_near_the_simulated():
     for d in budget:
         assert 2 * LAYER < measured[d] <= budget[d]
         assert measured[d] == pytest.approx(fit.memory[d], rel=0.05)
+    with pytest.raises(ValueError, match="'9'.*no such module"):
+        measure_map_memory(net, (x,), {"9": 0})
 
 
 def test_map_runs_under_dispatch_model_with_disk_offload(tmp_path):

@@ -63,7 +63,11 @@ def _weights(model: nn.Module, key: str) -> list[torch.Tensor]:
         mod = model.get_submodule(key)
     except AttributeError:
         owner, _, name = key.rpartition(".")
-        return [getattr(model.get_submodule(owner), name)]
+        try:
+            return [getattr(model.get_submodule(owner), name)]
+        except AttributeError:
+            raise ValueError(f"device map entry {key!r}: {type(model).__name__} has no such "
+                             "module, parameter or buffer") from None
     return [*mod.parameters(), *mod.buffers()]
 
 
@@ -85,6 +89,11 @@ def measure_map_memory(model: nn.Module, args: tuple, device_map: dict[str, Devi
     -------
     dict
         ``{device: bytes}`` in accelerate's order (GPUs, ``"cpu"``, ``"disk"``).
+
+    Raises
+    ------
+    ValueError
+        An entry of the map names nothing in ``model``.
 
     Examples
     --------
