@@ -78,7 +78,7 @@ def test_layers_and_memory_accounting(mlp):
         # in a backward: the other microbatches' activations, this one's up to the layer
         # whose workspace is live
         want = [2 * costs.weights[a:b].sum() + (keep[s] - 1) * costs.activations[a:b].sum()
-                + max(costs.activations[a:l + 1].sum() + costs.workspace[l] for l in range(a, b))
+                + max(costs.activations[a:j + 1].sum() + costs.workspace[j] for j in range(a, b))
                 + (2 * costs.output if s == 1 else 0)
                 for s, (a, b) in enumerate([(0, 2), (2, 6)])]
         assert c.memory == pytest.approx(want)

@@ -32,6 +32,12 @@ def export(
     cluster: str | None = cluster_option(
         what="It prices the ops a device map moves and names its devices",
         default_help="default cpu:N, N the plan's device count", example="cpu-v100:3"),
+    max_memory: str | None = typer.Option(
+        None, "--max-memory",
+        help="device-map only: bytes per device as accelerate's max_memory, DEVICE=SIZE "
+             "entries (a GPU index, cpu or disk; SIZE as 2GiB, 500MB or bytes). Where the "
+             "plan's map does not fit (weights plus the simulated forward's peak), modules "
+             "move to later devices in program order. Example: 0=2GiB,1=2GiB"),
 ) -> None:
     """Export a plan to the tools users run: a Hugging Face accelerate device_map where the
     plan places whole modules, or torch.distributed.pipelining split points where it is a
@@ -40,7 +46,8 @@ def export(
     Example: graphopt export runs/r/expert/plan.json --graph zoo:rnnlm-2-quick
     --format device-map -o map.json
     """
-    from graphopt.exec.export import device_map, pipeline_split
+    from graphopt.exec.export import (device_map, fit_device_map, parse_max_memory,
+                                      pipeline_split)
     from graphopt.frontends import load_source
     from graphopt.hardware import load_cluster
     from graphopt.sim import Plan
@@ -48,14 +55,22 @@ def export(
     try:
         if fmt not in FORMATS:
             raise GraphoptError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
+        if max_memory is not None and fmt != "device-map":
+            raise GraphoptError("--max-memory applies to --format device-map only")
+        budget = parse_max_memory(max_memory) if max_memory is not None else None
         check_output(out, "--out")
         p = Plan.load(plan)
+        fit = None
         try:
             if fmt == "device-map":
                 g = load_source(graph)
                 c = load_cluster(cluster) if cluster else None
                 dm = device_map(g, p, c)
-                dm.save(out)
+                if budget is None:
+                    dm.save(out)
+                else:
+                    fit = fit_device_map(_forward(g, graph), dm.device_map, budget)
+                    fit.save(out)
             else:
                 from graphopt.exec.api import trace_source
 
@@ -72,7 +87,19 @@ def export(
                       f"{', '.join(map(str, split.stages))}; split_spec {split.split_spec}; "
                       f"written to {out}", highlight=False)
         return
-    console.print(f"{len(dm.device_map)} module(s) mapped; written to {out}", highlight=False)
+    if fit is not None:
+        from graphopt.ir.graph import format_bytes
+
+        console.print(f"{len(fit.device_map)} module(s) mapped within --max-memory"
+                      f"{f', {len(fit.moved)} moved off the plan' if fit.moved else ''}; "
+                      f"written to {out}", highlight=False)
+        console.print("simulated peak per device: " + ", ".join(
+            f"{d} {format_bytes(fit.memory[d])} of {format_bytes(fit.max_memory[d])}"
+            for d in fit.memory), highlight=False)
+        console.print("the plan's map, before fitting:", highlight=False)
+    else:
+        console.print(f"{len(dm.device_map)} module(s) mapped; written to {out}",
+                      highlight=False)
     if not dm.disagree:
         console.print("every op sits where the map puts its module")
         return
@@ -85,3 +112,17 @@ def export(
     for d in dm.disagree[:10]:
         t.add_row(d.node, d.module or "-", str(d.device), str(d.mapped), f"{d.seconds * 1e3:.4f}")
     console.print(t)
+
+
+def _forward(g, source: str):
+    """The forward pass of ``g``, what accelerate runs: a training step's forward ops (its
+    program tells them apart: ``zoo:NAME``; a graph file of one is refused)."""
+    if not g.meta.get("training"):
+        return g
+    import numpy as np
+
+    from graphopt.exec.api import trace_source
+    from graphopt.exec.export import forward_ops
+
+    program = trace_source(source) if source.startswith("zoo:") else g
+    return g.subgraph(np.flatnonzero(forward_ops(program)))

@@ -360,3 +360,402 @@ def _write_json(path: str | os.PathLike, data: dict) -> Path:
     text = json.dumps(data, indent=1)
     atomic_write(path, lambda f: f.write(text.encode()))
     return Path(path)
+
+
+# -- device maps under a memory budget (accelerate's max_memory) --------------------------
+
+Device = int | str
+
+_UNITS = {"KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+
+
+def parse_size(text: str | int) -> int:
+    """Bytes in a size as accelerate writes it: an integer, or a number and a unit
+    (``"2GiB"``, ``"500MB"``; KB/MB/GB/TB are powers of 1000, KiB/MiB/GiB/TiB of 1024).
+
+    >>> parse_size("2GiB"), parse_size("500MB"), parse_size(1024)
+    (2147483648, 500000000, 1024)
+
+    Raises
+    ------
+    ValueError
+        Not such a size, or below 0.
+    """
+    if isinstance(text, int) and not isinstance(text, bool):
+        value = float(text)
+    else:
+        s = str(text).strip().upper()
+        unit = next((u for u in sorted(_UNITS, key=len, reverse=True) if s.endswith(u)), "")
+        try:
+            value = float(s[: len(s) - len(unit)]) * _UNITS.get(unit, 1)
+        except ValueError:
+            raise ValueError(f"{text!r} is not a size (e.g. 2GiB, 500MB or bytes)") from None
+        if not unit and not s.isdigit():
+            raise ValueError(f"{text!r} is not a size (e.g. 2GiB, 500MB or bytes)")
+    if not value >= 0 or value == float("inf"):
+        raise ValueError(f"{text!r} is not a size of at least 0 bytes")
+    return int(value)
+
+
+def parse_max_memory(text: str) -> dict[Device, int]:
+    """``"0=2GiB,1=2GiB"`` (or ``cpu=...``, ``disk=...``) as accelerate's ``max_memory``:
+    ``{device: bytes}``, a device a GPU ordinal, ``"cpu"`` or ``"disk"``.
+
+    >>> parse_max_memory("0=2GiB, cpu=500MB")
+    {0: 2147483648, 'cpu': 500000000}
+
+    Raises
+    ------
+    GraphoptError
+        One line naming ``--max-memory``: an entry not ``DEVICE=SIZE``, an unknown or
+        repeated device, or a bad size.
+    """
+    from graphopt.errors import GraphoptError
+
+    out: dict[Device, int] = {}
+    for item in [p.strip() for p in str(text).split(",")]:
+        key, eq, size = (s.strip() for s in item.partition("="))
+        dev: Device = int(key) if key.isdigit() else key.lower()
+        if not eq or dev not in ("cpu", "disk") and not isinstance(dev, int):
+            raise GraphoptError(f"--max-memory {text!r}: expected DEVICE=SIZE entries, DEVICE a GPU "
+                                f"index, cpu or disk, e.g. 0=2GiB,1=2GiB; got {item!r}")
+        if dev in out:
+            raise GraphoptError(f"--max-memory {text!r}: device {dev} given twice")
+        try:
+            out[dev] = parse_size(size)
+        except ValueError as err:
+            raise GraphoptError(f"--max-memory {text!r}: device {dev}: {err}") from None
+    return out
+
+
+def device_order(devices) -> list[Device]:
+    """Devices in accelerate's order of preference: GPUs by ordinal, then ``"cpu"``,
+    then ``"disk"``.
+
+    >>> device_order(["disk", 1, "cpu", 0])
+    [0, 1, 'cpu', 'disk']
+    """
+    return sorted(set(devices), key=lambda d: (0, d) if isinstance(d, int) else
+                  (1 if d == "cpu" else 2, 0))
+
+
+def execution_device(device_map: dict[str, Device]) -> dict[Device, Device]:
+    """Where accelerate's ``dispatch_model`` runs the modules of each device of a map:
+    a GPU its own; ``"cpu"`` and ``"disk"`` the main device (the first GPU the map uses,
+    or the CPU), loading their weights there for each forward."""
+    gpus = [d for d in device_map.values() if isinstance(d, int)]
+    main: Device = min(gpus) if gpus else "cpu"
+    return {d: d if isinstance(d, int) else main for d in device_map.values()}
+
+
+def _map_entries(graph: Graph, device_map: dict[str, Device]) -> np.ndarray:
+    """The map entry of each op (-1 for none), entries numbered in ``device_map``'s
+    order: a state op's own qualified name, else the longest module path that holds it."""
+    keys = list(device_map)
+    at = {k: j for j, k in enumerate(keys)}
+    out = np.full(graph.num_nodes, -1, dtype=np.int64)
+    for i, (name, path, op) in enumerate(zip(graph.names, graph.module, graph.op)):
+        if op in _STATE_OPS and str(name) in at:
+            out[i] = at[str(name)]
+            continue
+        parts = str(path).split(".") if path else []
+        for k in range(len(parts), -1, -1):
+            j = at.get(".".join(parts[:k]))
+            if j is not None:
+                out[i] = j
+                break
+    return out
+
+
+def map_memory(graph: Graph, device_map: dict[str, Device],
+               devices: list[Device] | None = None) -> dict[Device, float]:
+    """Simulated peak bytes on each device of an inference forward under ``device_map``
+    as accelerate's ``dispatch_model`` runs it.
+
+    A device holds the weights (parameters and buffers) of the modules mapped to it for
+    the whole forward, and the simulator's peak of the activations its ops keep alive
+    (DESIGN.md "Memory": an output from its op's start until its last consumer ends, a
+    tensor received from another device until its last consumer there ends), each
+    tensor kept as long as eager PyTorch keeps it (:func:`_eager_lifetimes`). Modules
+    mapped to ``"cpu"`` beside GPUs, or to ``"disk"``, run on the main device
+    (:func:`execution_device`): their weights count where they are stored, and on the
+    main device only while the op that reads them runs. Ops of no mapped module (the
+    input) go where their first input, or first user, goes. The ops run in program
+    order, without fusion (eager PyTorch).
+
+    Parameters
+    ----------
+    graph : Graph
+        The forward program (traced with module paths).
+    device_map : dict
+        ``{module path or parameter name: device}``.
+    devices : list, optional
+        Devices to report, default the map's; each gets 0 if nothing is on it.
+
+    Notes
+    -----
+    One simulation: ``O(N log N + E)``.
+    """
+    from graphopt.exec.pipeline import stage_cluster
+    from graphopt.sim import Problem, simulate
+
+    devices = device_order(list(device_map.values()) + list(devices or []))
+    slot = {d: k for k, d in enumerate(devices)}
+    home = np.array([slot[d] for d in device_map.values()] + [-1], dtype=np.int64)
+    run = execution_device(device_map)
+    runs = np.array([slot[run[d]] for d in device_map.values()] + [-1], dtype=np.int64)
+    entry = _map_entries(graph, device_map)
+    where, stored = runs[entry], home[entry]
+    ptr, preds, _ = graph.pred
+    for v in range(graph.num_nodes):  # unmapped ops follow their first input
+        if where[v] < 0 and ptr[v + 1] > ptr[v]:
+            where[v] = where[preds[ptr[v]]]
+    sptr, succs, _ = graph.succ
+    first_user = np.array([succs[sptr[v]] if sptr[v + 1] > sptr[v] else v
+                           for v in range(graph.num_nodes)], dtype=np.int64)
+    for v in range(graph.num_nodes - 1, -1, -1):  # or, with none, their first user
+        if where[v] < 0:
+            where[v] = max(where[first_user[v]], 0)
+    # weights stored off their execution device are loaded there just for their readers
+    moved = (stored >= 0) & (stored != where) & np.isin(graph.op, _STATE_OPS)
+    g = graph.replace(persistent_bytes=np.where(moved, 0.0, graph.persistent_bytes),
+                      out_bytes=np.where(moved, np.maximum(graph.out_bytes,
+                                                           graph.persistent_bytes),
+                                         graph.out_bytes))
+    source = graph.in_degree == 0
+    order = np.where(source, first_user - 0.5, np.arange(graph.num_nodes, dtype=np.float64))
+    g = _eager_lifetimes(g)
+    cluster = stage_cluster(load_cluster("cpu"), len(devices)).with_memory(float(2**59))
+    plan = Plan(placement=where, priority=-order, fusion=np.zeros(graph.num_nodes))
+    peak = np.asarray(simulate(Problem(g, cluster), plan).peak_memory, dtype=np.float64)
+    np.add.at(peak, stored[moved], graph.persistent_bytes[moved])
+    # a weight read where it is not stored (tied, as GPT-2's head reads the embedding)
+    # is copied there for the whole forward: accelerate moves it with the reader's module
+    for weight, dev in {(w, int(where[v])) for w, v in _weight_reads(graph)}:
+        if not moved[weight] and dev != where[weight]:
+            peak[dev] += graph.persistent_bytes[weight]
+    return {d: float(peak[slot[d]]) for d in devices}
+
+
+def _eager_lifetimes(graph: Graph) -> Graph:
+    """``graph`` with edges (of 0 bytes) that keep each tensor alive as eager PyTorch
+    does, beyond its last reader in the dataflow: while a view of it is read (a view
+    owns no bytes), and, for a tensor a module is called with, until that call of the
+    module returns (its caller holds it). A call is a run of the module's ops in program
+    order that no op outside it interrupts. ``O(N·M + E)`` for ``M`` module paths."""
+    from graphopt.ir.ops import op_class
+    from graphopt.sim.pipeline import stationary
+
+    n = graph.num_nodes
+    still = stationary(graph)
+    view = np.array([op_class(str(o)) == "view" for o in graph.op], dtype=bool)
+    view &= (graph.in_degree > 0) & ~still
+    base = np.arange(n)
+    ptr, preds, _ = graph.pred
+    for v in np.flatnonzero(view):  # topological order: a view of a view finds the tensor
+        base[v] = base[preds[ptr[v]]]
+    parts = [str(m).split(".") if m else [] for m in graph.module]
+    computes = graph.in_degree > 0
+    ends: dict[str, np.ndarray] = {}
+
+    def call_end(path: str, v: int) -> int:
+        if path not in ends:
+            inside = np.array([m == path or m.startswith(path + ".") for m in
+                               map(str, graph.module)])
+            between = np.cumsum(~inside & computes)  # outside ops that run so far
+            idx = np.flatnonzero(inside)
+            run = np.cumsum(np.r_[True, between[idx[1:]] != between[idx[:-1]]]) - 1
+            last = np.zeros(run.max() + 1, dtype=np.int64)
+            last[run] = idx  # increasing: each run keeps its last op
+            ends[path] = np.full(n, -1, dtype=np.int64)
+            ends[path][idx] = last[run]
+        return int(ends[path][v])
+
+    pairs = set()
+    for u, v in zip(graph.src.tolist(), graph.dst.tolist()):
+        if still[u]:
+            continue
+        if base[u] != u:
+            pairs.add((int(base[u]), v))
+        pu, pv = parts[u], parts[v]
+        k = next((i for i, (a, b) in enumerate(zip(pu, pv)) if a != b), min(len(pu), len(pv)))
+        if len(pv) > k:  # v is inside a module u is not: that call holds u
+            end = call_end(".".join(pv[:k + 1]), v)
+            if end > v:
+                pairs.add((int(base[u]), end))
+    pairs -= set(zip(graph.src.tolist(), graph.dst.tolist()))
+    if not pairs:
+        return graph
+    add_src, add_dst = (np.array(x, dtype=graph.src.dtype) for x in zip(*sorted(pairs)))
+    return graph.replace(src=np.concatenate([graph.src, add_src]),
+                         dst=np.concatenate([graph.dst, add_dst]),
+                         edge_bytes=np.concatenate([graph.edge_bytes, np.zeros(len(pairs))]))
+
+
+def _weight_reads(graph: Graph) -> set[tuple[int, int]]:
+    """``(weight op, reader op)`` for each op that reads a weight, through views of it
+    (:func:`~graphopt.sim.pipeline.stationary`)."""
+    from graphopt.sim.pipeline import stationary
+
+    still = stationary(graph)
+    root = np.arange(graph.num_nodes)
+    ptr, preds, _ = graph.pred
+    for v in np.flatnonzero(still & (graph.in_degree > 0)):  # topological: inputs first
+        root[v] = root[preds[ptr[v]]]
+    return {(int(root[u]), int(v)) for u, v in zip(graph.src, graph.dst)
+            if still[u] and not still[v] and graph.persistent_bytes[root[u]] > 0}
+
+
+@dataclass
+class FittedMap:
+    """A device map made to fit a memory budget.
+
+    Attributes
+    ----------
+    device_map : dict
+        ``{module path or parameter name: device}`` in program order.
+    memory : dict
+        Simulated peak bytes on each device of the budget (:func:`map_memory`).
+    max_memory : dict
+        The budget, ``{device: bytes}``.
+    moved : list of tuple
+        ``(entry, device it had, device it has)`` for each entry the fit moved; a module
+        split to move part of it appears as its parts.
+    """
+
+    device_map: dict[str, Device]
+    memory: dict[Device, float]
+    max_memory: dict[Device, int]
+    moved: list[tuple[str, Device, Device]] = field(default_factory=list)
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write :attr:`device_map` as JSON."""
+        return _write_json(path, self.device_map)
+
+
+def fit_device_map(graph: Graph, device_map: dict[str, Device], max_memory: dict[Device, int],
+                   no_split: tuple[str, ...] = ()) -> FittedMap:
+    """Move modules of ``device_map`` until every device's simulated memory
+    (:func:`map_memory`) is within ``max_memory``; a map that fits is kept as it is.
+
+    A repair in program order, as accelerate fills devices: while a device is over its
+    budget, the last of its entries moves to the next device of the budget
+    (:func:`device_order`: GPUs, then ``"cpu"``, then ``"disk"``). An entry whose weights
+    exceed the overflow, or the only entry of its device, is first split into its
+    children (and the parameters it holds itself) when it has any and is not in
+    ``no_split``, so that no more than needed moves. Last, a module that reads a weight
+    stored on another device (tied) joins that device where the map still fits.
+
+    Parameters
+    ----------
+    graph : Graph
+        The forward program the map is for.
+    device_map : dict
+        The map to fit (:func:`device_map`'s); every device it uses needs a budget.
+    max_memory : dict
+        ``{device: bytes}`` (:func:`parse_max_memory`). ``"disk"`` is used only if
+        given, as in accelerate's ``max_memory``.
+    no_split : tuple of str
+        Module paths never split (accelerate's ``no_split_module_classes``, as paths:
+        a block whose parts add a residual must run on one device).
+
+    Raises
+    ------
+    PlanError
+        A device of the map has no budget, or no map fits: the message names the last
+        device and its bytes over its budget.
+
+    Notes
+    -----
+    One :func:`map_memory` per move or split: ``O(M·D)`` simulations for ``M`` modules
+    and ``D`` devices at most.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from graphopt.frontends.torch import trace_program
+    >>> net = torch.nn.Sequential(*[torch.nn.Linear(256, 256) for _ in range(4)])
+    >>> g = trace_program(net, (torch.randn(2, 256),)).graph
+    >>> fit = fit_device_map(g, {"": 0}, {0: 600_000, 1: 600_000})
+    >>> fit.device_map
+    {'0': 0, '1': 0, '2': 1, '3': 1}
+    """
+    order = device_order(max_memory)
+    lacking = sorted({str(d) for d in device_map.values() if d not in max_memory})
+    if lacking:
+        raise PlanError(f"max_memory gives no budget for device {', '.join(lacking)} of the "
+                        f"map (it has {', '.join(map(str, order))})")
+    mods = [str(m) for m in graph.module]
+    _, children = _module_tree(mods)
+    state = {str(graph.names[i]): str(mods[i]) for i in np.flatnonzero(np.isin(graph.op,
+                                                                                _STATE_OPS))}
+    m = dict(device_map)
+    first = dict(device_map)
+    while True:
+        mem = map_memory(graph, m, order)
+        over = [d for d in order if mem[d] > max_memory[d]]
+        if not over:
+            break
+        d = over[0]
+        excess = mem[d] - max_memory[d]
+        if d == order[-1]:
+            raise PlanError(f"no device map fits max_memory: device {d} needs "
+                            f"{mem[d]:.0f} bytes, {excess:.0f} over its {max_memory[d]} "
+                            "(modules are moved toward later devices only)")
+        entry = _map_entries(graph, m)
+        last = {}
+        for i in np.flatnonzero(entry >= 0):
+            last[int(entry[i])] = i
+        keys = list(m)
+        mine = sorted((last[j], keys[j]) for j in last if m[keys[j]] == d)
+        if not mine:  # only ops of no module on it (an input): nothing of the map to move
+            raise PlanError(f"no device map fits max_memory: device {d} needs {mem[d]:.0f} "
+                            f"bytes, over its {max_memory[d]}, holding no module")
+        unit = mine[-1][1]
+        weights = float(graph.persistent_bytes[(entry == keys.index(unit))
+                                               & np.isin(graph.op, _STATE_OPS)].sum())
+        kids = children.get(unit, [])  # and, beside them, the weights it holds itself
+        parts = [*kids, *(n for n, path in state.items() if path == unit)] if kids else []
+        if parts and unit not in no_split and (len(mine) == 1 or weights > excess):
+            m = _split(m, unit, parts)
+            for p in parts:
+                first.setdefault(p, first.get(unit, d))
+            continue
+        m[unit] = order[order.index(d) + 1]
+    m, mem = _join_tied(graph, m, mem, max_memory)
+    entry = _map_entries(graph, m)
+    pos = {k: int(np.flatnonzero(entry == j).min(initial=graph.num_nodes))
+           for j, k in enumerate(m)}
+    m = {k: m[k] for k in sorted(m, key=lambda k: pos[k])}
+    moved = [(k, first[k], v) for k, v in m.items() if first.get(k, v) != v]
+    return FittedMap(m, mem, dict(max_memory), moved)
+
+
+def _join_tied(graph: Graph, m: dict[str, Device], mem: dict[Device, float],
+               max_memory: dict[Device, int]) -> tuple[dict[str, Device], dict]:
+    """``m`` with each entry that reads a weight another device stores (tied, as GPT-2's
+    head reads the token embedding) moved to that device where the map still fits: the
+    weight is then held once, and accelerate loads no copy of it for each forward."""
+    entry = _map_entries(graph, m)
+    keys = list(m)
+    for w, v in sorted(_weight_reads(graph)):
+        a, b = keys[entry[v]] if entry[v] >= 0 else None, keys[entry[w]] if entry[w] >= 0 else None
+        if a is None or b is None or m[a] == m[b]:
+            continue
+        trial = {**m, a: m[b]}
+        got = map_memory(graph, trial, list(max_memory))
+        if all(got[d] <= max_memory[d] for d in max_memory):
+            m, mem = trial, got
+    return m, mem
+
+
+def _split(m: dict[str, Device], unit: str, parts: list[str]) -> dict[str, Device]:
+    """``m`` with ``unit`` replaced by ``parts`` on its device, in its place."""
+    out: dict[str, Device] = {}
+    for k, v in m.items():
+        if k == unit:
+            out.update(dict.fromkeys(parts, v))
+        else:
+            out[k] = v
+    return out

@@ -37,7 +37,8 @@ from graphopt.sim.pipeline import LayerCosts, PipelinePlan, layer_costs
 from graphopt.zoo.pipeline import PipelineModel, build_pipeline_model
 
 __all__ = ["PipelineMeasure", "check_microbatches", "measure_pipelines", "pipeline_available",
-           "pipeline_problem", "profile_layers", "reference_loss", "runtime_overhead", "stage_cluster",
+           "peak_allocated", "pipeline_problem", "profile_layers", "reference_loss",
+           "runtime_overhead", "stage_cluster",
            "trace_microbatch"]
 
 
@@ -210,9 +211,14 @@ def _state_bytes(module: torch.nn.Module, opt: torch.optim.Optimizer) -> int:
     return int(n)
 
 
-def _peak_allocated(prof) -> int:
-    """Highest running total of the bytes a profiled region allocated (frees negative)."""
-    events = sorted(prof.events(), key=lambda e: e.time_range.start)
+def peak_allocated(events, window: tuple[float, float] | None = None) -> int:
+    """Highest running total of the bytes profiled events allocated (frees negative,
+    each event's own bytes at its start), from PyTorch profiler events recorded with
+    ``profile_memory=True``; with ``window`` (start, end in the profiler's
+    microseconds), the events that start in it alone."""
+    events = sorted(events, key=lambda e: e.time_range.start)
+    if window is not None:
+        events = [e for e in events if window[0] <= e.time_range.start < window[1]]
     run = np.cumsum([e.self_cpu_memory_usage for e in events]) if events else np.zeros(1)
     return int(max(run.max(), 0))
 
@@ -282,7 +288,7 @@ def _work(rank, world, port, spec, seed, plans, steps, warmup, threads, queue) -
         for i, (piece, _, opt) in enumerate(runs):
             with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
                 step(i)
-            memory.append(_state_bytes(piece, opt) + _peak_allocated(prof))
+            memory.append(_state_bytes(piece, opt) + peak_allocated(prof.events()))
         queue.put(("ok", rank, times, memory, first_loss,
                    [statistics.median(b) for b in busy]))
     finally:
