@@ -15,7 +15,7 @@ import torch
 
 from graphopt.errors import ExecutionError, GraphoptError
 from graphopt.exec.program import Program, compile_program
-from graphopt.exec.runner import materialize, run_inprocess
+from graphopt.exec.runner import AllocationPeak, materialize, run_inprocess
 from graphopt.exec.workers import CPUWorkers
 from graphopt.frontends.source import is_program
 from graphopt.frontends.torch import TracedProgram, trace_program
@@ -254,6 +254,44 @@ class PlacedProgram:
         ops = [e for e in events if e[0] in ("op", "step")]
         seconds = max(e[4] for e in ops) - min(e[3] for e in ops) if ops else 0.0
         return StepResult(outputs, seconds, events)
+
+    def peak_memory(self) -> list[int]:
+        """Run one step and return each device's peak memory in it (bytes), measured from
+        the CPU allocator's events: the state, inputs and receive buffers the device held
+        when the step began, plus the highest running total of what the step allocated
+        and freed (:class:`~graphopt.exec.runner.AllocationPeak`). The step is profiled,
+        so slower than a timed one; it is a training step like any other (it counts, and
+        updates the state). On CPU: worker processes, or one device in this process. On
+        CUDA devices: ``torch.cuda.max_memory_allocated`` of each over the step (CUDA
+        values live until the step ends; not run on this project's machines, which have
+        no GPU).
+
+        Examples
+        --------
+        >>> with apply(torch.nn.Linear(4, 2), (torch.randn(3, 4),)) as step:
+        ...     len(step.peak_memory())
+        1
+        """
+        if self.kind == "cuda":
+            for d in range(self.devices):
+                torch.cuda.reset_peak_memory_stats(d)
+            self()
+            return [torch.cuda.max_memory_allocated(d) for d in range(self.devices)]
+        if self._pool is None and self.devices > 1:
+            raise ExecutionError(f"peak memory per device is measured on worker processes, or "
+                                 f"one device in this process, not cpu:{self.devices} in this "
+                                 "process")
+        seed = self.seed * 1_000_003 + self._steps
+        self._steps += 1
+        if self._pool is not None:
+            if not self._pool.holds(self.program):
+                self._pool.load(self.program)
+            return self._pool.peak_memory(seed, self.program)
+        state = {n: v for n, (_, v) in self._values.items()}
+        with AllocationPeak(state) as meter:
+            _, table = run_inprocess(self.program, seed, self._values)
+        self._values = {n: (d, table[n]) for n, (d, _) in self._values.items()}
+        return [meter.peak]
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """The state tensors by qualified name, as the devices hold them now."""

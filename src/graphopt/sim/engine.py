@@ -186,6 +186,8 @@ def workspace(n, ndev, nedges):
         np.empty(n + 1, i64), np.empty(m, i64), np.empty(m), np.empty(n + 1, i64),
         np.empty(m, i64), np.empty(n, i64), np.empty(n, i64), np.empty(n, i64),
         np.empty(n, i64),
+        # run: the tensor a view's output keeps alive (its base, or -2 - a transfer)
+        np.empty(n, i32),
     )
 
 
@@ -576,7 +578,7 @@ def _with_transfer_work(group, dev, kdur, succ_ptr, succ_idx, out_kernel, out_de
 @_jit()
 def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
         pred_ptr, pred_idx, succ_ptr, succ_idx, succ_bytes, bw, lat, ndev, shared, host, slope,
-        hostw, olat, ws):
+        hostw, olat, alias, ws):
     """Simulate one plan. Kernels are the nodes with ``group[i] == i``.
 
     Parameters (N nodes, E edges, D devices)
@@ -613,6 +615,11 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
     olat : bool                  links busy for ``bytes / bandwidth`` only, the tensor
                                  arriving ``latency`` later (Cluster.overlap_latency);
                                  else busy for the whole ``latency + bytes / bandwidth``
+    alias : int64 (N,)           the input a kernel's output is a view of (-1: none,
+                                 :attr:`Problem.alias`): that input's memory (its
+                                 producer's output, or its received copy) stays until
+                                 the view's own readers are done, as a tensor's storage
+                                 outlives its base's last reader while a view of it lives
     ws : :func:`workspace`
 
     Returns
@@ -638,6 +645,7 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
     (start, end, pending, out_ref, tr_first, recv_ref, hbuf,
      tr_k, tr_dst, tr_start, tr_end, tr_bytes, tr_next) = ws[:13]
     in_dev, out_kernel, out_dev = ws[24:27]
+    held = ws[44]
     # A kernel waits for one arrival per edge entering its group. Fusion builds in-trees,
     # so the edges leaving a kernel are exactly its root's out-edges. The kernel and
     # device at the far end of every edge are looked up here once, so that the event
@@ -645,6 +653,7 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
     count = np.zeros(D, np.int64)
     for i in range(n):
         pending[i] = 0
+        held[i] = -1
     for i in range(n):
         g = group[i]
         if g == i:
@@ -855,13 +864,29 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
                             continue
                         p = pred_idx[j]
                         if pd == d:
+                            if m == k and alias[k] == p:  # kept while the view is read
+                                held[k] = p
+                                continue
                             out_ref[p] -= 1
-                            if out_ref[p] == 0:
-                                mem[d] -= kout[p]
+                            x = p if out_ref[p] == 0 else -1
+                            while x >= 0:  # freed, and what it kept as a view
+                                mem[d] -= kout[x]
+                                x = held[x]
+                                if x < -1:
+                                    recv_ref[-2 - x] -= 1
+                                    if recv_ref[-2 - x] == 0:
+                                        mem[d] -= tr_bytes[-2 - x]
+                                elif x >= 0:
+                                    out_ref[x] -= 1
+                                    if out_ref[x] > 0:
+                                        x = -1
                         else:  # p's transfers to each device were made in a row
                             tr = tr_first[p]
                             while tr_dst[tr] != d:
                                 tr += 1
+                            if m == k and alias[k] == p:
+                                held[k] = -2 - tr
+                                continue
                             recv_ref[tr] -= 1
                             if recv_ref[tr] == 0:
                                 mem[d] -= tr_bytes[tr]
@@ -910,8 +935,18 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
                             link_list[nll] = li
                             nll += 1
                 out_ref[k] = nref
-                if nref == 0:
-                    mem[d] -= kout[k]
+                x = k if nref == 0 else -1
+                while x >= 0:  # freed, and what it kept as a view
+                    mem[d] -= kout[x]
+                    x = held[x]
+                    if x < -1:
+                        recv_ref[-2 - x] -= 1
+                        if recv_ref[-2 - x] == 0:
+                            mem[d] -= tr_bytes[-2 - x]
+                    elif x >= 0:
+                        out_ref[x] -= 1
+                        if out_ref[x] > 0:
+                            x = -1
             elif x >= n + ncap:  # a link is free again; its transfer is still in flight
                 tr = x - n - ncap
                 li = dev[tr_k[tr]] * D + tr_dst[tr]
@@ -942,8 +977,18 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
                         link_list[nll] = li
                         nll += 1
                 out_ref[k] -= 1
-                if out_ref[k] == 0:
-                    mem[a] -= kout[k]
+                x = k if out_ref[k] == 0 else -1
+                while x >= 0:  # freed, and what it kept as a view
+                    mem[a] -= kout[x]
+                    x = held[x]
+                    if x < -1:
+                        recv_ref[-2 - x] -= 1
+                        if recv_ref[-2 - x] == 0:
+                            mem[a] -= tr_bytes[-2 - x]
+                    elif x >= 0:
+                        out_ref[x] -= 1
+                        if out_ref[x] > 0:
+                            x = -1
                 for j in range(succ_ptr[k], succ_ptr[k + 1]):
                     if out_dev[j] == b:
                         c = out_kernel[j]
@@ -989,7 +1034,7 @@ _scratch = threading.local()
 def evaluate(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ_ptr, succ_idx,
              succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes, temp_bytes,
              persistent, coloc, capacity, bw, lat, cand, single_eb, fflags, level, max_fuse,
-             max_ops, large_ops, large_slope, shared, host, slope, hostw, olat, ecap):
+             max_ops, large_ops, large_slope, shared, host, slope, hostw, olat, alias, ecap):
     """:func:`evaluate_in` in this thread's work arrays.
 
     Its result depends on its arguments alone (the engine writes every work array before
@@ -1004,14 +1049,15 @@ def evaluate(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ
                        succ_idx, succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes,
                        temp_bytes, persistent, coloc, capacity, bw, lat, cand, single_eb, fflags,
                        level, max_fuse, max_ops, large_ops, large_slope, shared, host, slope,
-                       hostw, olat, _scratch.ws)
+                       hostw, olat, alias, _scratch.ws)
 
 
 @_jit()
 def evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ_ptr,
                 succ_idx, succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes,
                 temp_bytes, persistent, coloc, capacity, bw, lat, cand, single_eb, fflags, level,
-                max_fuse, max_ops, large_ops, large_slope, shared, host, slope, hostw, olat, ws):
+                max_fuse, max_ops, large_ops, large_slope, shared, host, slope, hostw, olat, alias,
+                ws):
     """Fuse, cost the kernels, run, check validity, in the work arrays ``ws``.
     ``fusion_mode``: 0 none, 1 the compiler's default, 2 by ``fprio``. Returns ``(run's
     result, group, state (bit 1: duplicated), number of kernels, validity code, device or
@@ -1037,8 +1083,10 @@ def evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, s
         g2, kdur, kout, ktemp, kprio, mh, mn, kpp, kpi, ksp, ksi, ksb = kernel_graph(
             group, place, prio, time, flop_t, mem_t, launch, spb, cls, temp_bytes, out_bytes,
             succ_ptr, succ_idx, succ_bytes, large_ops, large_slope, ws)
+        # a kernel graph's nodes are kernels and copies: no view is a kernel of its own there
         res = run(g2, place, kdur, kout, ktemp, kprio, use_fifo, mh, mn, kpp, kpi, ksp, ksi,
-                  ksb, bw, lat, ndev, shared, host, slope, hostw, olat, ws)
+                  ksb, bw, lat, ndev, shared, host, slope, hostw, olat,
+                  np.full(g2.shape[0], -1, np.int64), ws)
     else:
         kdur, ktemp, kprio, mhead, mnext = kernel_costs(group, place, prio, fused, time, flop_t,
                                                         mem_t, launch, spb, cls, temp_bytes,
@@ -1046,7 +1094,7 @@ def evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, s
                                                         ws)
         res = run(group, place, kdur, out_bytes, ktemp, kprio, use_fifo, mhead, mnext, pred_ptr,
                   pred_idx, succ_ptr, succ_idx, succ_bytes, bw, lat, ndev, shared, host, slope,
-                  hostw, olat, ws)
+                  hostw, olat, alias, ws)
     nk = 0
     ngroups = 0
     peak = res[1]
@@ -1078,7 +1126,8 @@ def evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, s
 def evaluate_batch(places, prios, fifo, fprios, mode, pred_ptr, pred_idx, succ_ptr, succ_idx,
                    succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes, temp_bytes,
                    persistent, coloc, capacity, bw, lat, cand, single_eb, fflags, level, max_fuse,
-                   max_ops, large_ops, large_slope, shared, host, slope, hostw, olat, ecap, nthreads):
+                   max_ops, large_ops, large_slope, shared, host, slope, hostw, olat, alias, ecap,
+                   nthreads):
     """:func:`evaluate_in` for B plans in chunks of plans, one workspace per chunk.
 
     There are a few chunks per thread, handed out one at a time (the caller sets numba's
@@ -1100,7 +1149,8 @@ def evaluate_batch(places, prios, fifo, fprios, mode, pred_ptr, pred_idx, succ_p
                                            flop_t, mem_t, launch, spb, cls, out_bytes,
                                            temp_bytes, persistent, coloc, capacity, bw, lat,
                                            cand, single_eb, fflags, level, max_fuse, max_ops,
-                                           large_ops, large_slope, shared, host, slope, hostw, olat, ws)
+                                           large_ops, large_slope, shared, host, slope, hostw, olat,
+                                           alias, ws)
             step[i] = res[0]
             peak[i, :] = res[1]
             code[i] = cd
