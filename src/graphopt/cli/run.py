@@ -57,7 +57,7 @@ def run(
     """
     from graphopt.exec.api import (PROGRAM_TIMING, apply_traced, default_cluster,
                                    load_program_timing, parse_devices, program_problem,
-                                   save_trace, trace_source)
+                                   save_trace, simulated_peak_memory, trace_source)
     from graphopt.hardware import load_cluster
     from graphopt.sim import Plan, simulate
     from graphopt.sim.plan import check_made_for
@@ -130,7 +130,7 @@ def run(
     m = Table(title="peak memory per device (measured: the CPU allocator's events in one step)")
     for col in ("device", "measured", "simulated", "simulated / measured"):
         m.add_column(col, justify="right")
-    for d, (real, simulated) in enumerate(zip(peaks, sim.peak_memory)):
+    for d, (real, simulated) in enumerate(zip(peaks, simulated_peak_memory(prob, p, devices))):
         m.add_row(f"{kind}:{d}", f"{real / 2**20:.2f} MiB", f"{simulated / 2**20:.2f} MiB",
                   f"{simulated / real:.2f}x" if real else "-")
     console.print(m)

@@ -24,12 +24,14 @@ from graphopt.hardware import Cluster
 from graphopt.sim import Plan, Problem
 
 __all__ = ["PlacedProgram", "StepResult", "apply", "apply_traced", "default_cluster", "measure_plans",
-           "parse_devices", "program_problem", "save_trace", "trace_source"]
+           "parse_devices", "program_problem", "save_trace", "simulated_peak_memory", "trace_source"]
 
 
 def trace_source(spec: str) -> TracedProgram:
     """The PyTorch program a graph source names: ``zoo:NAME`` (a training step;
-    ``zoo:NAME-quick`` at CPU size) or a ``torch.export`` file (``.pt2``, forward).
+    ``zoo:NAME-quick`` at CPU size), ``hf:MODEL_TYPE[:key=value,...]`` (a ``transformers``
+    model's training step, :mod:`graphopt.zoo.hf`) or a ``torch.export`` file (``.pt2``,
+    forward).
 
     The program and its IR graph come from one trace, so a plan made for
     ``graphopt optimize SOURCE`` fits it node for node.
@@ -41,12 +43,17 @@ def trace_source(spec: str) -> TracedProgram:
         model, inputs = entry.make()
         traced = trace_program(model, inputs, training=True, optimizer="sgd", name=entry.name)
         return traced
+    if spec.startswith("hf:"):
+        from graphopt.zoo.hf import make
+
+        module, inputs, _ = make(spec.removeprefix("hf:"))
+        return trace_program(module, inputs, training=True, optimizer="sgd", name=spec)
     if is_program(spec):
         from graphopt.frontends.torch import load_program
 
         return load_program(spec)
     raise GraphoptError(f"graph {spec!r}: only PyTorch programs run for real: zoo:NAME (e.g. "
-                        "zoo:rnnlm-2-quick) or a torch.export .pt2 file")
+                        "zoo:rnnlm-2-quick), hf:MODEL_TYPE or a torch.export .pt2 file")
 
 
 #: The op times ``graphopt optimize --out DIR`` timed a program with on a calibrated
@@ -134,6 +141,23 @@ def program_problem(traced: TracedProgram, cluster: Cluster, pool: CPUWorkers | 
     from graphopt.exec import calibrate  # the module's attribute, so that tests may stand in for it
 
     return calibrate.engine_problem(traced, cluster, pool)
+
+
+def simulated_peak_memory(prob: Problem, plan: Plan, devices: str):
+    """The simulator's peak memory per device (bytes) for ``plan`` as the engine runs it
+    on ``devices``: no fusion (it runs op by op), and on CPU worker processes every
+    transfer's tensors held for the whole step (:meth:`Problem.with_step_buffers
+    <graphopt.sim.Problem.with_step_buffers>`: receives are posted when the step
+    starts, sends complete when it ends). What :meth:`PlacedProgram.peak_memory`
+    measures stands beside it."""
+    import numpy as np
+
+    from graphopt.sim import simulate
+
+    kind, count = parse_devices(devices)
+    if kind == "cpu" and count > 1:
+        prob = prob.with_step_buffers()
+    return simulate(prob, plan.replace(fusion=np.zeros(prob.num_nodes))).peak_memory
 
 
 def parse_devices(spec: str) -> tuple[str, int]:

@@ -578,7 +578,7 @@ def _with_transfer_work(group, dev, kdur, succ_ptr, succ_idx, out_kernel, out_de
 @_jit()
 def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
         pred_ptr, pred_idx, succ_ptr, succ_idx, succ_bytes, bw, lat, ndev, shared, host, slope,
-        hostw, olat, alias, ws):
+        hostw, olat, alias, hold, ws):
     """Simulate one plan. Kernels are the nodes with ``group[i] == i``.
 
     Parameters (N nodes, E edges, D devices)
@@ -620,6 +620,10 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
                                  producer's output, or its received copy) stays until
                                  the view's own readers are done, as a tensor's storage
                                  outlives its base's last reader while a view of it lives
+    hold : bool                  every transfer's tensors held all step
+                                 (:meth:`Problem.with_step_buffers`): a sent output
+                                 until the step ends, a received one from its start
+                                 (added to ``peak`` as each device's received bytes)
     ws : :func:`workspace`
 
     Returns
@@ -808,9 +812,10 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
                     new_t[nnew] = t + wire
                     new_id[nnew] = n + ncap + tr
                     nnew += 1
-                mem[b] += tr_bytes[tr]
-                if mem[b] > peak[b]:
-                    peak[b] = mem[b]
+                if not hold:
+                    mem[b] += tr_bytes[tr]
+                    if mem[b] > peak[b]:
+                        peak[b] = mem[b]
                 moved += tr_bytes[tr]
         nll = 0
         if shared:
@@ -921,7 +926,8 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
                         tr_dst[tr] = dd
                         tr_bytes[tr] = tmpb[dd]
                         tr_next[tr] = -1
-                        recv_ref[tr] = nrecv[dd]
+                        # held: a count that never runs out (freed when the step ends)
+                        recv_ref[tr] = nrecv[dd] + (1 << 30 if hold else 0)
                         tmpb[dd] = -1.0
                         nrecv[dd] = 0
                         li = d * D + dd
@@ -934,8 +940,8 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
                             dirty_link[li] = True
                             link_list[nll] = li
                             nll += 1
-                out_ref[k] = nref
-                x = k if nref == 0 else -1
+                out_ref[k] = nref + (1 << 30 if hold and remote else 0)
+                x = k if out_ref[k] == 0 else -1
                 while x >= 0:  # freed, and what it kept as a view
                     mem[d] -= kout[x]
                     x = held[x]
@@ -1003,6 +1009,9 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
                     dirty_dev[b] = True
                     dev_list[ndl] = b
                     ndl += 1
+    if hold:  # received tensors: allocated before the step, all at once
+        for tr in range(ntr):
+            peak[tr_dst[tr]] += tr_bytes[tr]
     return (step, peak, busy, moved, start, end, ntr, tr_k[:ntr].astype(np.int64),
             tr_dst[:ntr].astype(np.int64), tr_start[:ntr], tr_end[:ntr], tr_bytes[:ntr])
 
@@ -1034,7 +1043,7 @@ _scratch = threading.local()
 def evaluate(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ_ptr, succ_idx,
              succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes, temp_bytes,
              persistent, coloc, capacity, bw, lat, cand, single_eb, fflags, level, max_fuse,
-             max_ops, large_ops, large_slope, shared, host, slope, hostw, olat, alias, ecap):
+             max_ops, large_ops, large_slope, shared, host, slope, hostw, olat, alias, hold, ecap):
     """:func:`evaluate_in` in this thread's work arrays.
 
     Its result depends on its arguments alone (the engine writes every work array before
@@ -1049,7 +1058,7 @@ def evaluate(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ
                        succ_idx, succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes,
                        temp_bytes, persistent, coloc, capacity, bw, lat, cand, single_eb, fflags,
                        level, max_fuse, max_ops, large_ops, large_slope, shared, host, slope,
-                       hostw, olat, alias, _scratch.ws)
+                       hostw, olat, alias, hold, _scratch.ws)
 
 
 @_jit()
@@ -1057,7 +1066,7 @@ def evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, s
                 succ_idx, succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes,
                 temp_bytes, persistent, coloc, capacity, bw, lat, cand, single_eb, fflags, level,
                 max_fuse, max_ops, large_ops, large_slope, shared, host, slope, hostw, olat, alias,
-                ws):
+                hold, ws):
     """Fuse, cost the kernels, run, check validity, in the work arrays ``ws``.
     ``fusion_mode``: 0 none, 1 the compiler's default, 2 by ``fprio``. Returns ``(run's
     result, group, state (bit 1: duplicated), number of kernels, validity code, device or
@@ -1086,7 +1095,7 @@ def evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, s
         # a kernel graph's nodes are kernels and copies: no view is a kernel of its own there
         res = run(g2, place, kdur, kout, ktemp, kprio, use_fifo, mh, mn, kpp, kpi, ksp, ksi,
                   ksb, bw, lat, ndev, shared, host, slope, hostw, olat,
-                  np.full(g2.shape[0], -1, np.int64), ws)
+                  np.full(g2.shape[0], -1, np.int64), hold, ws)
     else:
         kdur, ktemp, kprio, mhead, mnext = kernel_costs(group, place, prio, fused, time, flop_t,
                                                         mem_t, launch, spb, cls, temp_bytes,
@@ -1094,7 +1103,7 @@ def evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, s
                                                         ws)
         res = run(group, place, kdur, out_bytes, ktemp, kprio, use_fifo, mhead, mnext, pred_ptr,
                   pred_idx, succ_ptr, succ_idx, succ_bytes, bw, lat, ndev, shared, host, slope,
-                  hostw, olat, alias, ws)
+                  hostw, olat, alias, hold, ws)
     nk = 0
     ngroups = 0
     peak = res[1]
@@ -1126,8 +1135,8 @@ def evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, s
 def evaluate_batch(places, prios, fifo, fprios, mode, pred_ptr, pred_idx, succ_ptr, succ_idx,
                    succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes, temp_bytes,
                    persistent, coloc, capacity, bw, lat, cand, single_eb, fflags, level, max_fuse,
-                   max_ops, large_ops, large_slope, shared, host, slope, hostw, olat, alias, ecap,
-                   nthreads):
+                   max_ops, large_ops, large_slope, shared, host, slope, hostw, olat, alias, hold,
+                   ecap, nthreads):
     """:func:`evaluate_in` for B plans in chunks of plans, one workspace per chunk.
 
     There are a few chunks per thread, handed out one at a time (the caller sets numba's
@@ -1150,7 +1159,7 @@ def evaluate_batch(places, prios, fifo, fprios, mode, pred_ptr, pred_idx, succ_p
                                            temp_bytes, persistent, coloc, capacity, bw, lat,
                                            cand, single_eb, fflags, level, max_fuse, max_ops,
                                            large_ops, large_slope, shared, host, slope, hostw, olat,
-                                           alias, ws)
+                                           alias, hold, ws)
             step[i] = res[0]
             peak[i, :] = res[1]
             code[i] = cd

@@ -107,6 +107,7 @@ class Problem:
         self.out_bytes = np.array(g.out_bytes)
         self.temp_bytes = np.array(g.temp_bytes)
         self.alias = aliases(g)
+        self.step_buffers = False
         self._fusion_candidates()
 
     def _fusion_candidates(self) -> None:
@@ -193,6 +194,18 @@ class Problem:
         other.host_work = _host_work(other.cluster)
         return other
 
+    def with_step_buffers(self) -> Problem:
+        """This problem priced for a runtime that holds every transfer's tensors for the
+        whole step: a received tensor from the step's start (its receive is posted
+        then, into its buffer) and a sent one from its kernel's start to the step's end
+        (its send completes only when the step waits for it). That is how
+        :mod:`graphopt.exec`'s CPU workers run (docs/execution.md, "Peak memory"); the
+        simulator's own rule frees them when the transfer and the last reader are done.
+        Only the peak memory changes."""
+        other = copy.copy(self)
+        other.step_buffers = True
+        return other
+
     def __repr__(self) -> str:
         return (f"Problem(graph={self.graph.name!r}, nodes={self.num_nodes}, "
                 f"cluster={self.cluster.name!r})")
@@ -261,7 +274,8 @@ class Problem:
                 self.bandwidth, self.latency, self.cand_consumer, self.single_edge_bytes,
                 self.fusion_flags, self.level, self.max_fusion_size, self.max_fusion_operands,
                 self.fusion_efficient_ops, self.fusion_slowdown_per_op, self.shared, self.host,
-                self.slope, self.host_work, self.overlap_latency, self.alias, self.edge_capacity)
+                self.slope, self.host_work, self.overlap_latency, self.alias, self.step_buffers,
+                self.edge_capacity)
 
 
 def aliases(g: Graph) -> np.ndarray:
