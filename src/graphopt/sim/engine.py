@@ -186,8 +186,9 @@ def workspace(n, ndev, nedges):
         np.empty(n + 1, i64), np.empty(m, i64), np.empty(m), np.empty(n + 1, i64),
         np.empty(m, i64), np.empty(n, i64), np.empty(n, i64), np.empty(n, i64),
         np.empty(n, i64),
-        # run: the tensor a view's output keeps alive (its base, or -2 - a transfer)
-        np.empty(n, i32),
+        # run: the tensor a view's output keeps alive (its base, or -2 - a transfer);
+        # outputs whose last reference went at this instant
+        np.empty(n, i32), np.empty(n, i32),
     )
 
 
@@ -649,7 +650,8 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
     (start, end, pending, out_ref, tr_first, recv_ref, hbuf,
      tr_k, tr_dst, tr_start, tr_end, tr_bytes, tr_next) = ws[:13]
     in_dev, out_kernel, out_dev = ws[24:27]
-    held = ws[44]
+    held, freed = ws[44], ws[45]
+    nfreed = 0
     # A kernel waits for one arrival per edge entering its group. Fusion builds in-trees,
     # so the edges leaving a kernel are exactly its root's out-edges. The kernel and
     # device at the far end of every edge are looked up here once, so that the event
@@ -873,18 +875,9 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
                                 held[k] = p
                                 continue
                             out_ref[p] -= 1
-                            x = p if out_ref[p] == 0 else -1
-                            while x >= 0:  # freed, and what it kept as a view
-                                mem[d] -= kout[x]
-                                x = held[x]
-                                if x < -1:
-                                    recv_ref[-2 - x] -= 1
-                                    if recv_ref[-2 - x] == 0:
-                                        mem[d] -= tr_bytes[-2 - x]
-                                elif x >= 0:
-                                    out_ref[x] -= 1
-                                    if out_ref[x] > 0:
-                                        x = -1
+                            if out_ref[p] == 0:
+                                freed[nfreed] = p
+                                nfreed += 1
                         else:  # p's transfers to each device were made in a row
                             tr = tr_first[p]
                             while tr_dst[tr] != d:
@@ -941,18 +934,9 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
                             link_list[nll] = li
                             nll += 1
                 out_ref[k] = nref + (1 << 30 if hold and remote else 0)
-                x = k if out_ref[k] == 0 else -1
-                while x >= 0:  # freed, and what it kept as a view
-                    mem[d] -= kout[x]
-                    x = held[x]
-                    if x < -1:
-                        recv_ref[-2 - x] -= 1
-                        if recv_ref[-2 - x] == 0:
-                            mem[d] -= tr_bytes[-2 - x]
-                    elif x >= 0:
-                        out_ref[x] -= 1
-                        if out_ref[x] > 0:
-                            x = -1
+                if out_ref[k] == 0:
+                    freed[nfreed] = k
+                    nfreed += 1
             elif x >= n + ncap:  # a link is free again; its transfer is still in flight
                 tr = x - n - ncap
                 li = dev[tr_k[tr]] * D + tr_dst[tr]
@@ -983,18 +967,9 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
                         link_list[nll] = li
                         nll += 1
                 out_ref[k] -= 1
-                x = k if out_ref[k] == 0 else -1
-                while x >= 0:  # freed, and what it kept as a view
-                    mem[a] -= kout[x]
-                    x = held[x]
-                    if x < -1:
-                        recv_ref[-2 - x] -= 1
-                        if recv_ref[-2 - x] == 0:
-                            mem[a] -= tr_bytes[-2 - x]
-                    elif x >= 0:
-                        out_ref[x] -= 1
-                        if out_ref[x] > 0:
-                            x = -1
+                if out_ref[k] == 0:
+                    freed[nfreed] = k
+                    nfreed += 1
                 for j in range(succ_ptr[k], succ_ptr[k + 1]):
                     if out_dev[j] == b:
                         c = out_kernel[j]
@@ -1009,6 +984,23 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
                     dirty_dev[b] = True
                     dev_list[ndl] = b
                     ndl += 1
+        # free the outputs nobody needs any more, and what each kept alive as a view
+        # (before anything starts at t, as every release at t is)
+        while nfreed > 0:
+            nfreed -= 1
+            x = freed[nfreed]
+            dx = dev[x]
+            mem[dx] -= kout[x]
+            y = held[x]
+            if y < -1:
+                recv_ref[-2 - y] -= 1
+                if recv_ref[-2 - y] == 0:
+                    mem[dx] -= tr_bytes[-2 - y]
+            elif y >= 0:
+                out_ref[y] -= 1
+                if out_ref[y] == 0:
+                    freed[nfreed] = y
+                    nfreed += 1
     if hold:  # received tensors: allocated before the step, all at once
         for tr in range(ntr):
             peak[tr_dst[tr]] += tr_bytes[tr]

@@ -286,7 +286,8 @@ def aliases(g: Graph) -> np.ndarray:
     memory until the view's readers are done (docs/simulator.md, "Memory")."""
     ptr, idx, eid = g.pred
     out = np.full(g.num_nodes, -1, np.int64)
-    views = (class_ids(g.op) == OP_CLASSES.index("view")) & (g.out_bytes == 0) & (g.persistent_bytes == 0) & (ptr[1:] > ptr[:-1])
+    views = ((class_ids(g.op) == OP_CLASSES.index("view")) & (g.out_bytes == 0)
+             & (g.persistent_bytes == 0) & (ptr[1:] > ptr[:-1]))
     for i in np.flatnonzero(views):
         lo, hi = ptr[i], ptr[i + 1]
         out[i] = idx[lo + int(np.argmax(g.edge_bytes[eid[lo:hi]]))]
