@@ -20,6 +20,7 @@ every device of every plan.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import statistics
@@ -64,7 +65,8 @@ def run(models=MODELS, methods=tuple(METHODS), repeats: int = 3, budget: int = 5
         seed: int = 0) -> dict:
     """Measure and simulate every (model, method); returns the rows and the summary."""
     rows = []
-    with CPUWorkers(1) as one, CPUWorkers(2) as two:
+    with contextlib.ExitStack() as stack:
+        pools = {c: stack.enter_context(CPUWorkers(c)) for c in sorted({METHODS[m] for m in methods})}
         for spec in models:
             t0 = time.perf_counter()
             load = os.getloadavg()[0]
@@ -78,7 +80,7 @@ def run(models=MODELS, methods=tuple(METHODS), repeats: int = 3, budget: int = 5
                 prob = Problem(traced.graph, load_cluster(devices))
                 plan = optimize(prob, method, "placement", Budget(evals=budget), seed)[0]
                 with PlacedProgram(traced, plan, devices, seed=seed, workers=True,
-                                   pool=one if count == 1 else two) as placed:
+                                   pool=pools[count]) as placed:
                     placed()  # warm-up: the op cache, the allocator
                     steps = [placed.peak_memory() for _ in range(repeats)]
                 measured = [statistics.median(s[d] for s in steps) for d in range(count)]
