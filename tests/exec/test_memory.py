@@ -53,7 +53,7 @@ def test_one_device_measured_peak_is_the_simulated_one():
         step()
         measured = step.peak_memory()[0]
         prob = Problem(step.traced.graph, load_cluster("cpu:1"))
-        simulated = simulated_peak_memory(prob, Plan(), "cpu:1")[0]
+        simulated = simulated_peak_memory(prob, Plan(), "cpu:1", step.traced)[0]
     assert abs(simulated / measured - 1) < 0.02, (simulated, measured)
 
 
@@ -74,7 +74,7 @@ def test_two_workers_measure_each_device_within_ten_percent(pool):
     with PlacedProgram(traced, plan, "cpu:2", pool=pool) as placed:
         placed()
         measured = placed.peak_memory()
-    simulated = simulated_peak_memory(prob, plan, "cpu:2")
+    simulated = simulated_peak_memory(prob, plan, "cpu:2", traced)
     assert len(measured) == 2 and all(m > 0 for m in measured)
     for d in range(2):
         on_d = plan.placement == d

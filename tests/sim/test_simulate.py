@@ -495,7 +495,10 @@ def test_step_buffers_hold_transfers_for_the_whole_step():
     held = simulate(prob.with_step_buffers(), plan)
     assert own.peak_memory.tolist() == [205.0, 140.0]
     assert held.peak_memory.tolist() == [305.0, 160.0]
-    assert held.step_time == own.step_time and not prob.step_buffers
+    assert held.step_time == own.step_time and prob.step_buffers.size == 0
+    # a sender that packs a's output into a copy (per destination) holds it to the end
+    copied = simulate(prob.with_step_buffers(np.array([30.0, 0, 0, 0, 0])), plan)
+    assert copied.peak_memory.tolist() == [335.0, 160.0]
 
 
 def toy_cluster(d: int = 2, bw: float = 1e9, lat: float = 1e-6, memory: float = 1e12) -> Cluster:

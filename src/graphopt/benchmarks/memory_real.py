@@ -84,7 +84,7 @@ def run(models=MODELS, methods=tuple(METHODS), repeats: int = 3, budget: int = 5
                     placed()  # warm-up: the op cache, the allocator
                     steps = [placed.peak_memory() for _ in range(repeats)]
                 measured = [statistics.median(s[d] for s in steps) for d in range(count)]
-                simulated = simulated_peak_memory(prob, plan, devices)
+                simulated = simulated_peak_memory(prob, plan, devices, traced)
                 unfused = plan.replace(fusion=np.zeros(prob.num_nodes))
                 own = simulate(prob, unfused).peak_memory
                 before = simulate(_without_views(prob), unfused).peak_memory

@@ -130,7 +130,7 @@ def run(
     m = Table(title="peak memory per device (measured: the CPU allocator's events in one step)")
     for col in ("device", "measured", "simulated", "simulated / measured"):
         m.add_column(col, justify="right")
-    for d, (real, simulated) in enumerate(zip(peaks, simulated_peak_memory(prob, p, devices))):
+    for d, (real, simulated) in enumerate(zip(peaks, simulated_peak_memory(prob, p, devices, traced))):
         m.add_row(f"{kind}:{d}", f"{real / 2**20:.2f} MiB", f"{simulated / 2**20:.2f} MiB",
                   f"{simulated / real:.2f}x" if real else "-")
     console.print(m)

@@ -15,7 +15,7 @@ import torch
 
 from graphopt.errors import ExecutionError, GraphoptError
 from graphopt.exec.program import Program, compile_program
-from graphopt.exec.runner import AllocationPeak, materialize, run_inprocess
+from graphopt.exec.runner import AllocationPeak, materialize, pack_copies, run_inprocess
 from graphopt.exec.workers import CPUWorkers
 from graphopt.frontends.source import is_program
 from graphopt.frontends.torch import TracedProgram, trace_program
@@ -143,20 +143,26 @@ def program_problem(traced: TracedProgram, cluster: Cluster, pool: CPUWorkers | 
     return calibrate.engine_problem(traced, cluster, pool)
 
 
-def simulated_peak_memory(prob: Problem, plan: Plan, devices: str):
-    """The simulator's peak memory per device (bytes) for ``plan`` as the engine runs it
-    on ``devices``: no fusion (it runs op by op), and on CPU worker processes every
-    transfer's tensors held for the whole step (:meth:`Problem.with_step_buffers
-    <graphopt.sim.Problem.with_step_buffers>`: receives are posted when the step
-    starts, sends complete when it ends). What :meth:`PlacedProgram.peak_memory`
-    measures stands beside it."""
+def simulated_peak_memory(prob: Problem, plan: Plan, devices: str, traced: TracedProgram):
+    """The simulator's peak memory per device (bytes) for ``plan`` of ``traced`` as the
+    engine runs it on ``devices``: no fusion (it runs op by op), and on CPU worker
+    processes every transfer's tensors held for the whole step, with the copy a sender
+    packs a strided value, or a value of several tensors, into
+    (:meth:`Problem.with_step_buffers <graphopt.sim.Problem.with_step_buffers>`:
+    receives are posted when the step starts, sends complete when it ends). What
+    :meth:`PlacedProgram.peak_memory` measures stands beside it."""
     import numpy as np
 
     from graphopt.sim import simulate
 
     kind, count = parse_devices(devices)
     if kind == "cpu" and count > 1:
-        prob = prob.with_step_buffers()
+        index = {name: i for i, name in enumerate(traced.graph.names.tolist())}
+        copies = np.zeros(prob.num_nodes)
+        for n in traced.module.graph.nodes:
+            if n.name in traced.ir_names and "val" in n.meta:
+                copies[index[traced.ir_names[n.name]]] = pack_copies(n.meta["val"])
+        prob = prob.with_step_buffers(copies)
     return simulate(prob, plan.replace(fusion=np.zeros(prob.num_nodes))).peak_memory
 
 

@@ -18,7 +18,7 @@ from torch import fx
 from graphopt.errors import ExecutionError
 from graphopt.exec.program import Instr, Program, Ref, Transfer, refs, resolve_target
 
-__all__ = ["AllocationPeak", "held_bytes", "issue_order", "materialize", "pack", "run_op",
+__all__ = ["AllocationPeak", "held_bytes", "issue_order", "pack_copies", "materialize", "pack", "run_op",
            "run_inprocess", "unpack"]
 
 _TARGETS: dict[str, Callable] = {}
@@ -137,6 +137,22 @@ def pack(value: Any) -> list[torch.Tensor]:
     for t, (start, _) in zip(leaves, parts):
         _view(buf, start, t.shape, t.dtype).copy_(t)
     return [buf]
+
+
+def pack_copies(value: Any) -> int:
+    """Bytes :func:`pack` copies to send ``value`` (real or fake tensors): its tensors when
+    it holds several (packed into one buffer), its one tensor when that is not contiguous,
+    else none (the tensor itself is sent).
+
+    >>> pack_copies(torch.zeros(4, 2)), pack_copies(torch.zeros(4, 2).t()), pack_copies((torch.zeros(3), torch.zeros(1)))
+    (0, 32, 16)
+    """
+    leaves: list[torch.Tensor] = []
+    fx.node.map_aggregate(value, lambda v: leaves.append(v)
+                          if isinstance(v, torch.Tensor) and v.numel() else v)
+    if len(leaves) == 1 and leaves[0].is_contiguous():
+        return 0
+    return sum(t.numel() * t.element_size() for t in leaves)
 
 
 def _parts(leaves: list[tuple]) -> list[tuple[int, int]]:

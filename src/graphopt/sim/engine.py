@@ -579,7 +579,7 @@ def _with_transfer_work(group, dev, kdur, succ_ptr, succ_idx, out_kernel, out_de
 @_jit()
 def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
         pred_ptr, pred_idx, succ_ptr, succ_idx, succ_bytes, bw, lat, ndev, shared, host, slope,
-        hostw, olat, alias, hold, ws):
+        hostw, olat, alias, sbuf, ws):
     """Simulate one plan. Kernels are the nodes with ``group[i] == i``.
 
     Parameters (N nodes, E edges, D devices)
@@ -621,10 +621,13 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
                                  producer's output, or its received copy) stays until
                                  the view's own readers are done, as a tensor's storage
                                  outlives its base's last reader while a view of it lives
-    hold : bool                  every transfer's tensors held all step
+    sbuf : float64 (N,) or (0,)  empty: the simulator's own transfer rule; else every
+                                 transfer's tensors held all step
                                  (:meth:`Problem.with_step_buffers`): a sent output
-                                 until the step ends, a received one from its start
-                                 (added to ``peak`` as each device's received bytes)
+                                 until the step ends, with the copy ``sbuf[k]`` its
+                                 sender makes per destination, a received one from the
+                                 step's start (added to ``peak`` as each device's
+                                 received bytes)
     ws : :func:`workspace`
 
     Returns
@@ -652,6 +655,7 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
     in_dev, out_kernel, out_dev = ws[24:27]
     held, freed = ws[44], ws[45]
     nfreed = 0
+    hold = sbuf.shape[0] > 0
     # A kernel waits for one arrival per edge entering its group. Fusion builds in-trees,
     # so the edges leaving a kernel are exactly its root's out-edges. The kernel and
     # device at the far end of every edge are looked up here once, so that the event
@@ -923,6 +927,10 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
                         recv_ref[tr] = nrecv[dd] + (1 << 30 if hold else 0)
                         tmpb[dd] = -1.0
                         nrecv[dd] = 0
+                        if hold and sbuf[k] > 0.0:  # the sender's packed copy, to the end
+                            mem[d] += sbuf[k]
+                            if mem[d] > peak[d]:
+                                peak[d] = mem[d]
                         li = d * D + dd
                         if tail[li] >= 0:
                             tr_next[tail[li]] = tr
@@ -1035,7 +1043,7 @@ _scratch = threading.local()
 def evaluate(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ_ptr, succ_idx,
              succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes, temp_bytes,
              persistent, coloc, capacity, bw, lat, cand, single_eb, fflags, level, max_fuse,
-             max_ops, large_ops, large_slope, shared, host, slope, hostw, olat, alias, hold, ecap):
+             max_ops, large_ops, large_slope, shared, host, slope, hostw, olat, alias, sbuf, ecap):
     """:func:`evaluate_in` in this thread's work arrays.
 
     Its result depends on its arguments alone (the engine writes every work array before
@@ -1050,7 +1058,7 @@ def evaluate(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ
                        succ_idx, succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes,
                        temp_bytes, persistent, coloc, capacity, bw, lat, cand, single_eb, fflags,
                        level, max_fuse, max_ops, large_ops, large_slope, shared, host, slope,
-                       hostw, olat, alias, hold, _scratch.ws)
+                       hostw, olat, alias, sbuf, _scratch.ws)
 
 
 @_jit()
@@ -1058,7 +1066,7 @@ def evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, s
                 succ_idx, succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes,
                 temp_bytes, persistent, coloc, capacity, bw, lat, cand, single_eb, fflags, level,
                 max_fuse, max_ops, large_ops, large_slope, shared, host, slope, hostw, olat, alias,
-                hold, ws):
+                sbuf, ws):
     """Fuse, cost the kernels, run, check validity, in the work arrays ``ws``.
     ``fusion_mode``: 0 none, 1 the compiler's default, 2 by ``fprio``. Returns ``(run's
     result, group, state (bit 1: duplicated), number of kernels, validity code, device or
@@ -1087,7 +1095,8 @@ def evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, s
         # a kernel graph's nodes are kernels and copies: no view is a kernel of its own there
         res = run(g2, place, kdur, kout, ktemp, kprio, use_fifo, mh, mn, kpp, kpi, ksp, ksi,
                   ksb, bw, lat, ndev, shared, host, slope, hostw, olat,
-                  np.full(g2.shape[0], -1, np.int64), hold, ws)
+                  np.full(g2.shape[0], -1, np.int64),
+                  np.zeros(g2.shape[0] if sbuf.shape[0] > 0 else 0), ws)
     else:
         kdur, ktemp, kprio, mhead, mnext = kernel_costs(group, place, prio, fused, time, flop_t,
                                                         mem_t, launch, spb, cls, temp_bytes,
@@ -1095,7 +1104,7 @@ def evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, s
                                                         ws)
         res = run(group, place, kdur, out_bytes, ktemp, kprio, use_fifo, mhead, mnext, pred_ptr,
                   pred_idx, succ_ptr, succ_idx, succ_bytes, bw, lat, ndev, shared, host, slope,
-                  hostw, olat, alias, hold, ws)
+                  hostw, olat, alias, sbuf, ws)
     nk = 0
     ngroups = 0
     peak = res[1]
@@ -1127,7 +1136,7 @@ def evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, s
 def evaluate_batch(places, prios, fifo, fprios, mode, pred_ptr, pred_idx, succ_ptr, succ_idx,
                    succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes, temp_bytes,
                    persistent, coloc, capacity, bw, lat, cand, single_eb, fflags, level, max_fuse,
-                   max_ops, large_ops, large_slope, shared, host, slope, hostw, olat, alias, hold,
+                   max_ops, large_ops, large_slope, shared, host, slope, hostw, olat, alias, sbuf,
                    ecap, nthreads):
     """:func:`evaluate_in` for B plans in chunks of plans, one workspace per chunk.
 
@@ -1151,7 +1160,7 @@ def evaluate_batch(places, prios, fifo, fprios, mode, pred_ptr, pred_idx, succ_p
                                            temp_bytes, persistent, coloc, capacity, bw, lat,
                                            cand, single_eb, fflags, level, max_fuse, max_ops,
                                            large_ops, large_slope, shared, host, slope, hostw, olat,
-                                           alias, hold, ws)
+                                           alias, sbuf, ws)
             step[i] = res[0]
             peak[i, :] = res[1]
             code[i] = cd

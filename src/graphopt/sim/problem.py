@@ -107,7 +107,7 @@ class Problem:
         self.out_bytes = np.array(g.out_bytes)
         self.temp_bytes = np.array(g.temp_bytes)
         self.alias = aliases(g)
-        self.step_buffers = False
+        self.step_buffers = np.zeros(0)  # empty: the simulator's own transfer rule
         self._fusion_candidates()
 
     def _fusion_candidates(self) -> None:
@@ -194,16 +194,23 @@ class Problem:
         other.host_work = _host_work(other.cluster)
         return other
 
-    def with_step_buffers(self) -> Problem:
+    def with_step_buffers(self, send_copies: np.ndarray | None = None) -> Problem:
         """This problem priced for a runtime that holds every transfer's tensors for the
         whole step: a received tensor from the step's start (its receive is posted
         then, into its buffer) and a sent one from its kernel's start to the step's end
-        (its send completes only when the step waits for it). That is how
-        :mod:`graphopt.exec`'s CPU workers run (docs/execution.md, "Peak memory"); the
-        simulator's own rule frees them when the transfer and the last reader are done.
-        Only the peak memory changes."""
+        (its send completes only when the step waits for it), with ``send_copies[i]``
+        bytes (N,; default none) that sending node ``i``'s output copies on its device,
+        per destination (a runtime that packs a strided tensor, or several, into one
+        message). That is how :mod:`graphopt.exec`'s CPU workers run (docs/execution.md,
+        "Peak memory, measured"); the simulator's own rule frees a transfer's tensors when
+        the transfer and the last reader are done. Only the peak memory changes."""
+        copies = np.zeros(self.num_nodes) if send_copies is None else \
+            np.asarray(send_copies, dtype=np.float64)
+        if copies.shape != (self.num_nodes,) or not (np.isfinite(copies) & (copies >= 0)).all():
+            raise PlanError(f"send_copies: expected {self.num_nodes} finite bytes >= 0, got "
+                            f"shape {copies.shape}")
         other = copy.copy(self)
-        other.step_buffers = True
+        other.step_buffers = copies
         return other
 
     def __repr__(self) -> str:
