@@ -10,7 +10,8 @@ step's start, its state, inputs and receive buffers, plus the highest running to
 the CPU allocator's events in the step, from PyTorch's profiler memory records); the
 median of those steps is the measured peak. The simulated peak is
 :func:`graphopt.exec.api.simulated_peak_memory` (no fusion; on two workers every
-transfer's tensors held all step, as the engine holds them). Two ablations on the same
+transfer's tensors held all step, as the engine holds them, with the copies its senders
+pack strided values and values of several tensors into). Two ablations on the same
 plans: the simulator's own transfer rule (freed when the transfer and the last reader are
 done), and that rule with views costing their base nothing beyond their own readers
 (the simulator before views kept their base alive). Nothing is fitted. The error of a
