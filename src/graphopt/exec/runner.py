@@ -144,7 +144,8 @@ def pack_copies(value: Any) -> int:
     it holds several (packed into one buffer), its one tensor when that is not contiguous,
     else none (the tensor itself is sent).
 
-    >>> pack_copies(torch.zeros(4, 2)), pack_copies(torch.zeros(4, 2).t()), pack_copies((torch.zeros(3), torch.zeros(1)))
+    >>> x = torch.zeros(4, 2)
+    >>> pack_copies(x), pack_copies(x.t()), pack_copies((torch.zeros(3), torch.zeros(1)))
     (0, 32, 16)
     """
     leaves: list[torch.Tensor] = []
