@@ -92,7 +92,8 @@ def test_run_and_optimize_measure_predict_one_plan_alike(tmp_path, timed, monkey
                                  "-c", cluster, "--devices", "cpu:2", "--steps", "1"])
     assert r.exit_code == 0, r.output
     assert timed == ["calibrated-cpu"]  # run reused optimize's op times: timed nothing
-    assert seen == [predicted]
+    # the time, then the peak memory per device (its step time is the same)
+    assert seen and set(seen) == {predicted}
 
 
 def test_run_reuses_the_op_times_optimize_kept_beside_its_plans(tmp_path, monkeypatch):
@@ -142,12 +143,13 @@ def test_run_reuses_the_op_times_optimize_kept_beside_its_plans(tmp_path, monkey
     run = ["run", str(path), "-c", cluster, "--devices", "cpu:2", "--steps", "1", "--plan"]
     r = CliRunner().invoke(app, [*run, str(out / "sa" / "plan.json")])
     assert r.exit_code == 0, r.output
-    assert len(calls) == 1 and seen == [predicted] and PROGRAM_TIMING in r.output
+    assert len(calls) == 1 and seen and set(seen) == {predicted} and PROGRAM_TIMING in r.output
+    first = len(seen)
     (tmp_path / "elsewhere").mkdir()
     shutil.copy(out / "sa" / "plan.json", tmp_path / "elsewhere" / "plan.json")
     r = CliRunner().invoke(app, [*run, str(tmp_path / "elsewhere" / "plan.json")])
     assert r.exit_code == 0, r.output
-    assert len(calls) == 2 and seen[1] != predicted  # timed again: the stand-in's 2nd times
+    assert len(calls) == 2 and predicted not in seen[first:]  # timed again: the stand-in's 2nd times
 
 
 def test_a_program_timing_of_another_graph_is_ignored_and_a_tampered_one_refused(tmp_path):

@@ -454,6 +454,53 @@ def test_peak_memory_with_an_unconsumed_output_and_scratch(one_device):
     assert simulate(prob, Plan(priority=[0.0, 0.0, 1.0])).peak_memory.tolist() == [1596.0]
 
 
+def test_a_view_keeps_its_base_until_its_readers_are_done(one_device):
+    # a -> v (a view of a: no bytes of its own) -> c; b runs between v and c (FIFO).
+    #   a: 100;  v: 100;  b: a (kept: v is still to be read) + b = 100 + 50 = 150;
+    #   c: a + b + c = 100 + 50 + 30 = 180 <- peak.  Were a freed when v ended: 80.
+    prob, plan = chain_problem([
+        ("a", {"out_bytes": 100}),
+        ("v", {"op": "view", "inputs": ["a"]}),
+        ("b", {"out_bytes": 50, "inputs": ["a"]}),
+        ("c", {"out_bytes": 30, "inputs": ["v", "b"]}),
+    ], one_device)
+    assert prob.alias.tolist() == [-1, 0, -1, -1]
+    assert simulate(prob, plan).peak_memory.tolist() == [180.0]
+    # a view with no reader frees its base at once; a view of a view keeps the first base
+    prob, plan = chain_problem([
+        ("a", {"out_bytes": 100}),
+        ("v", {"op": "view", "inputs": ["a"]}),
+        ("w", {"op": "view", "inputs": ["v"]}),
+        ("b", {"out_bytes": 50}),
+        ("c", {"out_bytes": 30, "inputs": ["w", "b"]}),
+    ], one_device)
+    assert simulate(prob, plan).peak_memory.tolist() == [180.0]
+
+
+def test_step_buffers_hold_transfers_for_the_whole_step():
+    # a on dev 0 -> b -> c on dev 1; d -> e on dev 0, d long, starting when a ends.
+    #   own rule: dev 0 frees out_a (100) once its transfer ends (during d): e runs with
+    #   d + e = 5 + 200 = 205; dev 1 frees the received 100 when b ends: 100 + 40 = 140.
+    #   step buffers: dev 0 keeps out_a to the end: 100 + 5 + 200 = 305; dev 1 holds the
+    #   received 100 from the start: 100 + b 40 + c 20 = 160.
+    g = GraphBuilder("t")
+    g.add_node("a", "my_custom_op", flops=1e6, out_bytes=100)
+    g.add_node("b", "my_custom_op", flops=1e6, out_bytes=40, inputs=["a"])
+    g.add_node("c", "my_custom_op", flops=1e6, out_bytes=20, inputs=["b"])
+    g.add_node("d", "my_custom_op", flops=1e9, out_bytes=5)
+    g.add_node("e", "my_custom_op", flops=1e6, out_bytes=200, inputs=["d"])
+    prob = Problem(g.build(), toy_cluster(2))
+    plan = Plan(placement=[0, 1, 1, 0, 0], fusion=np.zeros(5))
+    own = simulate(prob, plan)
+    held = simulate(prob.with_step_buffers(), plan)
+    assert own.peak_memory.tolist() == [205.0, 140.0]
+    assert held.peak_memory.tolist() == [305.0, 160.0]
+    assert held.step_time == own.step_time and prob.step_buffers.size == 0
+    # a sender that packs a's output into a copy (per destination) holds it to the end
+    copied = simulate(prob.with_step_buffers(np.array([30.0, 0, 0, 0, 0])), plan)
+    assert copied.peak_memory.tolist() == [335.0, 160.0]
+
+
 def toy_cluster(d: int = 2, bw: float = 1e9, lat: float = 1e-6, memory: float = 1e12) -> Cluster:
     devs = tuple(Device(f"dev:{i}", "toy", {"float32": 1e12}, 1e11, 1e11, memory, 1e-6)
                  for i in range(d))

@@ -50,13 +50,14 @@ def run(
              "on --devices cpu:K processes, measured beside the simulator, the loss checked "
              "against the unsplit model's. Example: runs/p/exact/pipeline.json"),
 ) -> None:
-    """Run a plan for real and compare its measured step time with the simulator's.
+    """Run a plan for real and compare its measured step time and peak memory per device
+    with the simulator's.
 
     Example: graphopt run zoo:rnnlm-2-quick --plan runs/r/sa/plan.json --devices cpu:2
     """
     from graphopt.exec.api import (PROGRAM_TIMING, apply_traced, default_cluster,
                                    load_program_timing, parse_devices, program_problem,
-                                   save_trace, trace_source)
+                                   save_trace, simulated_peak_memory, trace_source)
     from graphopt.hardware import load_cluster
     from graphopt.sim import Plan, simulate
     from graphopt.sim.plan import check_made_for
@@ -113,6 +114,8 @@ def run(
                 with console.status(f"running {steps + 1} steps"):
                     timing = placed.measure(steps=steps, warmup=1)
                     last = placed()
+                with console.status("one step measuring memory"):
+                    peaks = placed.peak_memory()
     except GraphoptError as err:
         fail(err)
     t = Table(title=f"{traced.graph.name}: {traced.graph.num_nodes} ops on {devices}")
@@ -124,6 +127,13 @@ def run(
               f"{sim.step_time * 1e3:.2f} ms ({c.name})",
               f"{sim.step_time / timing['median']:.2f}x", str(placed.program.moved))
     console.print(t)
+    m = Table(title="peak memory per device (measured: the CPU allocator's events in one step)")
+    for col in ("device", "measured", "simulated", "simulated / measured"):
+        m.add_column(col, justify="right")
+    for d, (real, simulated) in enumerate(zip(peaks, simulated_peak_memory(prob, p, devices, traced))):
+        m.add_row(f"{kind}:{d}", f"{real / 2**20:.2f} MiB", f"{simulated / 2**20:.2f} MiB",
+                  f"{simulated / real:.2f}x" if real else "-")
+    console.print(m)
     if trace is not None:
         from graphopt.sim.trace import save_chrome_trace
 

@@ -15,7 +15,7 @@ import torch
 
 from graphopt.errors import ExecutionError, GraphoptError
 from graphopt.exec.program import Program, compile_program
-from graphopt.exec.runner import materialize, run_inprocess
+from graphopt.exec.runner import AllocationPeak, materialize, pack_copies, run_inprocess
 from graphopt.exec.workers import CPUWorkers
 from graphopt.frontends.source import is_program
 from graphopt.frontends.torch import TracedProgram, trace_program
@@ -24,12 +24,14 @@ from graphopt.hardware import Cluster
 from graphopt.sim import Plan, Problem
 
 __all__ = ["PlacedProgram", "StepResult", "apply", "apply_traced", "default_cluster", "measure_plans",
-           "parse_devices", "program_problem", "save_trace", "trace_source"]
+           "parse_devices", "program_problem", "save_trace", "simulated_peak_memory", "trace_source"]
 
 
 def trace_source(spec: str) -> TracedProgram:
     """The PyTorch program a graph source names: ``zoo:NAME`` (a training step;
-    ``zoo:NAME-quick`` at CPU size) or a ``torch.export`` file (``.pt2``, forward).
+    ``zoo:NAME-quick`` at CPU size), ``hf:MODEL_TYPE[:key=value,...]`` (a ``transformers``
+    model's training step, :mod:`graphopt.zoo.hf`) or a ``torch.export`` file (``.pt2``,
+    forward).
 
     The program and its IR graph come from one trace, so a plan made for
     ``graphopt optimize SOURCE`` fits it node for node.
@@ -41,12 +43,17 @@ def trace_source(spec: str) -> TracedProgram:
         model, inputs = entry.make()
         traced = trace_program(model, inputs, training=True, optimizer="sgd", name=entry.name)
         return traced
+    if spec.startswith("hf:"):
+        from graphopt.zoo.hf import make
+
+        module, inputs, _ = make(spec.removeprefix("hf:"))
+        return trace_program(module, inputs, training=True, optimizer="sgd", name=spec)
     if is_program(spec):
         from graphopt.frontends.torch import load_program
 
         return load_program(spec)
     raise GraphoptError(f"graph {spec!r}: only PyTorch programs run for real: zoo:NAME (e.g. "
-                        "zoo:rnnlm-2-quick) or a torch.export .pt2 file")
+                        "zoo:rnnlm-2-quick), hf:MODEL_TYPE or a torch.export .pt2 file")
 
 
 #: The op times ``graphopt optimize --out DIR`` timed a program with on a calibrated
@@ -134,6 +141,29 @@ def program_problem(traced: TracedProgram, cluster: Cluster, pool: CPUWorkers | 
     from graphopt.exec import calibrate  # the module's attribute, so that tests may stand in for it
 
     return calibrate.engine_problem(traced, cluster, pool)
+
+
+def simulated_peak_memory(prob: Problem, plan: Plan, devices: str, traced: TracedProgram):
+    """The simulator's peak memory per device (bytes) for ``plan`` of ``traced`` as the
+    engine runs it on ``devices``: no fusion (it runs op by op), and on CPU worker
+    processes every transfer's tensors held for the whole step, with the copy a sender
+    packs a strided value, or a value of several tensors, into
+    (:meth:`Problem.with_step_buffers <graphopt.sim.Problem.with_step_buffers>`:
+    receives are posted when the step starts, sends complete when it ends). What
+    :meth:`PlacedProgram.peak_memory` measures stands beside it."""
+    import numpy as np
+
+    from graphopt.sim import simulate
+
+    kind, count = parse_devices(devices)
+    if kind == "cpu" and count > 1:
+        index = {name: i for i, name in enumerate(traced.graph.names.tolist())}
+        copies = np.zeros(prob.num_nodes)
+        for n in traced.module.graph.nodes:
+            if n.name in traced.ir_names and "val" in n.meta:
+                copies[index[traced.ir_names[n.name]]] = pack_copies(n.meta["val"])
+        prob = prob.with_step_buffers(copies)
+    return simulate(prob, plan.replace(fusion=np.zeros(prob.num_nodes))).peak_memory
 
 
 def parse_devices(spec: str) -> tuple[str, int]:
@@ -254,6 +284,44 @@ class PlacedProgram:
         ops = [e for e in events if e[0] in ("op", "step")]
         seconds = max(e[4] for e in ops) - min(e[3] for e in ops) if ops else 0.0
         return StepResult(outputs, seconds, events)
+
+    def peak_memory(self) -> list[int]:
+        """Run one step and return each device's peak memory in it (bytes), measured from
+        the CPU allocator's events: the state, inputs and receive buffers the device held
+        when the step began, plus the highest running total of what the step allocated
+        and freed (:class:`~graphopt.exec.runner.AllocationPeak`). The step is profiled,
+        so slower than a timed one; it is a training step like any other (it counts, and
+        updates the state). On CPU: worker processes, or one device in this process. On
+        CUDA devices: ``torch.cuda.max_memory_allocated`` of each over the step (CUDA
+        values live until the step ends; not run on this project's machines, which have
+        no GPU).
+
+        Examples
+        --------
+        >>> with apply(torch.nn.Linear(4, 2), (torch.randn(3, 4),)) as step:
+        ...     len(step.peak_memory())
+        1
+        """
+        if self.kind == "cuda":
+            for d in range(self.devices):
+                torch.cuda.reset_peak_memory_stats(d)
+            self()
+            return [torch.cuda.max_memory_allocated(d) for d in range(self.devices)]
+        if self._pool is None and self.devices > 1:
+            raise ExecutionError(f"peak memory per device is measured on worker processes, or "
+                                 f"one device in this process, not cpu:{self.devices} in this "
+                                 "process")
+        seed = self.seed * 1_000_003 + self._steps
+        self._steps += 1
+        if self._pool is not None:
+            if not self._pool.holds(self.program):
+                self._pool.load(self.program)
+            return self._pool.peak_memory(seed, self.program)
+        state = {n: v for n, (_, v) in self._values.items()}
+        with AllocationPeak(state) as meter:
+            _, table = run_inprocess(self.program, seed, self._values)
+        self._values = {n: (d, table[n]) for n, (d, _) in self._values.items()}
+        return [meter.peak]
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """The state tensors by qualified name, as the devices hold them now."""

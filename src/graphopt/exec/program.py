@@ -20,6 +20,7 @@ is what makes the executors deadlock-free (see :mod:`graphopt.exec.workers`).
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -319,6 +320,8 @@ def compile_program(traced: TracedProgram, plan: Plan | None, devices: int) -> P
                         device[i], float(prio[ir[i]]) if ir[i] >= 0 else 0.0, rng)
             instrs.append(ins)
             at[i] = ins
+        elif n.op == "get_attr":  # a constant the trace kept (transformers' masks): an input
+            feeds[i] = (device[i], functools.reduce(getattr, n.target.split("."), traced.module))
         elif n.op == "output":
             outputs = _map_refs(n.args[0], pos)
         else:

@@ -18,7 +18,8 @@ from torch import fx
 from graphopt.errors import ExecutionError
 from graphopt.exec.program import Instr, Program, Ref, Transfer, refs, resolve_target
 
-__all__ = ["issue_order", "materialize", "pack", "run_op", "run_inprocess", "unpack"]
+__all__ = ["AllocationPeak", "held_bytes", "issue_order", "pack_copies", "materialize", "pack", "run_op",
+           "run_inprocess", "unpack"]
 
 _TARGETS: dict[str, Callable] = {}
 
@@ -48,6 +49,68 @@ def run_op(ins: Instr, values: dict[int, Any], seed: int, device: torch.device |
                              f"{one_line(err)}") from err
 
 
+def held_bytes(*values: Any) -> int:
+    """Bytes of the distinct storages the tensors in ``values`` (any nesting) hold: what
+    a device has allocated for them, views and aliases counted once."""
+    seen: dict[int, int] = {}
+
+    def add(v: Any) -> Any:
+        if isinstance(v, torch.Tensor) and v.device.type == "cpu":
+            s = v.untyped_storage()
+            seen[s.data_ptr()] = s.nbytes()
+        return v
+
+    torch.utils._pytree.tree_map(add, list(values))
+    return sum(seen.values())
+
+
+class AllocationPeak:
+    """A device's peak memory over a region of code, from the CPU allocator's events.
+
+    ``peak`` = the bytes held when the region starts (:func:`held_bytes` of ``held``:
+    state, inputs, receive buffers) plus the highest running total of the bytes
+    allocated and freed in it, read from PyTorch's profiler memory records, one per
+    allocation and free, so that a peak reached inside an op (its workspace) counts.
+    The allocator's own rounding and glibc's headers are not in them: the bytes are
+    what tensors asked for. Frees of tensors allocated before the region are not
+    reported by the profiler; the caller keeps those alive (``held``).
+
+    Examples
+    --------
+    >>> m = AllocationPeak([])
+    >>> with m:
+    ...     x = torch.empty(1000)
+    ...     del x
+    ...     y = torch.empty(10)
+    >>> m.peak
+    4000
+    """
+
+    def __init__(self, held: Any = ()):
+        self.held = held_bytes(held)
+        self.peak = self.held
+        self._prof: Any = None
+
+    def __enter__(self) -> AllocationPeak:
+        from torch.profiler import ProfilerActivity, profile
+
+        self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+        self._prof.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._prof.stop()
+        cpu = torch.autograd.DeviceType.CPU
+        records = sorted(((e.start_ns(), e.nbytes()) for e in self._prof.profiler.kineto_results.events()
+                          if e.name() == "[memory]" and e.device_type() == cpu), key=lambda r: r[0])
+        total = top = 0
+        for _, n in records:
+            total += n
+            top = max(top, total)
+        self.peak = self.held + top
+        self._prof = None
+
+
 def one_line(err: BaseException) -> str:
     """``Kind: first line of the message`` of an exception."""
     lines = str(err).strip().splitlines()
@@ -74,6 +137,23 @@ def pack(value: Any) -> list[torch.Tensor]:
     for t, (start, _) in zip(leaves, parts):
         _view(buf, start, t.shape, t.dtype).copy_(t)
     return [buf]
+
+
+def pack_copies(value: Any) -> int:
+    """Bytes :func:`pack` copies to send ``value`` (real or fake tensors): its tensors when
+    it holds several (packed into one buffer), its one tensor when that is not contiguous,
+    else none (the tensor itself is sent).
+
+    >>> x = torch.zeros(4, 2)
+    >>> pack_copies(x), pack_copies(x.t()), pack_copies((torch.zeros(3), torch.zeros(1)))
+    (0, 32, 16)
+    """
+    leaves: list[torch.Tensor] = []
+    fx.node.map_aggregate(value, lambda v: leaves.append(v)
+                          if isinstance(v, torch.Tensor) and v.numel() else v)
+    if len(leaves) == 1 and leaves[0].is_contiguous():
+        return 0
+    return sum(t.numel() * t.element_size() for t in leaves)
 
 
 def _parts(leaves: list[tuple]) -> list[tuple[int, int]]:

@@ -36,7 +36,7 @@ import torch
 
 from graphopt.errors import ExecutionError
 from graphopt.exec.program import Program, Transfer, refs
-from graphopt.exec.runner import empty_like_spec, one_line, pack, run_op, unpack
+from graphopt.exec.runner import AllocationPeak, empty_like_spec, one_line, pack, run_op, unpack
 
 #: Seconds a worker's op loop may hold the GIL while its receiving thread waits for it.
 _SWITCH_INTERVAL = 1e-4
@@ -215,12 +215,25 @@ class CPUWorkers:
         if key is None:
             raise ExecutionError("the program is not loaded in this pool")
         for r in range(self.devices):
-            self._send(r, ("step", (key, seed, idle)))
+            self._send(r, ("step", (key, seed, idle, False)))
         results = self._gather("a step")
         values: dict[int, Any] = {}
-        for outs, _ in results:
+        for outs, _, _ in results:
             values.update(outs)
-        return values, [ev for _, ev in results]
+        return values, [ev for _, ev, _ in results]
+
+    def peak_memory(self, seed: int = 0, prog: Program | None = None) -> list[int]:
+        """Run one step of ``prog`` (default: the last program loaded) and return each
+        device's peak memory in it, bytes: what the worker held when the step began (its
+        state, inputs and receive buffers) plus the highest running total of the CPU
+        allocator's events during the step (:class:`~graphopt.exec.runner.AllocationPeak`).
+        The step is profiled, so it runs slower than :meth:`step`; it updates the state."""
+        key = self._key(prog, False)
+        if key is None:
+            raise ExecutionError("the program is not loaded in this pool")
+        for r in range(self.devices):
+            self._send(r, ("step", (key, seed, None, True)))
+        return [peak for _, _, peak in self._gather("a step measuring memory")]
 
     def pingpong(self, sizes: list[int], repeats: int = 40) -> dict[int, float]:
         """Lower-quartile one-way seconds of a message of each size (bytes) from device 0 to
@@ -426,8 +439,8 @@ def _serve(rank: int, world: int, store: str, conn: Any, cores: list[int], timeo
                 loaded.pop(arg, None)
                 _reply(conn, ("ok", None))
             elif cmd == "step":
-                key, seed, idle = arg
-                _reply(conn, ("ok", loaded[key].step(seed, idle)))
+                key, seed, idle, memory = arg
+                _reply(conn, ("ok", loaded[key].step(seed, idle, memory)))
             elif cmd == "pingpong":
                 _reply(conn, ("ok", _pingpong(rank, *arg)))
             elif cmd == "transfer_cpu":
@@ -487,8 +500,9 @@ class _Device:
             self.uses[t.node] = self.uses.get(t.node, 0) + 1
         self.keep = set(share["feeds"]) | set(share["outputs"])
 
-    def step(self, seed: int, idle: tuple[int, float] | None = None
-             ) -> tuple[dict[int, Any], list[tuple]]:
+    def step(self, seed: int, idle: tuple[int, float] | None = None, memory: bool = False
+             ) -> tuple[dict[int, Any], list[tuple], int | None]:
+        """Outputs, events, and with ``memory`` the step's peak memory (bytes)."""
         import torch.distributed as dist
 
         instrs, events = self.instrs, []
@@ -506,7 +520,10 @@ class _Device:
         order, lock = iter(self.recv_order), threading.Lock()
         for _ in range(min(_RECEIVERS, len(recvs))):
             threading.Thread(target=_receive, args=(recvs, order, lock, arrived), daemon=True).start()
+        meter = AllocationPeak([self.values, self.buffers]) if memory else None
         dist.barrier()
+        if meter is not None:
+            meter.__enter__()
         start = time.perf_counter()
         seq = iter(range(1 << 62))  # readiness order, the tie-break of a plan without priorities
         fifo = self.share["fifo"]
@@ -582,10 +599,12 @@ class _Device:
         for works, _ in sent.values():
             _wait_once(works)
         end = time.perf_counter()
+        if meter is not None:
+            meter.__exit__()
         events.append(("step", "step", start, end, None))
         outs = {n: _clone(self.values[n]) for n in self.share["outputs"]}
         self.values = {n: self.values[n] for n in self.share["feeds"]}  # state was updated in place
-        return outs, events
+        return outs, events, meter and meter.peak
 
 
 def _pingpong(rank: int, sizes: list[int], repeats: int) -> dict[int, float] | None:

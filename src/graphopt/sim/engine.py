@@ -186,6 +186,9 @@ def workspace(n, ndev, nedges):
         np.empty(n + 1, i64), np.empty(m, i64), np.empty(m), np.empty(n + 1, i64),
         np.empty(m, i64), np.empty(n, i64), np.empty(n, i64), np.empty(n, i64),
         np.empty(n, i64),
+        # run: the tensor a view's output keeps alive (its base, or -2 - a transfer);
+        # outputs whose last reference went at this instant
+        np.empty(n, i32), np.empty(n, i32),
     )
 
 
@@ -576,7 +579,7 @@ def _with_transfer_work(group, dev, kdur, succ_ptr, succ_idx, out_kernel, out_de
 @_jit()
 def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
         pred_ptr, pred_idx, succ_ptr, succ_idx, succ_bytes, bw, lat, ndev, shared, host, slope,
-        hostw, olat, ws):
+        hostw, olat, alias, sbuf, ws):
     """Simulate one plan. Kernels are the nodes with ``group[i] == i``.
 
     Parameters (N nodes, E edges, D devices)
@@ -613,6 +616,18 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
     olat : bool                  links busy for ``bytes / bandwidth`` only, the tensor
                                  arriving ``latency`` later (Cluster.overlap_latency);
                                  else busy for the whole ``latency + bytes / bandwidth``
+    alias : int64 (N,)           the input a kernel's output is a view of (-1: none,
+                                 :attr:`Problem.alias`): that input's memory (its
+                                 producer's output, or its received copy) stays until
+                                 the view's own readers are done, as a tensor's storage
+                                 outlives its base's last reader while a view of it lives
+    sbuf : float64 (N,) or (0,)  empty: the simulator's own transfer rule; else every
+                                 transfer's tensors held all step
+                                 (:meth:`Problem.with_step_buffers`): a sent output
+                                 until the step ends, with the copy ``sbuf[k]`` its
+                                 sender makes per destination, a received one from the
+                                 step's start (added to ``peak`` as each device's
+                                 received bytes)
     ws : :func:`workspace`
 
     Returns
@@ -638,6 +653,9 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
     (start, end, pending, out_ref, tr_first, recv_ref, hbuf,
      tr_k, tr_dst, tr_start, tr_end, tr_bytes, tr_next) = ws[:13]
     in_dev, out_kernel, out_dev = ws[24:27]
+    held, freed = ws[44], ws[45]
+    nfreed = 0
+    hold = sbuf.shape[0] > 0
     # A kernel waits for one arrival per edge entering its group. Fusion builds in-trees,
     # so the edges leaving a kernel are exactly its root's out-edges. The kernel and
     # device at the far end of every edge are looked up here once, so that the event
@@ -645,6 +663,7 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
     count = np.zeros(D, np.int64)
     for i in range(n):
         pending[i] = 0
+        held[i] = -1
     for i in range(n):
         g = group[i]
         if g == i:
@@ -799,9 +818,10 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
                     new_t[nnew] = t + wire
                     new_id[nnew] = n + ncap + tr
                     nnew += 1
-                mem[b] += tr_bytes[tr]
-                if mem[b] > peak[b]:
-                    peak[b] = mem[b]
+                if not hold:
+                    mem[b] += tr_bytes[tr]
+                    if mem[b] > peak[b]:
+                        peak[b] = mem[b]
                 moved += tr_bytes[tr]
         nll = 0
         if shared:
@@ -855,13 +875,20 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
                             continue
                         p = pred_idx[j]
                         if pd == d:
+                            if m == k and alias[k] == p:  # kept while the view is read
+                                held[k] = p
+                                continue
                             out_ref[p] -= 1
                             if out_ref[p] == 0:
-                                mem[d] -= kout[p]
+                                freed[nfreed] = p
+                                nfreed += 1
                         else:  # p's transfers to each device were made in a row
                             tr = tr_first[p]
                             while tr_dst[tr] != d:
                                 tr += 1
+                            if m == k and alias[k] == p:
+                                held[k] = -2 - tr
+                                continue
                             recv_ref[tr] -= 1
                             if recv_ref[tr] == 0:
                                 mem[d] -= tr_bytes[tr]
@@ -896,9 +923,14 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
                         tr_dst[tr] = dd
                         tr_bytes[tr] = tmpb[dd]
                         tr_next[tr] = -1
-                        recv_ref[tr] = nrecv[dd]
+                        # held: a count that never runs out (freed when the step ends)
+                        recv_ref[tr] = nrecv[dd] + (1 << 30 if hold else 0)
                         tmpb[dd] = -1.0
                         nrecv[dd] = 0
+                        if hold and sbuf[k] > 0.0:  # the sender's packed copy, to the end
+                            mem[d] += sbuf[k]
+                            if mem[d] > peak[d]:
+                                peak[d] = mem[d]
                         li = d * D + dd
                         if tail[li] >= 0:
                             tr_next[tail[li]] = tr
@@ -909,9 +941,10 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
                             dirty_link[li] = True
                             link_list[nll] = li
                             nll += 1
-                out_ref[k] = nref
-                if nref == 0:
-                    mem[d] -= kout[k]
+                out_ref[k] = nref + (1 << 30 if hold and remote else 0)
+                if out_ref[k] == 0:
+                    freed[nfreed] = k
+                    nfreed += 1
             elif x >= n + ncap:  # a link is free again; its transfer is still in flight
                 tr = x - n - ncap
                 li = dev[tr_k[tr]] * D + tr_dst[tr]
@@ -943,7 +976,8 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
                         nll += 1
                 out_ref[k] -= 1
                 if out_ref[k] == 0:
-                    mem[a] -= kout[k]
+                    freed[nfreed] = k
+                    nfreed += 1
                 for j in range(succ_ptr[k], succ_ptr[k + 1]):
                     if out_dev[j] == b:
                         c = out_kernel[j]
@@ -958,6 +992,26 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
                     dirty_dev[b] = True
                     dev_list[ndl] = b
                     ndl += 1
+        # free the outputs nobody needs any more, and what each kept alive as a view
+        # (before anything starts at t, as every release at t is)
+        while nfreed > 0:
+            nfreed -= 1
+            x = freed[nfreed]
+            dx = dev[x]
+            mem[dx] -= kout[x]
+            y = held[x]
+            if y < -1:
+                recv_ref[-2 - y] -= 1
+                if recv_ref[-2 - y] == 0:
+                    mem[dx] -= tr_bytes[-2 - y]
+            elif y >= 0:
+                out_ref[y] -= 1
+                if out_ref[y] == 0:
+                    freed[nfreed] = y
+                    nfreed += 1
+    if hold:  # received tensors: allocated before the step, all at once
+        for tr in range(ntr):
+            peak[tr_dst[tr]] += tr_bytes[tr]
     return (step, peak, busy, moved, start, end, ntr, tr_k[:ntr].astype(np.int64),
             tr_dst[:ntr].astype(np.int64), tr_start[:ntr], tr_end[:ntr], tr_bytes[:ntr])
 
@@ -989,7 +1043,7 @@ _scratch = threading.local()
 def evaluate(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ_ptr, succ_idx,
              succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes, temp_bytes,
              persistent, coloc, capacity, bw, lat, cand, single_eb, fflags, level, max_fuse,
-             max_ops, large_ops, large_slope, shared, host, slope, hostw, olat, ecap):
+             max_ops, large_ops, large_slope, shared, host, slope, hostw, olat, alias, sbuf, ecap):
     """:func:`evaluate_in` in this thread's work arrays.
 
     Its result depends on its arguments alone (the engine writes every work array before
@@ -1004,14 +1058,15 @@ def evaluate(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ
                        succ_idx, succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes,
                        temp_bytes, persistent, coloc, capacity, bw, lat, cand, single_eb, fflags,
                        level, max_fuse, max_ops, large_ops, large_slope, shared, host, slope,
-                       hostw, olat, _scratch.ws)
+                       hostw, olat, alias, sbuf, _scratch.ws)
 
 
 @_jit()
 def evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ_ptr,
                 succ_idx, succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes,
                 temp_bytes, persistent, coloc, capacity, bw, lat, cand, single_eb, fflags, level,
-                max_fuse, max_ops, large_ops, large_slope, shared, host, slope, hostw, olat, ws):
+                max_fuse, max_ops, large_ops, large_slope, shared, host, slope, hostw, olat, alias,
+                sbuf, ws):
     """Fuse, cost the kernels, run, check validity, in the work arrays ``ws``.
     ``fusion_mode``: 0 none, 1 the compiler's default, 2 by ``fprio``. Returns ``(run's
     result, group, state (bit 1: duplicated), number of kernels, validity code, device or
@@ -1037,8 +1092,11 @@ def evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, s
         g2, kdur, kout, ktemp, kprio, mh, mn, kpp, kpi, ksp, ksi, ksb = kernel_graph(
             group, place, prio, time, flop_t, mem_t, launch, spb, cls, temp_bytes, out_bytes,
             succ_ptr, succ_idx, succ_bytes, large_ops, large_slope, ws)
+        # a kernel graph's nodes are kernels and copies: no view is a kernel of its own there
         res = run(g2, place, kdur, kout, ktemp, kprio, use_fifo, mh, mn, kpp, kpi, ksp, ksi,
-                  ksb, bw, lat, ndev, shared, host, slope, hostw, olat, ws)
+                  ksb, bw, lat, ndev, shared, host, slope, hostw, olat,
+                  np.full(g2.shape[0], -1, np.int64),
+                  np.zeros(g2.shape[0] if sbuf.shape[0] > 0 else 0), ws)
     else:
         kdur, ktemp, kprio, mhead, mnext = kernel_costs(group, place, prio, fused, time, flop_t,
                                                         mem_t, launch, spb, cls, temp_bytes,
@@ -1046,7 +1104,7 @@ def evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, s
                                                         ws)
         res = run(group, place, kdur, out_bytes, ktemp, kprio, use_fifo, mhead, mnext, pred_ptr,
                   pred_idx, succ_ptr, succ_idx, succ_bytes, bw, lat, ndev, shared, host, slope,
-                  hostw, olat, ws)
+                  hostw, olat, alias, sbuf, ws)
     nk = 0
     ngroups = 0
     peak = res[1]
@@ -1078,7 +1136,8 @@ def evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, s
 def evaluate_batch(places, prios, fifo, fprios, mode, pred_ptr, pred_idx, succ_ptr, succ_idx,
                    succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes, temp_bytes,
                    persistent, coloc, capacity, bw, lat, cand, single_eb, fflags, level, max_fuse,
-                   max_ops, large_ops, large_slope, shared, host, slope, hostw, olat, ecap, nthreads):
+                   max_ops, large_ops, large_slope, shared, host, slope, hostw, olat, alias, sbuf,
+                   ecap, nthreads):
     """:func:`evaluate_in` for B plans in chunks of plans, one workspace per chunk.
 
     There are a few chunks per thread, handed out one at a time (the caller sets numba's
@@ -1100,7 +1159,8 @@ def evaluate_batch(places, prios, fifo, fprios, mode, pred_ptr, pred_idx, succ_p
                                            flop_t, mem_t, launch, spb, cls, out_bytes,
                                            temp_bytes, persistent, coloc, capacity, bw, lat,
                                            cand, single_eb, fflags, level, max_fuse, max_ops,
-                                           large_ops, large_slope, shared, host, slope, hostw, olat, ws)
+                                           large_ops, large_slope, shared, host, slope, hostw, olat,
+                                           alias, sbuf, ws)
             step[i] = res[0]
             peak[i, :] = res[1]
             code[i] = cd

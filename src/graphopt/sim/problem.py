@@ -15,7 +15,7 @@ from graphopt.errors import PlanError
 from graphopt.hardware import Cluster
 from graphopt.ir import Graph
 from graphopt.ir.graph import format_bytes  # noqa: F401  (re-exported: sim.format_bytes)
-from graphopt.ir.ops import FUSIBLE_CONSUMER, FUSIBLE_PRODUCER, OP_CLASSES
+from graphopt.ir.ops import FUSIBLE_CONSUMER, FUSIBLE_PRODUCER, OP_CLASSES, class_ids
 from graphopt.sim import engine
 from graphopt.sim.plan import Plan
 
@@ -106,6 +106,8 @@ class Problem:
         self.coloc = np.array(g.coloc)
         self.out_bytes = np.array(g.out_bytes)
         self.temp_bytes = np.array(g.temp_bytes)
+        self.alias = aliases(g)
+        self.step_buffers = np.zeros(0)  # empty: the simulator's own transfer rule
         self._fusion_candidates()
 
     def _fusion_candidates(self) -> None:
@@ -192,6 +194,25 @@ class Problem:
         other.host_work = _host_work(other.cluster)
         return other
 
+    def with_step_buffers(self, send_copies: np.ndarray | None = None) -> Problem:
+        """This problem priced for a runtime that holds every transfer's tensors for the
+        whole step: a received tensor from the step's start (its receive is posted
+        then, into its buffer) and a sent one from its kernel's start to the step's end
+        (its send completes only when the step waits for it), with ``send_copies[i]``
+        bytes (N,; default none) that sending node ``i``'s output copies on its device,
+        per destination (a runtime that packs a strided tensor, or several, into one
+        message). That is how :mod:`graphopt.exec`'s CPU workers run (docs/execution.md,
+        "Peak memory, measured"); the simulator's own rule frees a transfer's tensors when
+        the transfer and the last reader are done. Only the peak memory changes."""
+        copies = np.zeros(self.num_nodes) if send_copies is None else \
+            np.asarray(send_copies, dtype=np.float64)
+        if copies.shape != (self.num_nodes,) or not (np.isfinite(copies) & (copies >= 0)).all():
+            raise PlanError(f"send_copies: expected {self.num_nodes} finite bytes >= 0, got "
+                            f"shape {copies.shape}")
+        other = copy.copy(self)
+        other.step_buffers = copies
+        return other
+
     def __repr__(self) -> str:
         return (f"Problem(graph={self.graph.name!r}, nodes={self.num_nodes}, "
                 f"cluster={self.cluster.name!r})")
@@ -260,7 +281,24 @@ class Problem:
                 self.bandwidth, self.latency, self.cand_consumer, self.single_edge_bytes,
                 self.fusion_flags, self.level, self.max_fusion_size, self.max_fusion_operands,
                 self.fusion_efficient_ops, self.fusion_slowdown_per_op, self.shared, self.host,
-                self.slope, self.host_work, self.overlap_latency, self.edge_capacity)
+                self.slope, self.host_work, self.overlap_latency, self.alias, self.step_buffers,
+                self.edge_capacity)
+
+
+def aliases(g: Graph) -> np.ndarray:
+    """The input each node's output is a view of, or -1: a node of the ``view`` class
+    that writes no bytes of its own (the PyTorch frontend's ATen views: ``view``,
+    ``permute_view``, ``getitem``, ...; frontends where a reshape copies give it bytes),
+    and is no state; its input carrying the most bytes. The simulator keeps that input's
+    memory until the view's readers are done (docs/simulator.md, "Memory")."""
+    ptr, idx, eid = g.pred
+    out = np.full(g.num_nodes, -1, np.int64)
+    views = ((class_ids(g.op) == OP_CLASSES.index("view")) & (g.out_bytes == 0)
+             & (g.persistent_bytes == 0) & (ptr[1:] > ptr[:-1]))
+    for i in np.flatnonzero(views):
+        lo, hi = ptr[i], ptr[i + 1]
+        out[i] = idx[lo + int(np.argmax(g.edge_bytes[eid[lo:hi]]))]
+    return out
 
 
 def _host_work(cluster: Cluster) -> np.ndarray:
