@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from graphopt.benchmarks import parse_bench_args, plan_line, replace_section, save_json, say
+from graphopt.benchmarks import parse_bench_args, plan_line, publish, say
 from graphopt.benchmarks.device_map import MODELS, run, to_markdown
 
 
@@ -35,19 +35,13 @@ def main() -> None:
     models = tuple(m for m in a.models.split(",") if m)
     say(plan_line(f"bench device_map_real: {len(models)} models, 2 budgets each", a.out, a.docs))
     res = run(models, a.fraction, a.rounds, a.threads)
-    save_json(res, a.out)
-    table = to_markdown(res)
-    print(table)
-    if a.docs:
-        cmd = ("OMP_NUM_THREADS=1 python bench/device_map_real.py"
-               + (f" --fraction {a.fraction:g}" if a.fraction != 0.75 else "")
-               + (f" --rounds {a.rounds}" if a.rounds != 9 else "")
-               + (f" --threads {a.threads}" if a.threads != 1 else "")
-               + f" --out {a.out}")
-        replace_section(a.docs, "device-map-real",
-                        "## Device maps under a memory budget (accelerate, CPU)\n\n"
-                        f"`{cmd} --docs {a.docs}`\n\n{table}")
-
+    cmd = ("OMP_NUM_THREADS=1 python bench/device_map_real.py"
+           + (f" --fraction {a.fraction:g}" if a.fraction != 0.75 else "")
+           + (f" --rounds {a.rounds}" if a.rounds != 9 else "")
+           + (f" --threads {a.threads}" if a.threads != 1 else "")
+           + f" --out {a.out}")
+    publish(res, to_markdown(res), a.out, a.docs, "device-map-real",
+            "Device maps under a memory budget (accelerate, CPU)", cmd)
 
 if __name__ == "__main__":
     main()

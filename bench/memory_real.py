@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from graphopt.benchmarks import parse_bench_args, plan_line, replace_section, save_json, say
+from graphopt.benchmarks import parse_bench_args, plan_line, publish, say
 from graphopt.benchmarks.memory_real import METHODS, MODELS, run, to_markdown
 
 
@@ -38,18 +38,12 @@ def main() -> None:
                  if unknown else f"--repeats {a.repeats}: expected at least 1")
     say(plan_line(f"bench memory_real: {len(models)} models, {len(methods)} plans each", a.out, a.docs))
     res = run(models, methods, a.repeats, a.budget)
-    save_json(res, a.out)
-    table = to_markdown(res)
-    print(table)
-    if a.docs:
-        cmd = ("python bench/memory_real.py"
-               + (f" --repeats {a.repeats}" if a.repeats != 3 else "")
-               + (f" --budget {a.budget}" if a.budget != 50 else "")
-               + f" --out {a.out}")
-        replace_section(a.docs, "memory-real",
-                        "## Peak memory per device, measured and simulated (graphopt.exec, CPU)\n\n"
-                        f"`{cmd} --docs {a.docs}`\n\n{table}")
-
+    cmd = ("python bench/memory_real.py"
+           + (f" --repeats {a.repeats}" if a.repeats != 3 else "")
+           + (f" --budget {a.budget}" if a.budget != 50 else "")
+           + f" --out {a.out}")
+    publish(res, to_markdown(res), a.out, a.docs, "memory-real",
+            "Peak memory per device, measured and simulated (graphopt.exec, CPU)", cmd)
 
 if __name__ == "__main__":
     main()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from graphopt.benchmarks import parse_bench_args, plan_line, replace_section, save_json, say
+from graphopt.benchmarks import parse_bench_args, plan_line, publish, say
 from graphopt.benchmarks.pipeline import MODELS, run, to_markdown
 
 
@@ -34,19 +34,13 @@ def main() -> None:
     stages = tuple(int(k) for k in a.stages.split(","))
     say(plan_line(f"bench pipeline_real: {len(models)} models on {a.stages} stages", a.out, a.docs))
     res = run(models, stages, None if a.microbatches == "auto" else int(a.microbatches), a.steps)
-    save_json(res, a.out)
-    table = to_markdown(res)
-    print(table)
-    if a.docs:
-        cmd = ("python bench/pipeline_real.py"
-               + (f" --stages {a.stages}" if a.stages != "2" else "")
-               + (f" --steps {a.steps}" if a.steps != 7 else "")
-               + (f" --microbatches {a.microbatches}" if a.microbatches != "auto" else "")
-               + f" --out {a.out}")
-        replace_section(a.docs, "pipeline-real",
-                        "## Pipeline splits run for real (torch.distributed.pipelining, CPU)\n\n"
-                        f"`{cmd} --docs {a.docs}`\n\n{table}")
-
+    cmd = ("python bench/pipeline_real.py"
+           + (f" --stages {a.stages}" if a.stages != "2" else "")
+           + (f" --steps {a.steps}" if a.steps != 7 else "")
+           + (f" --microbatches {a.microbatches}" if a.microbatches != "auto" else "")
+           + f" --out {a.out}")
+    publish(res, to_markdown(res), a.out, a.docs, "pipeline-real",
+            "Pipeline splits run for real (torch.distributed.pipelining, CPU)", cmd)
 
 if __name__ == "__main__":
     main()

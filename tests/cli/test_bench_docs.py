@@ -68,3 +68,20 @@ def test_bench_scripts_are_short():
     long = {p.name: n for p in sorted((ROOT / "bench").glob("*.py"))
             if (n := len(p.read_text().splitlines())) >= 150}
     assert long == {}
+
+
+def test_publish_saves_prints_and_rewrites_only_its_section(tmp_path, capsys):
+    import json
+
+    from graphopt.benchmarks import publish
+
+    docs = tmp_path / "bench.md"
+    docs.write_text("# Benchmarks\n\n<!-- other:start -->\nkept\n<!-- other:end -->\n")
+    out = tmp_path / "r.json"
+    publish({"x": 1}, "| a |", out, None, "demo", "Demo", "python bench/demo.py")
+    assert json.loads(out.read_text()) == {"x": 1} and "| a |" in capsys.readouterr().out
+    assert "demo" not in docs.read_text()  # no --docs, no docs
+    publish({"x": 2}, "| b |", out, docs, "demo", "Demo", "python bench/demo.py")
+    text = docs.read_text()
+    assert "kept" in text and "## Demo" in text and "| b |" in text
+    assert f"`python bench/demo.py --docs {docs}`" in text

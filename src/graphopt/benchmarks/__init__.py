@@ -18,8 +18,8 @@ from pathlib import Path
 from graphopt.errors import GraphoptError
 from graphopt._files import atomic_write, check_output
 
-__all__ = ["RESULTS", "earlier_seconds", "geomean", "parse_bench_args", "plan_line", "replace_section",
-           "row_line", "save_json", "say"]
+__all__ = ["RESULTS", "earlier_seconds", "geomean", "parse_bench_args", "plan_line", "publish",
+           "replace_section", "row_line", "save_json", "say"]
 
 #: Where a benchmark writes its results unless ``--out`` says otherwise.
 RESULTS = Path("runs/bench")
@@ -65,6 +65,17 @@ def replace_section(docs: str | Path, tag: str, body: str) -> None:
     else:
         text = text.rstrip() + "\n\n" + block + "\n"
     atomic_write(docs, lambda f: f.write(text.encode()))
+
+
+def publish(result: dict, table: str, out: str | Path, docs: str | Path | None, tag: str,
+            title: str, command: str) -> None:
+    """The end of a benchmark script: ``result`` saved to ``out``, ``table`` printed, and
+    with ``docs`` its section ``tag`` rewritten under ``title`` with the ``command`` that
+    reproduces it (``--docs`` appended)."""
+    save_json(result, out)
+    print(table)
+    if docs:
+        replace_section(docs, tag, f"## {title}\n\n`{command} --docs {docs}`\n\n{table}")
 
 
 def parse_bench_args(parser: argparse.ArgumentParser,
