@@ -83,6 +83,14 @@ def test_cli_targets_imitate_and_finetune(targets, tmp_path):
     assert r.exit_code == 0, r.output
     info = json.loads((tmp_path / "im" / "policy.json").read_text())["info"]
     assert info["command"].startswith("graphopt train mcm-imitate") and info["epochs"] == 2
+    # PPO continues from the imitation policy on the targets' graphs and presets
+    r = runner.invoke(app, ["train", "mcm", "--corpus", str(targets), "--init",
+                            str(tmp_path / "im"), "--updates", "2", "--num-samples", "4",
+                            "--repair-seconds", "0.05", "--out", str(tmp_path / "ppo")])
+    assert r.exit_code == 0, r.output
+    info = json.loads((tmp_path / "ppo" / "policy.json").read_text())["info"]
+    assert len(info["graphs"]) == 2 and info["graphs"][0].endswith("@mcm-ring4")
+    assert info["updates"] == 2 and info["init"] == str(tmp_path / "im")
     r = runner.invoke(app, ["optimize", "example:layered-40-s5", "-c", "mcm-ring4", "--methods",
                             "mcm-finetune", "--budget", "8", "-p",
                             f"mcm-finetune.checkpoint={tmp_path / 'im'}",

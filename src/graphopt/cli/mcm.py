@@ -29,7 +29,10 @@ def train_mcm(
     corpus: str = typer.Option("default", help="Graphs to pre-train on, comma-separated "
                                                "GRAPH@PRESET items, GRAPH a name of "
                                                "graphopt.benchmarks.mcm.GRAPHS, or 'default' "
-                                               "(no BERT; see docs/mcm.md). Example: "
+                                               "(no BERT; see docs/mcm.md); an item may be "
+                                               "an MCM targets folder ('graphopt corpus "
+                                               "mcm-targets'): its graphs on their presets. "
+                                               "Example: "
                                                "resnet-50@mcm-ring4,rnnlm-2@mcm-ring8"),
     updates: int = typer.Option(300, min=1, help="PPO updates, one graph each, in turn (a "
                                                  "resumed run stops at this total)."),
@@ -39,6 +42,9 @@ def train_mcm(
     repair_seconds: float = typer.Option(0.1, min=0.001, help="CP-SAT seconds per repaired "
                                                               "proposal. Example: 0.5"),
     seed: int = seed_option("Seed of the policy's initialization and sampling."),
+    init: Path | None = typer.Option(None, "--init", help="Start from a saved MCM policy "
+                                                         "('graphopt train mcm-imitate'). "
+                                                         "Example: runs/mcm-imitate"),
     threads: int = typer.Option(1, min=1, max=MAX_THREADS, help="torch CPU threads."),
     backend: str = backend_option(" (the rollouts' simulations go to the pool)"),
     address: str | None = address_option(),
@@ -68,11 +74,17 @@ def train_mcm(
         command = " ".join(["graphopt train mcm", f"--out {out}",
                             *([f"--corpus {corpus}"] if corpus != "default" else []),
                             f"--updates {updates}", *([f"--minutes {minutes:g}"] if minutes else []),
-                            f"--repair-seconds {repair_seconds:g}", f"--seed {seed}", *flags])
+                            f"--repair-seconds {repair_seconds:g}", f"--seed {seed}",
+                            *([f"--init {init}"] if init else []), *flags])
         if not items:
             raise GraphoptError(f"--corpus {corpus!r}: no GRAPH@PRESET item")
         problems = []
         for item in items:
+            if Path(item, "targets.json").is_file():  # an MCM targets folder: its pairs
+                from graphopt.optim.learned.mcm.imitate import load_targets
+
+                problems += [p for p, _, _ in load_targets(item)]
+                continue
             graph, sep, where = item.partition("@")
             if not sep:
                 raise GraphoptError(f"--corpus item {item!r}: expected GRAPH@PRESET, e.g. "
@@ -83,7 +95,7 @@ def train_mcm(
         with evaluation_backend(backend, address):
             res = pretrain(problems, out, updates=updates,
                            seconds=None if minutes is None else minutes * 60, seed=seed, ppo=cfg,
-                           repair_seconds=repair_seconds, command=command)
+                           repair_seconds=repair_seconds, command=command, init=init)
     except GraphoptError as err:
         fail(err)
     t = Table(title=f"MCM pre-training: {res['updates']} updates, {res['total_evals']:,} "
