@@ -18,7 +18,9 @@ into a folder, one item at a time (atomic, resumable)::
 
 each entry: ``graph``, ``preset``, ``source``, ``chips`` (a chip per op), ``interval``,
 ``start_interval`` (the best contiguous partition's), ``method``, ``budget``,
-``repair_seconds``, ``seed``, ``seconds``.
+``repair_seconds``, ``seed``, ``seconds``; or, where the graph has no valid partition
+on the preset (a weight larger than a chip's SRAM), ``error`` (skipped by
+:func:`load_targets`).
 
 **Loss** (:func:`chain_cross_entropy`). A pipeline's chips are numbered by their place
 along the chain: data flows only forward (``chip[src] <= chip[dst]``) and the chips used
@@ -116,6 +118,11 @@ def _index(folder: Path) -> dict[str, Any]:
     return doc
 
 
+def _save(folder: Path, doc: dict[str, Any]) -> None:
+    text = json.dumps(doc, indent=1, sort_keys=True)
+    atomic_write(folder / "targets.json", lambda f: f.write(text.encode()))
+
+
 def search_targets(sources: tuple[str, ...], presets: tuple[str, ...], folder: str | Path, *,
                    budget: int = 128, repair_seconds: float = 0.1, seed: int = 0,
                    progress: Callable[[str], None] | None = None) -> dict[str, Any]:
@@ -143,8 +150,19 @@ def search_targets(sources: tuple[str, ...], presets: tuple[str, ...], folder: s
         for preset in todo:
             problem = Problem(graph, load_cluster(preset))
             t0 = time.perf_counter()
-            plan, stats = optimize(problem, "mcm-sa", "placement", Budget(evals=budget), seed,
-                                   repair_seconds=repair_seconds)
+            try:
+                plan, stats = optimize(problem, "mcm-sa", "placement", Budget(evals=budget),
+                                       seed, repair_seconds=repair_seconds)
+            except GraphoptError as err:  # e.g. a weight larger than a chip's SRAM
+                stats = {"interval": None, "error": str(err)}
+            if stats["interval"] is None:  # recorded, so a rerun does not search it again
+                doc["entries"][f"{name}@{preset}"] = {
+                    "graph": name, "preset": preset, "source": source, "budget": budget,
+                    "error": stats.get("error", "no valid partition found")}
+                _save(folder, doc)
+                if progress:
+                    progress(f"{name}@{preset}: skipped: {doc['entries'][f'{name}@{preset}']['error']}")
+                continue
             start = stats["history"][0][2] if stats.get("history") else None
             doc["entries"][f"{name}@{preset}"] = {
                 "graph": name, "preset": preset, "source": source,
@@ -152,8 +170,7 @@ def search_targets(sources: tuple[str, ...], presets: tuple[str, ...], folder: s
                 "start_interval": start, "method": "mcm-sa", "budget": budget,
                 "repair_seconds": repair_seconds, "seed": seed,
                 "seconds": round(time.perf_counter() - t0, 2)}
-            text = json.dumps(doc, indent=1, sort_keys=True)
-            atomic_write(folder / "targets.json", lambda f: f.write(text.encode()))
+            _save(folder, doc)
             if progress:
                 progress(f"{name}@{preset}: {problem.num_nodes} ops, interval "
                          f"{stats['interval'] * 1e6:.2f} us (start {(start or 0) * 1e6:.2f}), "
@@ -174,6 +191,8 @@ def load_targets(folder: str | Path) -> list[tuple[Problem, Plan, dict]]:
     out = []
     for key in sorted(doc["entries"]):
         e = doc["entries"][key]
+        if "error" in e:  # no valid partition on this preset: nothing to imitate
+            continue
         if e["graph"] not in graphs:
             graphs[e["graph"]] = load_graph(folder / "graphs" / f"{e['graph']}.npz")
         problem = Problem(graphs[e["graph"]], load_cluster(e["preset"]))
@@ -222,8 +241,17 @@ def imitate(targets: list[tuple[Problem, Plan, dict]], out: str | Path, *, epoch
         raise GraphoptError("imitate: no target partitions")
     if init is not None and policy_config:
         raise GraphoptError(f"imitate: a policy from {init} has its own shape; got {sorted(policy_config)}")
-    policy = new_policy(seed, max_devices=MAX_CHIPS, **policy_config) if init is None \
-        else load_mcm_policy(init)[0]
+    if init is None:
+        # start at the prior alone (the head's output zero): it already puts most units on
+        # their target's chip (85% of the compute of the default targets), and the head
+        # learns only where to move them; from random logits it must first unlearn them
+        policy = new_policy(seed, max_devices=MAX_CHIPS, **policy_config)
+        policy.zero_head("placement")
+    else:
+        policy = load_mcm_policy(init)[0]
+    # the prior's width stays as it is: it is the exploration scale fine-tuning starts
+    # from, and a cross-entropy would narrow it until the head's few misses are certain
+    policy.log_width.requires_grad_(False)
     samples = []
     for problem, plan, _ in targets:
         _check(problem, PLACEMENT, policy, "imitate")
