@@ -8,6 +8,7 @@ import torch
 from typer.testing import CliRunner
 
 from graphopt.cli import app
+from graphopt.errors import GraphoptError
 from graphopt.optim.learned.go.imitate import matched_cross_entropy
 from graphopt.optim.learned.mcm.imitate import (chain_cross_entropy, imitate, load_targets,
                                                 search_targets)
@@ -105,3 +106,16 @@ def test_cli_bad_input_is_one_line(tmp_path):
     r = runner.invoke(app, ["corpus", "mcm-targets", "--out", str(tmp_path / "t"),
                             "--presets", "nope8"])
     assert r.exit_code == 2 and "nope8" in r.output and "Traceback" not in r.output
+
+
+def test_a_pair_without_valid_partition_is_recorded_and_skipped(tmp_path, monkeypatch):
+    import graphopt.optim.base as base
+
+    def no_fit(*args, **kwargs):
+        raise GraphoptError("op 'emb' needs 981.0 MiB of SRAM; no chip of mcm-ring4 holds it")
+
+    monkeypatch.setattr(base, "optimize", no_fit)
+    doc = search_targets(SOURCES[:1], ("mcm-ring4",), tmp_path, budget=6)
+    assert "981.0 MiB" in doc["entries"]["layered-40-s0@mcm-ring4"]["error"]
+    with pytest.raises(GraphoptError, match="no MCM targets"):
+        load_targets(tmp_path)  # nothing to imitate

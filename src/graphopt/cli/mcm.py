@@ -158,7 +158,9 @@ def corpus_mcm_targets(
                              seed=seed, progress=lambda line: console.print(line, highlight=False))
     except GraphoptError as err:
         fail(err)
-    console.print(f"{len(doc['entries'])} targets in {out}/targets.json")
+    skipped = sum("error" in e for e in doc["entries"].values())
+    console.print(f"{len(doc['entries']) - skipped} targets in {out}/targets.json"
+                  + (f" ({skipped} graph-preset pairs skipped: no valid partition)" if skipped else ""))
 
 
 def train_mcm_imitate(

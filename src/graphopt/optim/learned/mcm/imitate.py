@@ -185,7 +185,7 @@ def load_targets(folder: str | Path) -> list[tuple[Problem, Plan, dict]]:
 
     folder = Path(folder)
     doc = _index(folder)
-    if not doc["entries"]:
+    if not any("error" not in e for e in doc["entries"].values()):
         raise GraphoptError(f"{folder}: no MCM targets (run 'graphopt corpus mcm-targets' first)")
     graphs: dict[str, Any] = {}
     out = []
