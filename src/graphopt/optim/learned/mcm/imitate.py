@@ -34,9 +34,11 @@ than one proposed three off::
     loss = Σ_u w_u · (− log p_u(t_u) + λ Σ_c p_u(c) |c − t_u|)
 
 ``w_u`` as GO's imitation weights units (compute share plus a uniform floor). The
-policy is trained with the prior centred on each unit's compute position (as ``train
+policy starts at the prior alone (its head's output zeroed), keeps the prior's width,
+and is trained with the prior centred on each unit's compute position (as ``train
 mcm`` and ``from_greedy=false`` use it); the epoch loop is GO's
-(:func:`graphopt.optim.learned.go.imitate.fit`).
+(:func:`graphopt.optim.learned.go.imitate.fit`). Measured on BERT-base (docs/mcm.md,
+"Learning from search"): it does not beat the prior alone.
 """
 
 from __future__ import annotations
