@@ -9,6 +9,7 @@ from rich.table import Table
 
 from graphopt._files import check_output
 from graphopt.cli._common import console, fail
+from graphopt.cli.mcm import corpus_mcm_targets
 from graphopt.cli.regal import corpus_regal_targets
 from graphopt.errors import GraphoptError
 from graphopt.ir.graph import format_bytes
@@ -17,6 +18,7 @@ app = typer.Typer(no_args_is_help=True,
                   help="A versioned corpus of training-step graphs (zoo families, seeded "
                        "synthetic graphs, hf: models) with a train / held-out split.")
 app.command("regal-targets")(corpus_regal_targets)
+app.command("mcm-targets")(corpus_mcm_targets)
 
 
 @app.command("build")

@@ -17,7 +17,7 @@ from graphopt.cli.options import (address_option, backend_option, budget_option,
 from graphopt.errors import MAX_THREADS, GraphoptError
 from graphopt.rl.config import PPOConfig
 
-__all__ = ["bench_mcm", "train_mcm"]
+__all__ = ["bench_mcm", "corpus_mcm_targets", "train_mcm", "train_mcm_imitate"]
 
 
 @options_from_fields(PPOConfig, unset_default="pre-training's")
@@ -29,7 +29,10 @@ def train_mcm(
     corpus: str = typer.Option("default", help="Graphs to pre-train on, comma-separated "
                                                "GRAPH@PRESET items, GRAPH a name of "
                                                "graphopt.benchmarks.mcm.GRAPHS, or 'default' "
-                                               "(no BERT; see docs/mcm.md). Example: "
+                                               "(no BERT; see docs/mcm.md); an item may be "
+                                               "an MCM targets folder ('graphopt corpus "
+                                               "mcm-targets'): its graphs on their presets. "
+                                               "Example: "
                                                "resnet-50@mcm-ring4,rnnlm-2@mcm-ring8"),
     updates: int = typer.Option(300, min=1, help="PPO updates, one graph each, in turn (a "
                                                  "resumed run stops at this total)."),
@@ -39,6 +42,9 @@ def train_mcm(
     repair_seconds: float = typer.Option(0.1, min=0.001, help="CP-SAT seconds per repaired "
                                                               "proposal. Example: 0.5"),
     seed: int = seed_option("Seed of the policy's initialization and sampling."),
+    init: Path | None = typer.Option(None, "--init", help="Start from a saved MCM policy "
+                                                         "('graphopt train mcm-imitate'). "
+                                                         "Example: runs/mcm-imitate"),
     threads: int = typer.Option(1, min=1, max=MAX_THREADS, help="torch CPU threads."),
     backend: str = backend_option(" (the rollouts' simulations go to the pool)"),
     address: str | None = address_option(),
@@ -68,11 +74,17 @@ def train_mcm(
         command = " ".join(["graphopt train mcm", f"--out {out}",
                             *([f"--corpus {corpus}"] if corpus != "default" else []),
                             f"--updates {updates}", *([f"--minutes {minutes:g}"] if minutes else []),
-                            f"--repair-seconds {repair_seconds:g}", f"--seed {seed}", *flags])
+                            f"--repair-seconds {repair_seconds:g}", f"--seed {seed}",
+                            *([f"--init {init}"] if init else []), *flags])
         if not items:
             raise GraphoptError(f"--corpus {corpus!r}: no GRAPH@PRESET item")
         problems = []
         for item in items:
+            if Path(item, "targets.json").is_file():  # an MCM targets folder: its pairs
+                from graphopt.optim.learned.mcm.imitate import load_targets
+
+                problems += [p for p, _, _ in load_targets(item)]
+                continue
             graph, sep, where = item.partition("@")
             if not sep:
                 raise GraphoptError(f"--corpus item {item!r}: expected GRAPH@PRESET, e.g. "
@@ -83,7 +95,7 @@ def train_mcm(
         with evaluation_backend(backend, address):
             res = pretrain(problems, out, updates=updates,
                            seconds=None if minutes is None else minutes * 60, seed=seed, ppo=cfg,
-                           repair_seconds=repair_seconds, command=command)
+                           repair_seconds=repair_seconds, command=command, init=init)
     except GraphoptError as err:
         fail(err)
     t = Table(title=f"MCM pre-training: {res['updates']} updates, {res['total_evals']:,} "
@@ -104,6 +116,96 @@ def train_mcm(
         console.print(f"interrupted after update {res['updates']}: the checkpoint in {out}/ "
                       "resumes the run (run the same command again)")
         raise typer.Exit(130)
+
+
+def corpus_mcm_targets(
+    out: Path = out_option(Path("runs/mcm-targets"),
+                           "Folder for the targets (targets.json, graphs/); resumed when it "
+                           "holds some. Example: runs/mcm-targets"),
+    sources: str = typer.Option("default", help="Graphs, comma-separated: hf:TYPE:k=v,... "
+                                                "sources (forward graphs are built) or names of "
+                                                "graphopt.benchmarks.mcm.GRAPHS, or 'default' "
+                                                "(corpus training families; see docs/mcm.md). "
+                                                "Example: transformer-xl-2,rnnlm-2"),
+    presets: str = typer.Option("mcm-ring4,mcm-ring8,mcm-ring16",
+                                help="MCM presets each graph is partitioned on."),
+    budget: int = typer.Option(128, min=1, max=1_000_000, help="Evaluations of mcm-sa per graph "
+                                                              "and preset. Example: 256"),
+    repair_seconds: float = typer.Option(0.1, min=0.001, help="CP-SAT seconds per repair."),
+    seed: int = seed_option("Seed of the searches."),
+) -> None:
+    """MCM imitation targets: per forward graph and preset, the best partition of a long
+    mcm-sa run (docs/mcm.md, "Learning from search"). What 'graphopt train mcm-imitate'
+    learns from.
+
+    Example: graphopt corpus mcm-targets --out runs/mcm-targets --budget 128
+    """
+    from graphopt.optim.learned.mcm.imitate import DEFAULT_SOURCES, search_targets
+
+    items = DEFAULT_SOURCES if sources == "default" else tuple(
+        x.strip() for x in sources.split(",") if x.strip())
+    where = tuple(x.strip() for x in presets.split(",") if x.strip())
+    try:
+        from graphopt.hardware import load_cluster
+
+        check_output(out, "--out", folder=True)
+        if not items or not where:
+            raise GraphoptError("--sources and --presets need at least one item each")
+        for preset in where:
+            load_cluster(preset)
+        compile_simulator()
+        doc = search_targets(items, where, out, budget=budget, repair_seconds=repair_seconds,
+                             seed=seed, progress=lambda line: console.print(line, highlight=False))
+    except GraphoptError as err:
+        fail(err)
+    skipped = sum("error" in e for e in doc["entries"].values())
+    console.print(f"{len(doc['entries']) - skipped} targets in {out}/targets.json"
+                  + (f" ({skipped} graph-preset pairs skipped: no valid partition)" if skipped else ""))
+
+
+def train_mcm_imitate(
+    targets: Path = typer.Argument(..., help="Folder of MCM targets ('graphopt corpus "
+                                             "mcm-targets'). Example: runs/mcm-targets"),
+    out: Path = out_option(Path("runs/mcm-imitate"),
+                           "Folder for the checkpoint (resumed, or run on with more --epochs, "
+                           "when it exists) and the policy. Example: runs/mcm-imitate"),
+    epochs: int = typer.Option(30, min=1, max=100_000, help="Passes over the targets."),
+    lr: float = typer.Option(1e-3, min=1e-8, max=1.0, help="Adam's learning rate."),
+    distance: float = typer.Option(1.0, min=0.0, help="Weight of the expected distance along "
+                                                      "the chain to the target chip, beside "
+                                                      "the cross-entropy."),
+    seed: int = seed_option("Seed of the policy's initialization and of each epoch's order."),
+    threads: int = typer.Option(1, min=1, max=MAX_THREADS, help="torch CPU threads."),
+) -> None:
+    """Pre-train the MCM policy by imitation: each unit on its target partition's chip
+    (docs/mcm.md, "Learning from search"). The policy is what 'mcm' and 'mcm-finetune'
+    load with -p mcm-finetune.checkpoint=OUT.
+
+    Example: graphopt train mcm-imitate runs/mcm-targets --out runs/mcm-imitate
+    """
+    import torch
+
+    from graphopt.optim.learned.mcm.imitate import imitate, load_targets
+
+    torch.set_num_threads(threads)
+    command = (f"graphopt train mcm-imitate {targets} --out {out} --epochs {epochs} --lr {lr:g} "
+               f"--distance {distance:g} --seed {seed}")
+    try:
+        _lock = check_run_folder(out)  # held while the run lasts
+        with console.status(f"loading the targets of {targets} ..."):
+            items = load_targets(targets)
+        console.print(f"{len(items)} target partitions")
+
+        def progress(row: dict) -> None:
+            console.print(f"epoch {row['epoch']}/{epochs}  loss {row['loss']:.4f}  "
+                          f"accuracy {row['accuracy']:.3f}  {row['seconds']:.1f} s",
+                          highlight=False)
+
+        imitate(items, out, epochs=epochs, lr=lr, distance=distance, seed=seed,
+                command=command, progress=progress)
+    except GraphoptError as err:
+        fail(err)
+    console.print(f"policy and checkpoint in {out}/")
 
 
 def bench_mcm(

@@ -13,7 +13,7 @@ from graphopt.cli.options import (address_option, backend_option, cluster_option
                                   seed_option, split_item)
 from graphopt.errors import MAX_THREADS, GraphoptError
 from graphopt.frontends import load_source
-from graphopt.cli.mcm import train_mcm
+from graphopt.cli.mcm import train_mcm, train_mcm_imitate
 from graphopt.cli.regal import train_regal, train_regal_imitate
 from graphopt.rl.config import PPOConfig
 
@@ -22,6 +22,7 @@ app = typer.Typer(invoke_without_command=True)
 app.command("regal")(train_regal)
 app.command("regal-imitate")(train_regal_imitate)
 app.command("mcm")(train_mcm)
+app.command("mcm-imitate")(train_mcm_imitate)
 
 
 @app.command("imitate")

@@ -36,7 +36,7 @@ from graphopt.optim.learned.targets import Target
 from graphopt.runs.checkpoint import load_checkpoint, save_checkpoint, save_policy
 from graphopt.sim import Plan
 
-__all__ = ["imitate", "matched_cross_entropy", "unit_targets"]
+__all__ = ["fit", "imitate", "matched_cross_entropy", "unit_targets"]
 
 PLACEMENT = frozenset({"placement"})
 
@@ -88,6 +88,41 @@ def matched_cross_entropy(logits: torch.Tensor, target: np.ndarray, weight: np.n
     return loss, acc
 
 
+def fit(policy: torch.nn.Module, samples: list[tuple], loss: Callable, out: str | Path,
+        config: dict, *, epochs: int, lr: float, seed: int,
+        progress: Callable[[dict], None] | None = None) -> dict:
+    """The imitation loop GO's and MCM's imitation share: ``epochs`` passes over
+    ``samples`` (``(policy inputs, target, weight, num_devices)`` each) in a seeded order
+    per epoch, one Adam step on ``loss(logits, target, weight, num_devices)`` (a loss and
+    an accuracy) per sample, a checkpoint into ``out`` after every epoch (``config``
+    names the run; a rerun resumes it, and more ``epochs`` extend a finished one).
+    Returns the trainer state: ``epoch`` and ``history`` (per epoch: ``loss``,
+    ``accuracy``, ``seconds``)."""
+    optimizer = torch.optim.Adam(policy.parameters(), lr=lr)
+    state = load_checkpoint(out, config, {"policy": policy}, optimizer, None,
+                            fresh={"epoch": 0, "history": []}) or {"epoch": 0, "history": []}
+    for epoch in range(state["epoch"], epochs):
+        order = np.random.default_rng([seed, epoch]).permutation(len(samples))
+        losses, accs, start = [], [], time.perf_counter()
+        for i in order:
+            inputs, target, weight, num_devices = samples[i]
+            logits = policy(*inputs, tasks=("placement",))["placement"]
+            value, acc = loss(logits, target, weight, num_devices)
+            optimizer.zero_grad()
+            value.backward()
+            torch.nn.utils.clip_grad_norm_(policy.parameters(), 0.5)
+            optimizer.step()
+            losses.append(value.item())
+            accs.append(acc)
+        row = {"epoch": epoch + 1, "loss": float(np.mean(losses)),
+               "accuracy": float(np.mean(accs)), "seconds": round(time.perf_counter() - start, 2)}
+        state = {"epoch": epoch + 1, "history": state["history"] + [row]}
+        save_checkpoint(out, config, {"policy": policy}, optimizer, None, state)
+        if progress:
+            progress(row)
+    return state
+
+
 def imitate(targets: list[Target], out: str | Path, *, epochs: int = 20, lr: float = 1e-3,
             seed: int = 0, init: str | Path | None = None, command: str = "",
             progress: Callable[[dict], None] | None = None, **policy_config) -> dict:
@@ -124,33 +159,14 @@ def imitate(targets: list[Target], out: str | Path, *, epochs: int = 20, lr: flo
         raise GraphoptError(f"imitate: the policy places on at most {policy.config.max_devices} "
                             f"devices; cluster {too_many[0]} has more")
     envs = [GOEnv(t.problem, PLACEMENT, "groups", placement_flips=0.0) for t in targets]
-    labels = [unit_targets(e, t.plan) for e, t in zip(envs, targets)]
-    optimizer = torch.optim.Adam(policy.parameters(), lr=lr)
+    samples = [(e.inputs(), *unit_targets(e, t.plan), e.problem.num_devices)
+               for e, t in zip(envs, targets)]
     # epochs stays out: a finished run can be extended by asking for more
     config = {"method": "go-imitate", "lr": lr, "seed": seed, "policy": policy.config_dict(),
               "graphs": [f"{t.entry['item']}@{t.entry['cluster']}" for t in targets]}
-    state = load_checkpoint(out, config, {"policy": policy}, optimizer, None,
-                            fresh={"epoch": 0, "history": []}) or {"epoch": 0, "history": []}
     t0 = time.perf_counter()
-    for epoch in range(state["epoch"], epochs):
-        order = np.random.default_rng([seed, epoch]).permutation(len(envs))
-        losses, accs, start = [], [], time.perf_counter()
-        for i in order:
-            env, (target, weight) = envs[i], labels[i]
-            logits = policy(*env.inputs(), tasks=("placement",))["placement"]
-            loss, acc = matched_cross_entropy(logits, target, weight, env.problem.num_devices)
-            optimizer.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(policy.parameters(), 0.5)
-            optimizer.step()
-            losses.append(loss.item())
-            accs.append(acc)
-        row = {"epoch": epoch + 1, "loss": float(np.mean(losses)),
-               "accuracy": float(np.mean(accs)), "seconds": round(time.perf_counter() - start, 2)}
-        state = {"epoch": epoch + 1, "history": state["history"] + [row]}
-        save_checkpoint(out, config, {"policy": policy}, optimizer, None, state)
-        if progress:
-            progress(row)
+    state = fit(policy, samples, matched_cross_entropy, out, config, epochs=epochs, lr=lr,
+                seed=seed, progress=progress)
     save_policy(out, policy, policy.config_dict(), {
         "command": command, "method": "go-imitate", "graphs": config["graphs"],
         "task": ["placement"], "epochs": epochs, "lr": lr, "seed": seed,
