@@ -79,19 +79,24 @@ def test_profile_layers_times_every_layer_and_leaves_the_model_as_it_was():
     model = build_pipeline_model(MODEL)
     before = [p.detach().clone() for p in model.sequential().parameters()]
     threads = torch.get_num_threads()
-    t, u = profile_layers(model, 2, reps=2)
-    assert t.shape == u.shape == (len(model.layers),)
+    prof = profile_layers(model, 2, reps=2)
+    t, u = prof.time, prof.update
+    assert t.shape == u.shape == prof.saved.shape == (len(model.layers),)
     assert (t > 0).all() and (u >= 0).all() and np.isfinite(t).all()
+    # a Linear saves its input (4 examples of 16 floats) for its weight's gradient; a
+    # parameter is never counted
+    assert prof.saved[0] >= 4 * 16 * 4 and (prof.saved > 0).all()
     assert torch.get_num_threads() == threads
     after = list(model.sequential().parameters())
     assert all(torch.equal(a, b) and a.grad is None for a, b in zip(after, before))
-    # profiled: the same measured time on every device; bytes still from the graph
+    # profiled: the same measured time on every device, activations as autograd saves
+    # them; weights still from the graph
     cluster = load_cluster("cpu:2")
     _, roof = pipeline_problem(model, 2, cluster)
-    _, prof = pipeline_problem(model, 2, cluster, profile=True)
-    assert (prof.time[:, 0] == prof.time[:, 1]).all() and (prof.time > 0).all()
-    assert np.array_equal(prof.weights, roof.weights)
-    assert np.array_equal(prof.activations, roof.activations)
+    _, costs = pipeline_problem(model, 2, cluster, profile=True)
+    assert (costs.time[:, 0] == costs.time[:, 1]).all() and (costs.time > 0).all()
+    assert np.array_equal(costs.weights, roof.weights)
+    assert np.array_equal(costs.activations, prof.saved)
 
 
 @pytest.mark.skipif(not pipeline_available(), reason="no torch.distributed.pipelining with gloo")

@@ -18,6 +18,7 @@ beside the unsplit model's on the same microbatches.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import os
@@ -36,7 +37,7 @@ from graphopt.sim import Problem
 from graphopt.sim.pipeline import LayerCosts, PipelinePlan, layer_costs
 from graphopt.zoo.pipeline import PipelineModel, build_pipeline_model
 
-__all__ = ["PipelineMeasure", "check_microbatches", "measure_pipelines", "pipeline_available",
+__all__ = ["LayerProfile", "PipelineMeasure", "check_microbatches", "measure_pipelines", "pipeline_available",
            "peak_allocated", "pipeline_problem", "profile_layers", "reference_loss",
            "runtime_overhead", "stage_cluster",
            "trace_microbatch"]
@@ -112,7 +113,8 @@ def pipeline_problem(model: PipelineModel, microbatches: int, cluster: Cluster,
 
     With ``profile``, each layer's compute and update times are measured on this machine
     (:func:`profile_layers`, the same on every device) instead of priced by the
-    cluster's roofline; bytes, memory and transfers still come from the graph.
+    cluster's roofline, and the activations it keeps are what autograd saves; weights,
+    workspaces and transfers still come from the graph.
     """
     from graphopt.exec.export import forward_ops
 
@@ -120,33 +122,60 @@ def pipeline_problem(model: PipelineModel, microbatches: int, cluster: Cluster,
     prob = Problem(traced.graph, cluster)
     costs = layer_costs(prob, forward_ops(traced))
     if profile:
-        t, u = profile_layers(model, microbatches)
+        prof = profile_layers(model, microbatches)
         d = prob.num_devices
-        costs = dataclasses.replace(costs, time=np.repeat(t[:, None], d, 1),
-                                    update=np.repeat(u[:, None], d, 1))
+        costs = dataclasses.replace(costs, time=np.repeat(prof.time[:, None], d, 1),
+                                    update=np.repeat(prof.update[:, None], d, 1),
+                                    activations=prof.saved)
     return prob, costs
 
 
+@dataclass(frozen=True)
+class LayerProfile:
+    """Each layer of a ``pipe:`` model measured on one microbatch (:func:`profile_layers`).
+
+    Attributes
+    ----------
+    time, update : float64 (L,)
+        Seconds of its forward and backward, and of its SGD update (once per step).
+    saved : float64 (L,)
+        Bytes autograd keeps from its forward for its backward: the tensors its ops save
+        (each storage once, in the first layer that saves it; parameters not counted).
+    """
+
+    time: np.ndarray
+    update: np.ndarray
+    saved: np.ndarray
+
+
 def profile_layers(model: PipelineModel, microbatches: int, reps: int = 5,
-                   threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    """Seconds each layer of ``model`` takes on one microbatch, measured in this process
-    with ``threads`` intra-op threads, as a stage's process runs it.
+                   threads: int = 1) -> LayerProfile:
+    """Each layer of ``model`` on one microbatch, measured in this process with
+    ``threads`` intra-op threads, as a stage's process runs it.
 
     Per layer, the forward of the microbatch's input to it and the backward of its output
     (the loss and its gradient with the last layer, as :func:`~graphopt.sim.pipeline.op_layers`
     puts them), each layer on a detached copy of its predecessor's output; and the SGD
-    update of its parameters. The median of ``reps`` rounds after one untimed.
-
-    Returns
-    -------
-    time, update : float64 (L,)
-        Forward and backward per microbatch, and the update once per step.
+    update of its parameters: the median of ``reps`` rounds after one untimed. In the
+    untimed round, what autograd saves for the backward (``saved_tensors_hooks``).
     """
     check_microbatches(model, microbatches)
     size = model.batch // microbatches
     x, y = model.inputs[:size], model.target[:size]
     layers = model.layers
     opts = [torch.optim.SGD(list(layer.parameters()), lr=0.0) for layer in layers]
+    params = {p.untyped_storage().data_ptr() for p in model.sequential().parameters()}
+    seen: set[int] = set()
+    saved = np.zeros(len(layers))
+    layer_now = [0]
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        ptr = t.untyped_storage().data_ptr()
+        if ptr not in params and ptr not in seen:
+            seen.add(ptr)
+            saved[layer_now[0]] += t.untyped_storage().nbytes()
+        return t
+
     rounds = np.zeros((reps, len(layers)))
     updates = np.zeros((reps, len(layers)))
     before = torch.get_num_threads()
@@ -157,11 +186,14 @@ def profile_layers(model: PipelineModel, microbatches: int, reps: int = 5,
             h = x
             for i, layer in enumerate(layers):
                 h = h.detach().requires_grad_(h.is_floating_point())
-                t0 = time.perf_counter()
-                out = layer(h)
-                if i == len(layers) - 1:
-                    out = model.loss(out, y)
-                fwd[i] = time.perf_counter() - t0
+                layer_now[0] = i
+                with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t) if r < 0 \
+                        else contextlib.nullcontext():
+                    t0 = time.perf_counter()
+                    out = layer(h)
+                    if i == len(layers) - 1:
+                        out = model.loss(out, y)
+                    fwd[i] = time.perf_counter() - t0
                 ins.append(h)
                 outs.append(out)
                 h = out
@@ -179,7 +211,7 @@ def profile_layers(model: PipelineModel, microbatches: int, reps: int = 5,
                     rounds[r, i], updates[r, i] = fwd[i] + t, u
     finally:
         torch.set_num_threads(before)
-    return np.median(rounds, axis=0), np.median(updates, axis=0)
+    return LayerProfile(np.median(rounds, axis=0), np.median(updates, axis=0), saved)
 
 
 def reference_loss(model: PipelineModel, microbatches: int) -> float:
