@@ -114,3 +114,18 @@ def test_microbatches_auto_keeps_the_count_whose_exact_split_is_fastest():
     assert [r.method for r in res] == ["even", "params", "exact"]
     with pytest.raises(GraphoptError, match="no count"):
         plan_pipeline_auto(problem_for, [1], 2, "1f1b")
+
+
+def test_where_the_cores_bound_every_split_the_best_pipeline_is_kept():
+    # four equal layers, two stages on one core: every split's step is the whole work,
+    # 4 microbatches x 4 layers; the even split is the one that would pipeline best
+    nl = 4
+    costs = LayerCosts(time=np.ones((nl, 2)), update=np.zeros((nl, 2)), weights=np.ones(nl),
+                       grads=np.ones(nl), state=np.zeros(nl), activations=np.ones(nl),
+                       boundary=np.zeros(nl - 1), layer=np.zeros(0, dtype=np.int64))
+    prob = SimpleNamespace(num_devices=2, capacity=np.full(2, 1e9), latency=np.zeros((2, 2)),
+                           sec_per_byte=np.zeros((2, 2)), cluster=SimpleNamespace(name="fake"))
+    steps = {b: split_cost(prob, costs, b, 4, "1f1b", cores=1).step_time
+             for b in ((0, 1, 4), (0, 2, 4), (0, 3, 4))}
+    assert set(steps.values()) == {16.0}
+    assert exact_split(prob, costs, 2, 4, "1f1b", cores=1) == (0, 2, 4)

@@ -156,19 +156,21 @@ def exact_split(problem: Problem, costs: LayerCosts, stages: int, microbatches: 
             bounds.append(int(args[s, bounds[-1]]))
         return float(best[nl]), bounds[::-1]
 
-    def step(total: float, limit: float, bounds: list[int]) -> float:
+    def step(total: float, limit: float, bounds: list[int]) -> tuple[float, float]:
+        """The step, then the pipeline's own term: where the cores bound the step, splits
+        tie on it, and the one whose stages would pipeline best is kept."""
         if cores is None:
-            return total + limit
+            return total + limit, total + limit
         stage_t = [t[s, a, b] for s, (a, b) in enumerate(zip(bounds, bounds[1:]))]
         stage_u = [upd_all[s, a, b] for s, (a, b) in enumerate(zip(bounds, bounds[1:]))]
-        return max(total + limit, (m * sum(stage_t) + sum(stage_u)) / cores)
+        return max(total + limit, (m * sum(stage_t) + sum(stage_u)) / cores), total + limit
 
     floor, _ = least_sum(np.inf)
     if not np.isfinite(floor):
         return None
-    best_step, best_bounds = np.inf, None
+    best, best_bounds = (np.inf, np.inf), None
     for limit in np.unique(v[np.isfinite(v)]):
-        if floor + limit >= best_step:
+        if floor + limit >= best[0]:  # a split under this cap or higher can neither win nor tie better
             break
         total, bounds = least_sum(float(limit))
         if bounds is None:
@@ -176,8 +178,8 @@ def exact_split(problem: Problem, costs: LayerCosts, stages: int, microbatches: 
         # the largest value on this split may be below the cap: price it exactly
         real = max(v[s, a, b] for s, (a, b) in enumerate(zip(bounds, bounds[1:])))
         cost = step(total, float(real), bounds)
-        if cost < best_step:
-            best_step, best_bounds = cost, bounds
+        if cost < best:
+            best, best_bounds = cost, bounds
     return tuple(best_bounds) if best_bounds is not None else None
 
 
