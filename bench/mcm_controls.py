@@ -28,7 +28,8 @@ import json
 import numpy as np
 import torch
 
-from graphopt.benchmarks.mcm import PRESETS, forward_graph
+from graphopt.benchmarks.mcm import PRESETS
+from graphopt.zoo import forward_graph
 from graphopt.hardware import load_cluster
 from graphopt.optim.base import Budget, optimize
 from graphopt.optim.learned.go.env import GOEnv

@@ -11,7 +11,7 @@ import argparse
 
 import numpy as np
 
-from graphopt.benchmarks.mcm import forward_graph
+from graphopt.zoo import forward_graph
 from graphopt.hardware import load_cluster
 from graphopt.optim.partition.constraints import chip_memory, pipeline_units, valid_partitions
 from graphopt.optim.partition.methods import cut_contiguous, greedy_contiguous

@@ -17,10 +17,11 @@ import time
 from pathlib import Path
 
 from graphopt.benchmarks import geomean, replace_section, row_line, save_json
+from graphopt.zoo import forward_graph
 
-__all__ = ["GRAPHS", "METHODS", "PRESETS", "forward_graph", "run", "time_to", "to_markdown", "update_docs"]
+__all__ = ["GRAPHS", "METHODS", "PRESETS", "run", "time_to", "to_markdown", "update_docs"]
 
-#: Graph names of :func:`forward_graph`: zoo entries, and BERT-large (BERT-base's
+#: Graph names of :func:`graphopt.zoo.forward_graph`: zoo entries, and BERT-large (BERT-base's
 #: family at 24 layers of 1,024).
 GRAPHS = ("bert-base", "bert-large", "gpt2-small", "resnet-50", "transformer-xl-2",
           "inception-v3-b32", "rnnlm-2")
@@ -28,37 +29,6 @@ GRAPHS = ("bert-base", "bert-large", "gpt2-small", "resnet-50", "transformer-xl-
 PRESETS = ("mcm-ring4", "mcm-ring8", "mcm-ring16")
 #: Methods compared, all at the same number of evaluations except the single-shot ones.
 METHODS = ("mcm-greedy", "mcm-random", "mcm-sa", "mcm-cpsat", "mcm", "mcm-finetune")
-
-
-def forward_graph(name: str, cache: bool = True):
-    """The forward (inference) graph of zoo model ``name`` at batch 1, cached as ``.npz``
-    beside the zoo's training-step graphs (``<zoo cache>/../mcm``).
-
-    ``bert-large`` is BERT-base's family at 24 layers, width 1,024, 16 heads, inner 4,096.
-
-    Raises
-    ------
-    GraphoptError
-        An unknown name (the message lists the zoo's).
-    """
-    from graphopt.frontends.torch import from_torch
-    from graphopt.ir.io import load_graph, save_graph
-    from graphopt.zoo import cache_dir, get_entry
-
-    if name == "bert-large":
-        entry = get_entry("bert-base").with_config("bert-large", layers=24, d_model=1024,
-                                                   heads=16, d_inner=4096)
-    else:
-        entry = get_entry(name)
-    path = cache_dir().parent / "mcm" / f"{name}-b1.npz"
-    if cache and path.is_file():
-        return load_graph(path)
-    model, inputs = entry.with_config(name, batch=1).make()
-    graph = from_torch(model, inputs, training=False, name=name)
-    if cache:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        save_graph(graph, path)
-    return graph
 
 
 #: Methods whose history ([evals, seconds, best interval]) gives a time to reach.

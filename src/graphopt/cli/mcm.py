@@ -59,7 +59,7 @@ def train_mcm(
 
     import torch
 
-    from graphopt.benchmarks.mcm import forward_graph
+    from graphopt.zoo import forward_graph
     from graphopt.hardware import load_cluster
     from graphopt.optim.learned.mcm.method import PRETRAIN_CORPUS, PRETRAIN_PPO
     from graphopt.optim.learned.mcm.train import pretrain

@@ -12,7 +12,7 @@ recurrences unrolled as TensorFlow's static graphs had them, and cached on disk.
 >>> graph = zoo.build("gnmt-8")  # doctest: +SKIP
 """
 
-from graphopt.zoo.cache import build, cache_dir, cache_path
+from graphopt.zoo.cache import build, cache_dir, cache_path, forward_graph
 from graphopt.zoo.registry import (
     HELD_OUT_FAMILIES,
     ReportedStepTimes,
@@ -28,6 +28,7 @@ __all__ = [
     "build",
     "cache_dir",
     "cache_path",
+    "forward_graph",
     "get_entry",
     "list_models",
 ]

@@ -31,7 +31,7 @@ from graphopt.zoo.models import FAMILIES
 from graphopt.zoo.models._common import count_parameters
 from graphopt.zoo.registry import ZooEntry, get_entry
 
-__all__ = ["build", "cache_dir", "cache_key", "cache_path", "trace"]
+__all__ = ["build", "cache_dir", "cache_key", "cache_path", "forward_graph", "trace"]
 
 log = logging.getLogger(__name__)
 
@@ -143,4 +143,35 @@ def build(name: str | ZooEntry, cache: bool = True) -> Graph:
     for old in path.parent.iterdir():
         if old != path and stale.fullmatch(old.name):
             old.unlink(missing_ok=True)
+    return graph
+
+
+def forward_graph(name: str, cache: bool = True):
+    """The forward (inference) graph of zoo model ``name`` at batch 1, cached as ``.npz``
+    beside the zoo's training-step graphs (``<zoo cache>/../mcm``).
+
+    ``bert-large`` is BERT-base's family at 24 layers, width 1,024, 16 heads, inner 4,096.
+
+    Raises
+    ------
+    GraphoptError
+        An unknown name (the message lists the zoo's).
+    """
+    from graphopt.frontends.torch import from_torch
+    from graphopt.ir.io import load_graph, save_graph
+    from graphopt.zoo.registry import get_entry
+
+    if name == "bert-large":
+        entry = get_entry("bert-base").with_config("bert-large", layers=24, d_model=1024,
+                                                   heads=16, d_inner=4096)
+    else:
+        entry = get_entry(name)
+    path = cache_dir().parent / "mcm" / f"{name}-b1.npz"
+    if cache and path.is_file():
+        return load_graph(path)
+    model, inputs = entry.with_config(name, batch=1).make()
+    graph = from_torch(model, inputs, training=False, name=name)
+    if cache:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        save_graph(graph, path)
     return graph

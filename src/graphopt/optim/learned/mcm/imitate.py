@@ -70,7 +70,7 @@ VERSION = 1
 
 #: Forward graphs of corpus training families: ``hf:`` text models at the widths and
 #: depths of transformer-base models (batch 1, 128 tokens), and zoo graphs by
-#: :func:`graphopt.benchmarks.mcm.forward_graph` name.
+#: :func:`graphopt.zoo.forward_graph` name.
 DEFAULT_SOURCES = tuple(
     f"hf:{t}:num_hidden_layers={n},hidden_size={d},num_attention_heads={d // 64},seq=128,batch=1"
     for t, n, d in (("roberta", 12, 768), ("electra", 8, 512), ("albert", 12, 768),
@@ -93,9 +93,9 @@ def _name(source: str) -> str:
 
 def forward_source(source: str):
     """The forward graph (batch as the source says) of ``hf:TYPE:k=v,...``, of a
-    :func:`graphopt.benchmarks.mcm.forward_graph` name, or the graph of an ``example:``
+    :func:`graphopt.zoo.forward_graph` name, or the graph of an ``example:``
     source (:func:`graphopt.frontends.source.load_source`)."""
-    from graphopt.benchmarks.mcm import forward_graph
+    from graphopt.zoo import forward_graph
     from graphopt.frontends.source import load_source
     from graphopt.frontends.torch import from_torch
     from graphopt.zoo.hf import make

@@ -71,7 +71,7 @@ __all__ = ["MCM", "MCMEnv", "MCMFinetune", "MCMOne", "MAX_CHIPS", "PRETRAIN_CORP
 SHIPPED = Path(__file__).parent.parent / "checkpoints" / "mcm"
 #: Chips the chiplet head serves.
 MAX_CHIPS = 16
-#: Pre-training corpus, GRAPH@PRESET (graphs of :func:`graphopt.benchmarks.mcm.forward_graph`):
+#: Pre-training corpus, GRAPH@PRESET (graphs of :func:`graphopt.zoo.forward_graph`):
 #: no BERT, which the benchmark holds out.
 PRETRAIN_CORPUS = ("resnet-50@mcm-ring4", "transformer-xl-2@mcm-ring4", "rnnlm-2@mcm-ring8",
                    "inception-v3-b32@mcm-ring8", "transformer-xl-2@mcm-ring16",
