@@ -56,7 +56,10 @@ def optimize(
     measure: bool = typer.Option(False, "--measure",
                                  help="Also run each method's final plan for real (graphopt "
                                       "run) and add its measured step time; only for PyTorch "
-                                      "programs: zoo:NAME (zoo:NAME-quick at CPU size) or .pt2"),
+                                      "programs: zoo:NAME (zoo:NAME-quick at CPU size) or .pt2. "
+                                      "With --task pipeline the splits are also planned from "
+                                      "what this host measures (layers profiled here, the "
+                                      "runtime's overhead, its cores)"),
     devices: str | None = typer.Option(None, "--devices", "-d",
                                           help="Devices --measure runs on: cpu:N (N worker "
                                                "processes) or cuda:N; default cpu:N, N the "
