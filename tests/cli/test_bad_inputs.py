@@ -685,6 +685,32 @@ CASES = [
     ("costmodel eval {d}/emptydir --chunk 0", "Invalid value for '--chunk'"),
     ("costmodel rank {d}/emptydir {d}/tiles/k0.npz --top 0", "Invalid value for '--top'"),
     ("costmodel rank {d}/missing {d}/tiles/k0.npz", "missing: missing config.json; not a cost-model"),
+    # device maps under a budget: every --max-memory entry checked before any work
+    ("export {d}/short_plan.json --graph example:mlp --format device-map --max-memory 0=lots "
+     "--out {d}/e.json", "--max-memory '0=lots': device 0: 'lots' is not a size"),
+    ("export {d}/short_plan.json --graph example:mlp --format device-map --max-memory 0=-1GiB "
+     "--out {d}/e.json", "'-1GiB' is not a size of at least 0 bytes"),
+    ("export {d}/short_plan.json --graph example:mlp --format device-map --max-memory 0=1e400 "
+     "--out {d}/e.json", "'1e400' is not a size"),
+    ("export {d}/short_plan.json --graph example:mlp --format device-map --max-memory gpu=1GiB "
+     "--out {d}/e.json", "expected DEVICE=SIZE entries"),
+    ("export {d}/short_plan.json --graph example:mlp --format device-map "
+     "--max-memory 0=2GiB,0=1GiB --out {d}/e.json", "device 0 given twice"),
+    # the pipeline task's plan files and options
+    ("run pipe:mlp:layers=3,hidden=16,batch=8 --pipeline {d}/deep_plan.json --devices cpu:2",
+     "nested too deeply"),
+    ("optimize pipe:mlp:layers=3,hidden=16,batch=8 --task pipeline --stages 0",
+     "Invalid value for '--stages'"),
+    # learning from search: corpora, target folders and policies that are not what they claim
+    ("corpus search {d}/emptydir", "emptydir: not a corpus (no manifest.json)"),
+    ("corpus regal-targets {d}/emptydir", "emptydir: not a corpus (no manifest.json)"),
+    ("corpus mcm-targets --out {d}/mt --sources bogus:x", "unknown zoo model 'bogus'"),
+    ("corpus mcm-targets --out {d}/mt --budget 0", "Invalid value for '--budget'"),
+    ("train imitate {d}/emptydir --out {d}/ti", "emptydir: not a corpus (no manifest.json)"),
+    ("train mcm-imitate {d}/emptydir --out {d}/tm", "emptydir: no MCM targets"),
+    ("train regal-imitate {d}/emptydir --out {d}/tr", "emptydir: no REGAL targets (no index.json)"),
+    ("train mcm --init {d}/emptydir --corpus bert-base@mcm-ring4 --out {d}/tmi",
+     "emptydir/policy.json: no such file"),
 ]
 
 
