@@ -24,7 +24,7 @@ import numpy as np
 from graphopt.errors import GraphFormatError, GraphoptError, WriteError
 
 __all__ = ["MAX_JSON_BYTES", "MAX_NPZ_BYTES", "atomic_write", "check_output", "env_limit", "npz_arrays",
-           "read_json", "regular_file", "save_figure", "write_error"]
+           "read_index", "read_json", "regular_file", "save_figure", "write_error", "write_json"]
 
 #: The largest JSON file graphopt reads (graphs, plans, profiles, policies): a bound on
 #: what an outside file can make us allocate, about 5x its size once loaded (a 128 MB plan
@@ -161,6 +161,28 @@ def read_json(path: str | os.PathLike, error: type[Exception] = GraphFormatError
                     f"{sys.get_int_max_str_digits():,} digits)") from None
     except RecursionError:
         raise error(f"{path}: not valid JSON (nested too deeply)") from None
+
+
+def read_index(path: str | os.PathLike, fmt: str, version: int, key: str, what: str) -> dict:
+    """A versioned JSON index graphopt wrote (a corpus manifest, a folder of targets):
+    ``{"format": fmt, "version": version, key: {...}, ...}``, or a one-line
+    :class:`GraphoptError` naming the file, as ``{path}: not {what}`` when it is not one
+    and naming the field when it is of another version.
+    """
+    doc = read_json(path, GraphoptError)
+    if not isinstance(doc, dict) or doc.get("format") != fmt or not isinstance(doc.get(key), dict):
+        raise GraphoptError(f"{path}: not {what}")
+    if type(doc.get("version")) is not int or doc["version"] != version:
+        raise GraphoptError(f"{path}: field 'version': format version {doc.get('version')!r}; "
+                            f"this graphopt reads version {version}: make it anew")
+    return doc
+
+
+def write_json(path: str | os.PathLike, doc: Any) -> None:
+    """``doc`` as indented JSON with sorted keys (a stable diff between versions),
+    written atomically."""
+    text = json.dumps(doc, indent=1, sort_keys=True)
+    atomic_write(path, lambda f: f.write(text.encode()))
 
 
 def _umask() -> int:

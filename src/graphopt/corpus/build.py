@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import platform
 import sys
 import time
@@ -11,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import graphopt
-from graphopt._files import atomic_write, read_json
+from graphopt._files import read_index, write_json
 from graphopt.corpus.items import CorpusItem
 from graphopt.errors import GraphoptError
 
@@ -42,19 +41,11 @@ def load_manifest(folder: str | Path, missing_ok: bool = False) -> dict[str, Any
             return _empty_manifest()
         raise GraphoptError(f"{folder}: not a corpus (no manifest.json); build one with "
                             "'graphopt corpus build --out DIR'")
-    doc = read_json(path, GraphoptError)
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT \
-            or not isinstance(doc.get("items"), dict):
-        raise GraphoptError(f"{path}: not a graphopt corpus manifest")
-    if type(doc.get("version")) is not int or doc.get("version") != VERSION:
-        raise GraphoptError(f"{path}: field 'version': corpus format version {doc.get('version')!r}; this "
-                            f"graphopt reads version {VERSION}: rebuild it")
-    return doc
+    return read_index(path, FORMAT, VERSION, "items", "a graphopt corpus manifest")
 
 
 def _save_manifest(folder: Path, manifest: dict[str, Any]) -> None:
-    text = json.dumps(manifest, indent=1, sort_keys=True)
-    atomic_write(folder / "manifest.json", lambda f: f.write(text.encode()))
+    write_json(folder / "manifest.json", manifest)
 
 
 def _one_line(err: BaseException) -> str:

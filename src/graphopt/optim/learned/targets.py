@@ -24,7 +24,6 @@ policy's round this policy).
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from graphopt._files import atomic_write, read_json
+from graphopt._files import read_index, write_json
 from graphopt.corpus import load_manifest
 from graphopt.errors import GraphoptError
 from graphopt.sim import Plan, Problem, simulate
@@ -55,19 +54,11 @@ def _index(folder: Path) -> dict[str, Any]:
     path = folder / "targets.json"
     if not path.exists():
         return _empty()
-    doc = read_json(path, GraphoptError)
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT \
-            or not isinstance(doc.get("entries"), dict):
-        raise GraphoptError(f"{path}: not a graphopt corpus targets file")
-    if type(doc.get("version")) is not int or doc["version"] != VERSION:
-        raise GraphoptError(f"{path}: field 'version': {doc.get('version')!r}; this graphopt "
-                            f"reads version {VERSION}")
-    return doc
+    return read_index(path, FORMAT, VERSION, "entries", "a graphopt corpus targets file")
 
 
 def _save_index(folder: Path, doc: dict[str, Any]) -> None:
-    text = json.dumps(doc, indent=1, sort_keys=True)
-    atomic_write(folder / "targets.json", lambda f: f.write(text.encode()))
+    write_json(folder / "targets.json", doc)
 
 
 def assign_clusters(ids: list[str], clusters: tuple[str, ...] = DEFAULT_CLUSTERS

@@ -43,7 +43,6 @@ mcm`` and ``from_greedy=false`` use it); the epoch loop is GO's
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Callable
@@ -53,7 +52,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from graphopt._files import atomic_write, read_json
+from graphopt._files import read_index, write_json
 from graphopt.errors import GraphoptError
 from graphopt.optim.learned.go.env import GOEnv
 from graphopt.optim.learned.go.imitate import PLACEMENT, fit, unit_targets
@@ -113,16 +112,11 @@ def _index(folder: Path) -> dict[str, Any]:
     path = folder / "targets.json"
     if not path.exists():
         return {"format": FORMAT, "version": VERSION, "entries": {}}
-    doc = read_json(path, GraphoptError)
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT or doc.get("version") != VERSION \
-            or not isinstance(doc.get("entries"), dict):
-        raise GraphoptError(f"{path}: not a graphopt MCM targets file (version {VERSION})")
-    return doc
+    return read_index(path, FORMAT, VERSION, "entries", "a graphopt MCM targets file")
 
 
 def _save(folder: Path, doc: dict[str, Any]) -> None:
-    text = json.dumps(doc, indent=1, sort_keys=True)
-    atomic_write(folder / "targets.json", lambda f: f.write(text.encode()))
+    write_json(folder / "targets.json", doc)
 
 
 def search_targets(sources: tuple[str, ...], presets: tuple[str, ...], folder: str | Path, *,

@@ -30,7 +30,6 @@ regal.checkpoint=OUT``.
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict
@@ -41,7 +40,7 @@ import numpy as np
 import torch
 from scipy.optimize import linear_sum_assignment
 
-from graphopt._files import atomic_write, npz_arrays, read_json
+from graphopt._files import atomic_write, npz_arrays, read_index, write_json
 from graphopt.dist.local import stop_requested
 from graphopt.errors import GraphoptError
 from graphopt.optim.base import Budget
@@ -191,9 +190,7 @@ def _index(folder: Path, corpus: Path, settings: dict) -> dict:
     if not path.exists():
         return {"format": FORMAT, "version": VERSION, "corpus": str(corpus), **settings,
                 "items": {}, "builds": []}
-    doc = read_json(path, GraphoptError)
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT or doc.get("version") != VERSION:
-        raise GraphoptError(f"{path}: not REGAL targets of format {FORMAT} version {VERSION}")
+    doc = read_index(path, FORMAT, VERSION, "items", f"REGAL targets of format {FORMAT}")
     differ = [k for k, v in settings.items() if doc.get(k) != v]
     if differ:
         raise GraphoptError(f"{path}: targets made with other {', '.join(differ)} "
@@ -202,8 +199,7 @@ def _index(folder: Path, corpus: Path, settings: dict) -> dict:
 
 
 def _save_index(folder: Path, doc: dict) -> None:
-    text = json.dumps(doc, indent=1, sort_keys=True)
-    atomic_write(folder / "index.json", lambda f: f.write(text.encode()))
+    write_json(folder / "index.json", doc)
 
 
 def build_targets(corpus: str | Path, out: str | Path, *, evals: int = LONG_EVALS,
