@@ -320,3 +320,18 @@ def test_coplacement_can_be_switched(problems, method, grouped):
     relu, addmm = prob.graph.index["layers.0.relu"], prob.graph.index["layers.0.addmm"]
     if grouped:
         assert plan.placement[relu] == plan.placement[addmm]
+
+
+def test_metis_spreads_a_graph_with_one_op_heavier_than_a_device_share():
+    """An op with most of the compute (a one-layer BLOOM's embedding) made METIS's
+    bisection fail and put every op on one device; it now takes one part and the rest
+    spread over the others."""
+    from graphopt.optim.heuristics.metis import metis_parts
+
+    b = GraphBuilder("heavy")
+    prev = b.add_node("x", "input", out_bytes=1024)
+    prev = b.add_node("big", "matmul", inputs=[prev], flops=1e13, out_bytes=1024)
+    for i in range(12):
+        prev = b.add_node(f"l{i}", "matmul", inputs=[prev], flops=1e9, out_bytes=1024)
+    part = metis_parts(Problem(b.build(), cluster("p100:8")), 8)
+    assert len(set(part.tolist())) >= 4

@@ -31,6 +31,28 @@ def _ints(x: np.ndarray) -> np.ndarray:
     return np.maximum(1, np.round(x / top * _SCALE)).astype(np.int64)
 
 
+def _cap_to_share(w: np.ndarray, parts: int) -> np.ndarray:
+    """Vertex weights capped at a part's fair share of the capped total, the largest ``c``
+    with ``parts · c <= sum(min(w, c))``.
+
+    A vertex heavier than a part's share fills a part alone whatever its weight, but
+    METIS's recursive bisection cannot balance around it: it prints "Cannot bisect a
+    graph with 0 vertices" and puts every vertex in one part (a one-layer BLOOM on 8
+    devices, its embedding ~99% of the compute). Capped, the rest spread over the other
+    parts.
+
+    >>> _cap_to_share(np.array([1000.0, 1, 1, 1]), 2).tolist()
+    [3.0, 1.0, 1.0, 1.0]
+    """
+    ws = np.sort(w)[::-1]
+    rest = np.cumsum(ws[::-1])[::-1]  # rest[j]: the weight of all but the j heaviest
+    for j in range(min(parts, len(ws))):  # cap the j heaviest at the share of the rest
+        c = rest[j] / (parts - j)
+        if ws[j] <= c:
+            break
+    return np.minimum(w, c)
+
+
 def metis_parts(problem: Problem, parts: int, seed: int = 0) -> np.ndarray:
     """Part of every op, ``0..parts-1``: a METIS k-way partition of the colocation units
     (vertex weights the compute time on device 0, edge weights the bytes between two
@@ -54,7 +76,8 @@ def metis_parts(problem: Problem, parts: int, seed: int = 0) -> np.ndarray:
     unit, k = units(g.coloc)
     if k <= parts:  # nothing to partition (METIS refuses): one unit per part
         return np.arange(k, dtype=np.int64)[unit]
-    vw = _ints(np.bincount(unit, weights=problem.costs.time[:, 0], minlength=k))
+    vw = _ints(_cap_to_share(np.bincount(unit, weights=problem.costs.time[:, 0], minlength=k),
+                             parts))
     adj = sparse.coo_matrix((g.edge_bytes, (unit[g.src], unit[g.dst])), shape=(k, k))
     adj = (adj + adj.T).tolil()  # undirected, as METIS wants
     adj.setdiag(0)  # edges inside a unit cut nothing
