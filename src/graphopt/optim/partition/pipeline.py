@@ -247,8 +247,9 @@ def plan_pipeline(problem: Problem, costs: LayerCosts, stages: int, microbatches
     Raises
     ------
     GraphoptError
-        More stages than layers or devices, fewer than one microbatch, an unknown
-        schedule or method; one line naming the option.
+        More stages than layers or devices (or, for ``mcm``, than the policy's 16 chips),
+        fewer than one microbatch, an unknown schedule or method; one line naming the
+        option.
     """
     nl = costs.num_layers
     _check(nl, stages, microbatches)
