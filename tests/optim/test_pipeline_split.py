@@ -1,5 +1,6 @@
 """The pipeline task's splits: even and parameter-balanced by rule, exact by dynamic
-programming, held against brute force."""
+programming, held against brute force; the chiplet policy's, repaired into contiguous
+stages, never below exact."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ import numpy as np
 import pytest
 
 from graphopt.errors import GraphoptError
-from graphopt.optim.partition.pipeline import (even_split, exact_split, microbatch_candidates,
-                                               params_split, plan_pipeline, plan_pipeline_auto)
+from graphopt.optim.partition.pipeline import (contiguous_split, even_split, exact_split,
+                                               microbatch_candidates, params_split, plan_pipeline,
+                                               plan_pipeline_auto)
 from graphopt.sim.pipeline import LayerCosts, split_cost
 
 
@@ -129,3 +131,47 @@ def test_where_the_cores_bound_every_split_the_best_pipeline_is_kept():
              for b in ((0, 1, 4), (0, 2, 4), (0, 3, 4))}
     assert set(steps.values()) == {16.0}
     assert exact_split(prob, costs, 2, 4, "1f1b", cores=1) == (0, 2, 4)
+
+
+def _changes(chips, bounds) -> int:
+    stage = np.repeat(np.arange(len(bounds) - 1), np.diff(bounds))
+    return int((stage != np.asarray(chips)).sum())
+
+
+def test_contiguous_split_keeps_a_contiguous_one_and_changes_fewest_layers():
+    assert contiguous_split(np.array([0, 0, 1, 1, 1, 2]), 3) == (0, 2, 5, 6)  # kept as it is
+    assert contiguous_split(np.array([0, 1, 2, 3]), 4) == (0, 1, 2, 3, 4)
+    # every stage keeps a layer: one chip for all becomes three stages, two layers changed
+    assert _changes([0] * 5, contiguous_split(np.array([0] * 5), 3)) == 2
+    rng = np.random.default_rng(0)
+    for _ in range(40):  # non-monotone proposals: the fewest changes among all splits
+        nl = int(rng.integers(2, 9))
+        k = int(rng.integers(1, nl + 1))
+        chips = rng.integers(0, k + 1, nl)  # chip k matches no stage
+        got = contiguous_split(chips, k)
+        assert len(got) == k + 1 and got[0] == 0 and got[-1] == nl
+        assert all(a < b for a, b in zip(got, got[1:]))
+        best = min(_changes(chips, (0, *c, nl))
+                   for c in itertools.combinations(range(1, nl), k - 1))
+        assert _changes(chips, got) == best
+
+
+@pytest.mark.parametrize("spec, stages", [("pipe:mlp:layers=4,hidden=16,batch=8", 3),
+                                          ("pipe:mlp-uneven:layers=5,hidden=16,batch=8", 2),
+                                          ("pipe:transformer-encoder:layers=2,hidden=16,heads=2,"
+                                           "seq=8,batch=4,vocab=50", 3)])
+def test_mcm_gives_k_contiguous_stages_never_below_exact(spec, stages):
+    from graphopt.exec.pipeline import pipeline_problem, stage_cluster
+    from graphopt.hardware import load_cluster
+    from graphopt.zoo.pipeline import build_pipeline_model
+
+    prob, costs = pipeline_problem(build_pipeline_model(spec), 2,
+                                   stage_cluster(load_cluster("cpu"), stages))
+    res = {r.method: r.cost for r in plan_pipeline(prob, costs, stages, 2, "auto",
+                                                   ("exact", "mcm"))}
+    b = res["mcm"].bounds
+    assert len(b) == stages + 1 and b[0] == 0 and b[-1] == costs.num_layers
+    assert all(x < y for x, y in zip(b, b[1:]))
+    assert res["exact"].fits and res["mcm"].step_time >= res["exact"].step_time - 1e-12
+    # greedy decoding draws nothing: the same split again
+    assert plan_pipeline(prob, costs, stages, 2, "auto", ("mcm",))[0].cost.bounds == b

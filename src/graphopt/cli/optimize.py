@@ -35,7 +35,9 @@ def optimize(
     task: str = typer.Option("placement", "--task", "-t",
                              help="What to decide, comma-separated: placement, scheduling, "
                                   "fusion; or pipeline (a pipe: model's layers split into "
-                                  "--stages stages, methods even, params, exact). "
+                                  "--stages stages, methods even, params, exact; mcm, the "
+                                  "learned chiplet policy, only when named in --methods: "
+                                  "it adds about 1 s on pipe:gpt2). "
                                   "Example: placement,scheduling"),
     methods: str = methods_option(_DEFAULT_METHODS),
     budget: int = budget_option(2000),

@@ -10,9 +10,10 @@ from rich.table import Table
 from graphopt._files import check_output
 from graphopt.cli._common import console
 from graphopt.errors import ExecutionError, GraphoptError
+from graphopt.optim.partition.pipeline import DEFAULT_SPLIT_METHODS
 
-#: ``--methods``' default for the pipeline task.
-DEFAULT_METHODS = "even,params,exact"
+#: ``--methods``' default for the pipeline task (``mcm`` is asked for by name).
+DEFAULT_METHODS = ",".join(DEFAULT_SPLIT_METHODS)
 
 #: The plan file each method's folder gets.
 PLAN_FILE = "pipeline.json"

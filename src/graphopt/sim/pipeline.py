@@ -350,6 +350,9 @@ class LayerCosts:
     output : float
         Bytes of the model's output per microbatch: the last stage keeps every
         microbatch's (``torch.distributed.pipelining`` returns them from ``step``).
+    forward : bool (N,), optional
+        Which ops are the forward pass (the graph the chiplet policy of the ``mcm``
+        split reads); None: every op.
     """
 
     time: np.ndarray
@@ -362,6 +365,7 @@ class LayerCosts:
     layer: np.ndarray
     workspace: np.ndarray | None = None
     output: float = 0.0
+    forward: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if self.workspace is None:
@@ -469,7 +473,7 @@ def layer_costs(problem: Problem, forward: np.ndarray, layer: np.ndarray | None 
     out_edge = last[g.src] & (mods[g.dst] == "") & forward[g.dst]
     output = float(g.edge_bytes[out_edge].max(initial=0.0))
     return LayerCosts(time, update, weights, grads, state, activations, boundary, layer,
-                      workspace, output)
+                      workspace, output, forward)
 
 
 @dataclass(frozen=True)
@@ -600,7 +604,7 @@ class PipelinePlan:
         One of :data:`SCHEDULES`.
     microbatches : int
     method : str
-        What chose the split (``even``, ``params``, ``exact``).
+        What chose the split (``even``, ``params``, ``exact``, ``mcm``).
     simulated : dict
         The simulator's figures: ``step_time`` (s), ``throughput`` (examples/s),
         ``stage_time`` (s per microbatch per stage), ``memory`` (bytes per stage).

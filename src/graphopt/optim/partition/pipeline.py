@@ -1,6 +1,6 @@
 """Splitting a training step's layers into pipeline stages (the pipeline task).
 
-Three methods choose the split points, each priced by the one pipeline model of
+Four methods choose the split points, each priced by the one pipeline model of
 :mod:`graphopt.sim.pipeline` (:func:`~graphopt.sim.pipeline.split_cost`):
 
 even     equal layer counts, the first stages one layer more where they do not divide
@@ -8,6 +8,10 @@ even     equal layer counts, the first stages one layer more where they do not d
 params   stages of about equal parameter bytes (accelerate's habit for device maps)
 exact    dynamic programming over every contiguous split: the least simulated step time
          among the splits whose stages fit their devices' memory, exact under the model
+mcm      the learned chiplet policy of multi-chip partitioning, zero-shot, its most likely
+         chip per op repaired into contiguous stages (:func:`contiguous_split`;
+         :mod:`graphopt.optim.learned.mcm.pipeline`): at best it ties ``exact``, and its
+         gap to ``exact`` measures the policy
 
 ``schedule="auto"`` prices each split under both schedules and keeps the faster one
 that fits; the two fill and drain alike, so 1F1B, which holds fewer microbatches'
@@ -28,11 +32,14 @@ from graphopt.sim import Problem
 from graphopt.sim.pipeline import (SCHEDULES, LayerCosts, SplitCost, boundary_time, in_flight,
                                    split_cost)
 
-__all__ = ["SPLIT_METHODS", "PipelineResult", "exact_split", "even_split", "microbatch_candidates",
-           "params_split", "plan_pipeline", "plan_pipeline_auto"]
+__all__ = ["DEFAULT_SPLIT_METHODS", "SPLIT_METHODS", "PipelineResult", "contiguous_split",
+           "exact_split", "even_split", "microbatch_candidates", "params_split", "plan_pipeline",
+           "plan_pipeline_auto"]
 
 #: The methods of the pipeline task, in the order they are reported.
-SPLIT_METHODS = ("even", "params", "exact")
+SPLIT_METHODS = ("even", "params", "exact", "mcm")
+#: Those run when none are named: ``mcm`` loads torch and the policy, so it is asked for.
+DEFAULT_SPLIT_METHODS = ("even", "params", "exact")
 
 
 @dataclass(frozen=True)
@@ -82,6 +89,36 @@ def params_split(weights: np.ndarray, stages: int) -> tuple[int, ...]:
         bounds.append(j)
     bounds.append(nl)
     return tuple(bounds)
+
+
+def contiguous_split(chips: np.ndarray, stages: int) -> tuple[int, ...]:
+    """The contiguous split into ``stages`` non-empty stages that changes the fewest
+    layers' stage from ``chips`` (a stage per layer; one outside ``0..stages - 1``
+    matches none): the nondecreasing sequence of stages from 0 to ``stages - 1``, rising
+    one at a time, nearest to ``chips`` in layers changed. Dynamic programming over
+    layers and stages, ``O(L·K)``; on a tie the later stage for the earlier layer.
+
+    >>> contiguous_split(np.array([0, 0, 1, 1]), 2), contiguous_split(np.array([0, 1, 0, 1, 1]), 2)
+    ((0, 2, 4), (0, 1, 5))
+    >>> contiguous_split(np.array([1, 0, 0, 0, 1]), 3)
+    (0, 3, 4, 5)
+    """
+    chips = np.asarray(chips, dtype=np.int64)
+    nl = len(chips)
+    _check(nl, stages, 1)
+    miss = (chips[:, None] != np.arange(stages)).astype(np.float64)
+    # least[l, s]: fewest changes to layers 0..l with layer l on stage s
+    least = np.full((nl, stages), np.inf)
+    least[0, 0] = miss[0, 0]
+    for i in range(1, nl):
+        least[i, 0] = least[i - 1, 0] + miss[i, 0]
+        least[i, 1:] = np.minimum(least[i - 1, 1:], least[i - 1, :-1]) + miss[i, 1:]
+    bounds, s = [nl], stages - 1
+    for i in range(nl - 1, 0, -1):  # layer i is on stage s: was layer i - 1 on s - 1?
+        if s > 0 and least[i - 1, s - 1] < least[i - 1, s]:
+            bounds.append(i)
+            s -= 1
+    return (0, *bounds[::-1])
 
 
 def exact_split(problem: Problem, costs: LayerCosts, stages: int, microbatches: int,
@@ -197,7 +234,7 @@ def _schedules(schedule: str, stages: int, microbatches: int) -> tuple[str, ...]
 
 
 def plan_pipeline(problem: Problem, costs: LayerCosts, stages: int, microbatches: int,
-                  schedule: str = "auto", methods=SPLIT_METHODS,
+                  schedule: str = "auto", methods=DEFAULT_SPLIT_METHODS,
                   overhead: float = 0.0, cores: int | None = None) -> list[PipelineResult]:
     """Each method's split of ``costs``' layers into ``stages`` stages, priced with
     ``microbatches`` microbatches under ``schedule`` (``auto``: the better one, per split)
@@ -210,8 +247,9 @@ def plan_pipeline(problem: Problem, costs: LayerCosts, stages: int, microbatches
     Raises
     ------
     GraphoptError
-        More stages than layers or devices, fewer than one microbatch, an unknown
-        schedule or method; one line naming the option.
+        More stages than layers or devices (or, for ``mcm``, than the policy's 16 chips),
+        fewer than one microbatch, an unknown schedule or method; one line naming the
+        option.
     """
     nl = costs.num_layers
     _check(nl, stages, microbatches)
@@ -229,13 +267,18 @@ def plan_pipeline(problem: Problem, costs: LayerCosts, stages: int, microbatches
 
     out = []
     for method in methods:
+        if method == "even":
+            bounds = even_split(nl, stages)
+        elif method == "params":
+            bounds = params_split(costs.weights, stages)
+        elif method == "mcm":
+            # torch and the policy are loaded for this method alone
+            from graphopt.optim.learned.mcm.pipeline import mcm_split
+
+            bounds = mcm_split(problem, costs, stages)
         best: SplitCost | None = None
         for sched in scheds:
-            if method == "even":
-                bounds = even_split(nl, stages)
-            elif method == "params":
-                bounds = params_split(costs.weights, stages)
-            else:
+            if method == "exact":
                 bounds = exact_split(problem, costs, stages, microbatches, sched,
                                      overhead=overhead, cores=cores)
                 if bounds is None:  # nothing fits: the fastest split, memory ignored
@@ -248,7 +291,6 @@ def plan_pipeline(problem: Problem, costs: LayerCosts, stages: int, microbatches
         assert best is not None  # scheds is never empty
         out.append(PipelineResult(method, best))
     return out
-
 
 
 def microbatch_candidates(batch: int, stages: int, limit: int = 6) -> list[int]:
@@ -265,7 +307,7 @@ def microbatch_candidates(batch: int, stages: int, limit: int = 6) -> list[int]:
 
 
 def plan_pipeline_auto(problem_for, candidates, stages: int, schedule: str = "auto",
-                       methods=SPLIT_METHODS, overhead: float = 0.0,
+                       methods=DEFAULT_SPLIT_METHODS, overhead: float = 0.0,
                        cores: int | None = None) -> list[PipelineResult]:
     """:func:`plan_pipeline` with the microbatch count chosen too: the count among
     ``candidates`` whose ``exact`` split is fastest (and fits), then every method's split
