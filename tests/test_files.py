@@ -36,7 +36,8 @@ def test_read_index_names_what_a_file_is_not_and_its_version(tmp_path):
         read_index(path, "g", 1, "items", "an index")
     with pytest.raises(GraphoptError, match="not an index$"):
         read_index(path, "f", 1, "entries", "an index")
-    with pytest.raises(GraphoptError, match="field 'version': format version 1; this graphopt reads version 2"):
+    with pytest.raises(GraphoptError,
+                       match="field 'version': format version 1; this graphopt reads version 2"):
         read_index(path, "f", 2, "items", "an index")
     write_json(path, {"format": "f", "version": True, "items": {}})  # a bool is no version
     with pytest.raises(GraphoptError, match="field 'version': format version True"):
