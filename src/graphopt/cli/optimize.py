@@ -82,9 +82,14 @@ def optimize(
                                           "the powers of two that divide it whose exact split "
                                           "is fastest). Example: 8"),
     schedule: str = typer.Option("auto", "--schedule",
-                                 help="With --task pipeline: gpipe, 1f1b, or auto (the faster "
-                                      "that fits; 1f1b on a tie, as it holds fewer "
-                                      "activations). Example: 1f1b"),
+                                 help="With --task pipeline: gpipe, 1f1b, interleaved (1F1B "
+                                      "with --virtual-stages chunks a stage), or auto (the "
+                                      "fastest that fits; 1f1b on a tie with gpipe, as it "
+                                      "holds fewer activations). Example: interleaved"),
+    virtual_stages: int = typer.Option(2, "--virtual-stages", min=1, max=64,
+                                       help="With --task pipeline and --schedule interleaved "
+                                            "or auto: chunks of layers each stage runs, "
+                                            "stages x chunks cut round-robin. Example: 2"),
     memory_fraction: float | None = typer.Option(
         None, "--memory-fraction", min=0.0,
         help="Give every device the persistent bytes (weights, optimizer state) of the "
@@ -112,7 +117,7 @@ def optimize(
         try:
             chosen = split_methods(DEFAULT_METHODS if methods == _DEFAULT_METHODS else methods)
             optimize_pipeline(graph, cluster, stages, microbatches, schedule, chosen, out,
-                              measure, measure_steps, seed)
+                              measure, measure_steps, seed, virtual_stages)
         except GraphoptError as err:
             fail(err)
         return

@@ -36,7 +36,7 @@ def _bytes(values) -> str:
 
 def optimize_pipeline(graph: str, cluster: str | None, stages: int, microbatches: str,
                       schedule: str, methods: list[str], out: Path | None, measure: bool,
-                      steps: int, seed: int) -> None:
+                      steps: int, seed: int, virtual: int = 2) -> None:
     """``graphopt optimize MODEL --task pipeline``: each method's split, a table, and
     with ``out`` a plan file per method; with ``measure``, each plan run for real."""
     from graphopt.exec.pipeline import (measure_pipelines, pipeline_problem, runtime_overhead,
@@ -45,7 +45,7 @@ def optimize_pipeline(graph: str, cluster: str | None, stages: int, microbatches
     from graphopt.hardware import load_cluster
     from graphopt.optim.partition.pipeline import (SPLIT_METHODS, microbatch_candidates,
                                                    plan_pipeline, plan_pipeline_auto)
-    from graphopt.sim.pipeline import PipelinePlan
+    from graphopt.sim.pipeline import SCHEDULES, PipelinePlan
 
     check_output(out, "--out", folder=True)
     if stages < 1:
@@ -53,8 +53,8 @@ def optimize_pipeline(graph: str, cluster: str | None, stages: int, microbatches
     if microbatches != "auto" and not (microbatches.isascii() and microbatches.isdigit()
                                        and int(microbatches) >= 1):
         raise GraphoptError(f"--microbatches {microbatches}: give a count of at least 1, or auto")
-    if schedule not in ("gpipe", "1f1b", "auto"):
-        raise GraphoptError(f"--schedule {schedule!r}: give gpipe, 1f1b or auto")
+    if schedule not in (*SCHEDULES, "auto"):
+        raise GraphoptError(f"--schedule {schedule!r}: give {', '.join(SCHEDULES)} or auto")
     unknown = [m for m in methods if m not in SPLIT_METHODS]
     if unknown:
         raise GraphoptError(f"--methods: {unknown[0]!r} is no pipeline method; give "
@@ -73,14 +73,15 @@ def optimize_pipeline(graph: str, cluster: str | None, stages: int, microbatches
         if microbatches == "auto":
             results = plan_pipeline_auto(lambda m: pipeline_problem(model, m, c, profile=measure),
                                          microbatch_candidates(model.batch, stages), stages,
-                                         schedule, methods, overhead, cores)
+                                         schedule, methods, overhead, cores, virtual)
         else:
             prob, costs = pipeline_problem(model, int(microbatches), c, profile=measure)
             results = plan_pipeline(prob, costs, stages, int(microbatches), schedule, methods,
-                                    overhead, cores)
+                                    overhead, cores, virtual)
     microbatches = str(results[0].cost.microbatches)
     plans = [PipelinePlan(graph, r.cost.bounds, r.cost.schedule, int(microbatches), r.method,
-                          _simulated(r.cost, model.batch, overhead, cores, measure))
+                          _simulated(r.cost, model.batch, overhead, cores, measure),
+                          r.cost.virtual)
              for r in results]
     measured = None
     if measure:
@@ -89,7 +90,8 @@ def optimize_pipeline(graph: str, cluster: str | None, stages: int, microbatches
     even = next((r.cost.step_time for r in results if r.method == "even"), None)
     t = Table(title=f"{graph}: {len(model.layers)} layers into {stages} stages on {c.name}, "
                     f"{microbatches} microbatches of {model.batch // int(microbatches)}")
-    cols = ["method", "layers per stage", "schedule", "step ms", "samples/s", "vs even",
+    chunked = any(r.cost.virtual > 1 for r in results)
+    cols = ["method", f"layers per {'chunk' if chunked else 'stage'}", "schedule", "step ms", "samples/s", "vs even",
             "peak per stage", "fits"]
     if measured:
         cols += ["measured ms", "measured samples/s", "measured peak per stage"]
@@ -98,7 +100,8 @@ def optimize_pipeline(graph: str, cluster: str | None, stages: int, microbatches
     for i, r in enumerate(results):
         cst = r.cost
         sizes = "/".join(str(b - a) for a, b in zip(cst.bounds, cst.bounds[1:]))
-        row = [r.method, sizes, cst.schedule, f"{cst.step_time * 1e3:.2f}",
+        sched = f"{cst.schedule} x{cst.virtual}" if cst.virtual > 1 else cst.schedule
+        row = [r.method, sizes, sched, f"{cst.step_time * 1e3:.2f}",
                f"{cst.throughput(model.batch):,.1f}",
                f"{even / cst.step_time:.2f}x" if even else "-", _bytes(cst.memory),
                "yes" if cst.fits else "[red]no[/]"]
@@ -158,12 +161,14 @@ def run_pipeline(graph: str, plan_path: Path, devices: str, cluster: str | None,
     overhead = float(plan.simulated.get("overhead", 0.0) or 0.0)
     cores = plan.simulated.get("cores")
     sim = split_cost(prob, costs, plan.bounds, plan.microbatches, plan.schedule, overhead,
-                     cores if type(cores) is int and 1 <= cores <= 1 << 16 else None)
+                     cores if type(cores) is int and 1 <= cores <= 1 << 16 else None,
+                     plan.virtual)
     with console.status(f"running {steps + 1} steps on {count} processes"):
         m = measure_pipelines(graph, [plan], steps=steps, seed=seed)[0]
     ref = reference_loss(model, plan.microbatches)
+    sched = f"{plan.schedule} x{plan.virtual}" if plan.virtual > 1 else plan.schedule
     t = Table(title=f"{graph}: layers {'/'.join(str(b - a) for a, b in zip(plan.bounds, plan.bounds[1:]))} "
-                    f"on {devices}, {plan.schedule}, {plan.microbatches} microbatches")
+                    f"on {devices}, {sched}, {plan.microbatches} microbatches")
     for col in ("", "step ms", "samples/s", *(f"stage {s} peak" for s in range(count))):
         t.add_column(col, justify="left" if not col else "right")
     from graphopt.ir.graph import format_bytes

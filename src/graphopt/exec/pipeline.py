@@ -1,10 +1,12 @@
 """Pipeline plans run for real: ``torch.distributed.pipelining`` on K CPU processes.
 
-Each stage of a :class:`~graphopt.sim.pipeline.PipelinePlan` is a run of consecutive
+Each chunk of a :class:`~graphopt.sim.pipeline.PipelinePlan` is a run of consecutive
 layers of a ``pipe:`` model (:mod:`graphopt.zoo.pipeline`), given to a manual
-``PipelineStage`` in its own process; the processes talk over gloo on a free localhost
-port and step under ``ScheduleGPipe`` or ``Schedule1F1B``, each stage updating its own
-parameters with SGD after the schedule's step. Several plans of one model (one stage
+``PipelineStage`` in the process of its rank (chunk ``c`` of ``K·V`` on rank ``c mod
+K``, one chunk a rank but with the interleaved schedule); the processes talk over gloo
+on a free localhost port and step under ``ScheduleGPipe``, ``Schedule1F1B`` or
+``ScheduleInterleaved1F1B``, each rank updating its own parameters with SGD after the
+schedule's step. Several plans of one model (one stage
 count) run in the same processes, one step of each in turn, so that a machine whose
 speed drifts weighs on all of them alike.
 
@@ -230,10 +232,15 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _schedule_class(name: str):
-    from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe
+def _schedule(name: str, stages: list, microbatches: int, loss_fn):
+    """torch's schedule ``name`` over this rank's stages (one, but with interleaving)."""
+    from torch.distributed.pipelining import (Schedule1F1B, ScheduleGPipe,
+                                              ScheduleInterleaved1F1B)
 
-    return {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[name]
+    if name == "interleaved":
+        return ScheduleInterleaved1F1B(stages, n_microbatches=microbatches, loss_fn=loss_fn)
+    cls = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[name]
+    return cls(stages[0], n_microbatches=microbatches, loss_fn=loss_fn)
 
 
 def _state_bytes(module: torch.nn.Module, opt: torch.optim.Optimizer) -> int:
@@ -276,11 +283,14 @@ def _work(rank, world, port, spec, seed, plans, steps, warmup, threads, queue) -
         model = build_pipeline_model(spec, seed)
         runs = []
         for p in plans:
-            lo, hi = p["bounds"][rank], p["bounds"][rank + 1]
-            piece = copy.deepcopy(torch.nn.Sequential(*model.layers[lo:hi]))
-            stage = PipelineStage(piece, rank, world, torch.device("cpu"))
-            sched = _schedule_class(p["schedule"])(stage, n_microbatches=p["microbatches"],
-                                                   loss_fn=model.loss)
+            b, chunks = p["bounds"], len(p["bounds"]) - 1
+            # this rank's chunks: rank, rank + K, ... (round-robin, as torch numbers stages)
+            pieces = [copy.deepcopy(torch.nn.Sequential(*model.layers[b[c]:b[c + 1]]))
+                      for c in range(rank, chunks, world)]
+            stages = [PipelineStage(piece, c, chunks, torch.device("cpu"))
+                      for piece, c in zip(pieces, range(rank, chunks, world))]
+            sched = _schedule(p["schedule"], stages, p["microbatches"], model.loss)
+            piece = torch.nn.ModuleList(pieces)
             opt = torch.optim.SGD(piece.parameters(), lr=1e-4)
             runs.append((piece, sched, opt))
         x, y = model.inputs, model.target

@@ -7,39 +7,53 @@ even     equal layer counts, the first stages one layer more where they do not d
          (``torch.distributed.pipelining``'s habit)
 params   stages of about equal parameter bytes (accelerate's habit for device maps)
 exact    dynamic programming over every contiguous split: the least simulated step time
-         among the splits whose stages fit their devices' memory, exact under the model
+         among the splits whose stages fit their devices' memory, exact under the model;
+         with interleaving, every split into ``K·V`` chunks priced (at most
+         :data:`MAX_INTERLEAVED_SPLITS` of them)
 mcm      the learned chiplet policy of multi-chip partitioning, zero-shot, its most likely
          chip per op repaired into contiguous stages (:func:`contiguous_split`;
          :mod:`graphopt.optim.learned.mcm.pipeline`): at best it ties ``exact``, and its
-         gap to ``exact`` measures the policy
+         gap to ``exact`` measures the policy; one chunk a stage (not interleaved)
 
-``schedule="auto"`` prices each split under both schedules and keeps the faster one
-that fits; the two fill and drain alike, so 1F1B, which holds fewer microbatches'
-activations, is kept on a tie (and GPipe alone is priced with fewer microbatches than
-stages, which ``torch``'s ``Schedule1F1B`` refuses). Microbatches ``auto``
+With the interleaved schedule the layers are cut into ``K·V`` chunks (``V`` virtual
+stages a rank, chunk ``c`` on rank ``c mod K``): even and params cut them as they would
+``K·V`` stages, and a rank's time is its chunks' sum.
+
+``schedule="auto"`` prices each split under every schedule the counts allow and keeps
+the faster one that fits; GPipe and 1F1B fill and drain alike, so 1F1B, which holds
+fewer microbatches' activations, is kept on a tie (and GPipe alone is priced with fewer
+microbatches than stages, which ``torch``'s ``Schedule1F1B`` refuses); interleaved, with
+``V`` chunks a rank, where its smaller bubble outweighs its extra transfers. Microbatches ``auto``
 (:func:`plan_pipeline_auto`) picks the count whose exact split is fastest, and prices
 every method at that count.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from graphopt.errors import GraphoptError
 from graphopt.sim import Problem
-from graphopt.sim.pipeline import (SCHEDULES, LayerCosts, SplitCost, boundary_time, in_flight,
-                                   split_cost)
+from graphopt.sim.pipeline import (SCHEDULES, LayerCosts, SplitCost, boundary_time,
+                                   check_schedule, in_flight, split_cost)
 
-__all__ = ["DEFAULT_SPLIT_METHODS", "SPLIT_METHODS", "PipelineResult", "contiguous_split",
-           "exact_split", "even_split", "microbatch_candidates", "params_split", "plan_pipeline",
+__all__ = ["DEFAULT_SPLIT_METHODS", "MAX_INTERLEAVED_SPLITS", "SPLIT_METHODS", "PipelineResult",
+           "contiguous_split", "exact_split", "even_split", "microbatch_candidates",
+           "params_split", "plan_pipeline",
            "plan_pipeline_auto"]
 
 #: The methods of the pipeline task, in the order they are reported.
 SPLIT_METHODS = ("even", "params", "exact", "mcm")
 #: Those run when none are named: ``mcm`` loads torch and the policy, so it is asked for.
 DEFAULT_SPLIT_METHODS = ("even", "params", "exact")
+
+#: Splits into ``K·V`` chunks the exact method prices one by one at most (a few
+#: seconds): C(L - 1, K·V - 1) of them, e.g. 1,716 for 14 layers on 4 ranks of 2.
+MAX_INTERLEAVED_SPLITS = 5000
 
 
 @dataclass(frozen=True)
@@ -123,7 +137,7 @@ def contiguous_split(chips: np.ndarray, stages: int) -> tuple[int, ...]:
 
 def exact_split(problem: Problem, costs: LayerCosts, stages: int, microbatches: int,
                 schedule: str, capacity: np.ndarray | None = None, overhead: float = 0.0,
-                cores: int | None = None) -> tuple[int, ...] | None:
+                cores: int | None = None, virtual: int = 1) -> tuple[int, ...] | None:
     """The contiguous split of least simulated step time whose stages fit, by dynamic
     programming; None when no split fits.
 
@@ -137,13 +151,27 @@ def exact_split(problem: Problem, costs: LayerCosts, stages: int, microbatches: 
     cannot beat the best step found. A stage's time depends on its layers and its index
     only (its device, its cuts, its in-flight microbatches). ``O(K·L²)`` per cap, few
     caps in practice (``S`` moves little between splits). ``capacity`` (bytes per
-    stage) replaces the devices' memory; ``overhead`` and ``cores`` are
+    stage) replaces the devices' memory; ``overhead``, ``cores`` and ``virtual`` are
     :func:`~graphopt.sim.pipeline.split_cost`'s.
+
+    With ``virtual`` chunks a rank the ranks' times sum chunks far apart, which no
+    dynamic program over contiguous stages holds: every split into ``K·V`` chunks is
+    priced by :func:`~graphopt.sim.pipeline.split_cost`, at most
+    :data:`MAX_INTERLEAVED_SPLITS` of them.
+
+    Raises
+    ------
+    GraphoptError
+        More stages than layers or devices, or more interleaved splits than
+        :data:`MAX_INTERLEAVED_SPLITS`.
     """
     nl = costs.num_layers
-    _check(nl, stages, microbatches)
+    _check(nl, stages * virtual, microbatches)
     if stages > problem.num_devices:
         raise GraphoptError(f"--stages {stages}: the cluster has {problem.num_devices} devices")
+    if virtual > 1:
+        return _exact_interleaved(problem, costs, stages, microbatches, schedule, capacity,
+                                  overhead, cores, virtual)
     k, m = stages, microbatches
     keep = in_flight(schedule, k, m)
     zero = np.zeros(1)
@@ -156,8 +184,8 @@ def exact_split(problem: Problem, costs: LayerCosts, stages: int, microbatches: 
     for s in range(k):
         time = np.concatenate([zero, np.cumsum(costs.time[:, s])])
         upd = np.concatenate([zero, np.cumsum(costs.update[:, s])])
-        left = boundary_time(problem, costs, s - 1) if s > 0 else None
-        right = boundary_time(problem, costs, s) if s < k - 1 else None
+        left = boundary_time(problem, costs, s - 1, s) if s > 0 else None
+        right = boundary_time(problem, costs, s, s + 1) if s < k - 1 else None
         cap = (problem.capacity if capacity is None else capacity)[s]
         for j in range(s + 1, nl - (k - 1 - s) + 1):
             i = np.arange(s, j)  # the stage runs layers i..j-1
@@ -220,26 +248,63 @@ def exact_split(problem: Problem, costs: LayerCosts, stages: int, microbatches: 
     return tuple(best_bounds) if best_bounds is not None else None
 
 
-def _schedules(schedule: str, stages: int, microbatches: int) -> tuple[str, ...]:
-    # torch's Schedule1F1B refuses fewer microbatches than stages
-    one_f = microbatches >= stages
+def _exact_interleaved(problem, costs, stages, microbatches, schedule, capacity, overhead,
+                       cores, virtual) -> tuple[int, ...] | None:
+    nl, chunks = costs.num_layers, stages * virtual
+    count = math.comb(nl - 1, chunks - 1)
+    if count > MAX_INTERLEAVED_SPLITS:
+        raise GraphoptError(f"--virtual-stages {virtual}: the exact split prices every one of "
+                            f"{count:,} splits of {nl} layers into {chunks} chunks, more than "
+                            f"{MAX_INTERLEAVED_SPLITS:,}; give fewer, or --methods even,params")
+    cap = problem.capacity[:stages] if capacity is None else np.asarray(capacity)[:stages]
+    best, best_bounds = np.inf, None
+    for cuts in itertools.combinations(range(1, nl), chunks - 1):
+        bounds = (0, *cuts, nl)
+        c = split_cost(problem, costs, bounds, microbatches, schedule, overhead, cores, virtual)
+        if (c.memory <= cap).all() and c.step_time < best:
+            best, best_bounds = c.step_time, bounds
+    return best_bounds
+
+
+def _schedules(schedule: str, stages: int, microbatches: int, virtual: int,
+               num_layers: int) -> tuple[tuple[str, int], ...]:
+    """The (schedule, chunks a rank) pairs to price: ``auto``'s every one the counts
+    allow, 1F1B first (kept on a tie with GPipe: it holds fewer activations)."""
+    def runs(sched: str, v: int) -> bool:
+        try:
+            check_schedule(sched, stages, microbatches, v)
+        except ValueError:
+            return False
+        return stages * v <= num_layers
+
     if schedule == "auto":
-        return ("1f1b", "gpipe") if one_f else ("gpipe",)  # 1F1B first: kept on a tie
+        out = [(s, v) for s, v in (("1f1b", 1), ("gpipe", 1), ("interleaved", virtual))
+               if runs(s, v)]
+        return tuple(out) if out else (("gpipe", 1),)
     if schedule not in SCHEDULES:
         raise GraphoptError(f"--schedule {schedule!r}: give one of {', '.join(SCHEDULES)} or auto")
-    if schedule == "1f1b" and not one_f:
-        raise GraphoptError(f"--schedule 1f1b needs at least as many microbatches as stages "
-                            f"({microbatches} < {stages}): give --microbatches {stages} or gpipe")
-    return (schedule,)
+    if schedule == "interleaved" and virtual < 2:
+        raise GraphoptError(f"--virtual-stages {virtual}: give 2 or more chunks a rank")
+    v = virtual if schedule == "interleaved" else 1
+    try:
+        check_schedule(schedule, stages, microbatches, v)
+    except ValueError as err:
+        raise GraphoptError(str(err)) from None
+    if stages * v > num_layers:
+        raise GraphoptError(f"--virtual-stages {v}: {stages} stages of {v} chunks need "
+                            f"{stages * v} layers; the model has {num_layers}")
+    return ((schedule, v),)
 
 
 def plan_pipeline(problem: Problem, costs: LayerCosts, stages: int, microbatches: int,
                   schedule: str = "auto", methods=DEFAULT_SPLIT_METHODS,
-                  overhead: float = 0.0, cores: int | None = None) -> list[PipelineResult]:
+                  overhead: float = 0.0, cores: int | None = None,
+                  virtual: int = 2) -> list[PipelineResult]:
     """Each method's split of ``costs``' layers into ``stages`` stages, priced with
-    ``microbatches`` microbatches under ``schedule`` (``auto``: the better one, per split)
-    and the runtime's ``overhead`` per stage and microbatch, the stages sharing
-    ``cores`` cores (None: each its own; :func:`~graphopt.sim.pipeline.split_cost`).
+    ``microbatches`` microbatches under ``schedule`` (``auto``: the best one, per split)
+    and the runtime's ``overhead`` per chunk and microbatch, the stages sharing
+    ``cores`` cores (None: each its own; :func:`~graphopt.sim.pipeline.split_cost`);
+    ``virtual`` chunks a rank where the schedule is interleaved.
 
     A method whose split does not fit memory is still reported (``cost.fits`` False);
     ``exact`` with no split that fits falls back to the fastest split, unfitting.
@@ -248,15 +313,15 @@ def plan_pipeline(problem: Problem, costs: LayerCosts, stages: int, microbatches
     ------
     GraphoptError
         More stages than layers or devices (or, for ``mcm``, than the policy's 16 chips),
-        fewer than one microbatch, an unknown schedule or method; one line naming the
-        option.
+        fewer than one microbatch, an unknown schedule or method, counts the schedule
+        cannot run, ``mcm`` interleaved; one line naming the option.
     """
     nl = costs.num_layers
     _check(nl, stages, microbatches)
     if stages > problem.num_devices:
         raise GraphoptError(f"--stages {stages}: the cluster {problem.cluster.name} has "
                             f"{problem.num_devices} devices; give one with as many as stages")
-    scheds = _schedules(schedule, stages, microbatches)
+    scheds = _schedules(schedule, stages, microbatches, virtual, nl)
     unknown = [m for m in methods if m not in SPLIT_METHODS]
     if unknown:
         raise GraphoptError(f"--methods: {unknown[0]!r} is no pipeline method; give "
@@ -265,27 +330,33 @@ def plan_pipeline(problem: Problem, costs: LayerCosts, stages: int, microbatches
     def better(a: SplitCost, b: SplitCost | None) -> bool:
         return b is None or (a.fits, -a.step_time) > (b.fits, -b.step_time)
 
+    if "mcm" in methods and all(v > 1 for _, v in scheds):
+        raise GraphoptError("--methods mcm: its policy places one chunk a stage; give --schedule "
+                            "1f1b, gpipe or auto")
     out = []
     for method in methods:
-        if method == "even":
-            bounds = even_split(nl, stages)
-        elif method == "params":
-            bounds = params_split(costs.weights, stages)
-        elif method == "mcm":
+        if method == "mcm":
             # torch and the policy are loaded for this method alone
             from graphopt.optim.learned.mcm.pipeline import mcm_split
 
             bounds = mcm_split(problem, costs, stages)
+            scheds_of = [(sched, v) for sched, v in scheds if v == 1]
+        else:
+            scheds_of = scheds
         best: SplitCost | None = None
-        for sched in scheds:
-            if method == "exact":
+        for sched, v in scheds_of:
+            if method == "even":
+                bounds = even_split(nl, stages * v)
+            elif method == "params":
+                bounds = params_split(costs.weights, stages * v)
+            elif method == "exact":
                 bounds = exact_split(problem, costs, stages, microbatches, sched,
-                                     overhead=overhead, cores=cores)
+                                     overhead=overhead, cores=cores, virtual=v)
                 if bounds is None:  # nothing fits: the fastest split, memory ignored
                     bounds = exact_split(problem, costs, stages, microbatches, sched,
                                          capacity=np.full(stages, np.inf), overhead=overhead,
-                                         cores=cores)
-            cost = split_cost(problem, costs, bounds, microbatches, sched, overhead, cores)
+                                         cores=cores, virtual=v)
+            cost = split_cost(problem, costs, bounds, microbatches, sched, overhead, cores, v)
             if better(cost, best):
                 best = cost
         assert best is not None  # scheds is never empty
@@ -308,7 +379,7 @@ def microbatch_candidates(batch: int, stages: int, limit: int = 6) -> list[int]:
 
 def plan_pipeline_auto(problem_for, candidates, stages: int, schedule: str = "auto",
                        methods=DEFAULT_SPLIT_METHODS, overhead: float = 0.0,
-                       cores: int | None = None) -> list[PipelineResult]:
+                       cores: int | None = None, virtual: int = 2) -> list[PipelineResult]:
     """:func:`plan_pipeline` with the microbatch count chosen too: the count among
     ``candidates`` whose ``exact`` split is fastest (and fits), then every method's split
     at that count, so that the methods differ in their split alone.
@@ -322,14 +393,18 @@ def plan_pipeline_auto(problem_for, candidates, stages: int, schedule: str = "au
     """
     best = None
     for m in candidates:
-        if schedule == "1f1b" and m < stages:
-            continue
+        if schedule != "auto":
+            try:
+                check_schedule(schedule, stages, m, virtual if schedule == "interleaved" else 1)
+            except ValueError:
+                continue
         prob, costs = problem_for(m)
-        cost = plan_pipeline(prob, costs, stages, m, schedule, ("exact",), overhead, cores)[0].cost
+        cost = plan_pipeline(prob, costs, stages, m, schedule, ("exact",), overhead, cores,
+                             virtual)[0].cost
         if best is None or (cost.fits, -cost.step_time) > (best[0].fits, -best[0].step_time):
             best = (cost, prob, costs, m)
     if best is None:
         raise GraphoptError(f"--microbatches auto: no count among {list(candidates)} suits "
                             f"--schedule {schedule} on {stages} stages")
     _, prob, costs, m = best
-    return plan_pipeline(prob, costs, stages, m, schedule, methods, overhead, cores)
+    return plan_pipeline(prob, costs, stages, m, schedule, methods, overhead, cores, virtual)
