@@ -34,11 +34,11 @@ def _problem(rng, d: int, capacity: float) -> SimpleNamespace:
                            sec_per_byte=spb, cluster=SimpleNamespace(name="fake"))
 
 
-def _brute(prob, costs, k, m, sched, overhead=0.0, cores=None):
+def _brute(prob, costs, k, m, sched, overhead=0.0, cores=None, virtual=1):
     nl = costs.num_layers
     best = None
-    for cuts in itertools.combinations(range(1, nl), k - 1):
-        c = split_cost(prob, costs, (0, *cuts, nl), m, sched, overhead, cores)
+    for cuts in itertools.combinations(range(1, nl), k * virtual - 1):
+        c = split_cost(prob, costs, (0, *cuts, nl), m, sched, overhead, cores, virtual)
         if c.fits and (best is None or c.step_time < best.step_time - 1e-12):
             best = c
     return best
@@ -63,6 +63,55 @@ def test_exact_is_optimal_against_brute_force(seed):
         assert got is not None
         assert split_cost(prob, costs, got, m, sched, overhead, cores).step_time == \
             pytest.approx(want.step_time)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_exact_interleaved_is_optimal_against_brute_force(seed):
+    rng = np.random.default_rng(100 + seed)
+    k, v = int(rng.integers(2, 4)), 2
+    nl = int(rng.integers(k * v, 10))
+    m = k * int(rng.integers(1, 3))
+    costs = _costs(rng, nl, k)
+    prob = _problem(rng, k, float(rng.uniform(20, 120)))
+    overhead, cores = float(rng.uniform(0, 0.5)), [None, 1][seed % 2]
+    got = exact_split(prob, costs, k, m, "interleaved", overhead=overhead, cores=cores, virtual=v)
+    want = _brute(prob, costs, k, m, "interleaved", overhead, cores, v)
+    if want is None:
+        assert got is None
+    else:
+        assert len(got) == k * v + 1
+        assert split_cost(prob, costs, got, m, "interleaved", overhead, cores, v).step_time == \
+            pytest.approx(want.step_time)
+
+
+def test_interleaved_shrinks_the_bubble_and_auto_takes_it_where_it_prices_faster():
+    # eight equal layers, no transfers: 2 ranks of 2 chunks fill and drain in half-stages
+    nl, k, m = 8, 2, 2
+    costs = LayerCosts(time=np.ones((nl, k)), update=np.zeros((nl, k)), weights=np.ones(nl),
+                       grads=np.ones(nl), state=np.zeros(nl), activations=np.ones(nl),
+                       boundary=np.zeros(nl - 1), layer=np.zeros(0, dtype=np.int64))
+    prob = _problem(np.random.default_rng(0), k, 1e9)
+    prob.latency, prob.sec_per_byte = np.zeros((k, k)), np.zeros((k, k))
+    res = {r.method: r.cost for r in plan_pipeline(prob, costs, k, m, "auto")}
+    assert all(c.schedule == "interleaved" and c.virtual == 2 for c in res.values())
+    assert res["even"].bounds == (0, 2, 4, 6, 8)
+    one = split_cost(prob, costs, (0, 4, 8), m, "1f1b").step_time
+    assert one == (m + k - 1) * 4 and res["even"].step_time == (m + (k - 1) / 2) * 4
+    # a cut's transfer, now paid at three cuts instead of one, tips it back to 1F1B
+    prob.latency = np.full((k, k), 0.5)
+    np.fill_diagonal(prob.latency, 0)
+    assert plan_pipeline(prob, costs, k, m, "auto")[2].cost.schedule == "1f1b"
+    res = plan_pipeline(prob, costs, k, m, "interleaved", virtual=4)
+    assert all(r.cost.virtual == 4 and len(r.cost.bounds) == 9 for r in res)
+    for kwargs, msg in [({"microbatches": 1}, "at least as many"),
+                        ({"virtual": 1}, "--virtual-stages 1"),
+                        ({"virtual": 5}, "need 10 layers")]:
+        with pytest.raises(GraphoptError, match=msg):
+            plan_pipeline(prob, costs, k, **{"microbatches": m, "schedule": "interleaved",
+                                              **kwargs})
+    with pytest.raises(GraphoptError, match="more than"):
+        # C(39, 7) splits of 40 layers into 8 chunks: too many to price one by one
+        exact_split(prob, _costs(np.random.default_rng(1), 40, k), k, m, "interleaved", virtual=4)
 
 
 def test_even_and_params_splits():
