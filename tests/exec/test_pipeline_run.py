@@ -26,8 +26,9 @@ def _one_line_exit_2(result, *words):
 @pytest.mark.skipif(not pipeline_available(), reason="no torch.distributed.pipelining with gloo")
 def test_optimize_then_run_two_processes_loss_matches(tmp_path):
     out = tmp_path / "p"
+    # 1F1B here (auto would take interleaved: unmeasured, the runtime costs nothing a chunk)
     r = runner.invoke(app, ["optimize", MODEL, "--task", "pipeline", "--stages", "2",
-                            "--microbatches", "2", "--out", str(out)])
+                            "--microbatches", "2", "--schedule", "1f1b", "--out", str(out)])
     assert r.exit_code == 0, r.output
     plan = json.loads((out / "exact" / "pipeline.json").read_text())
     assert plan["format"] == "graphopt-pipeline" and plan["stages"] == 2
@@ -39,6 +40,19 @@ def test_optimize_then_run_two_processes_loss_matches(tmp_path):
     assert "measured" in r.output and "unsplit" in r.output
 
 
+@pytest.mark.skipif(not pipeline_available(), reason="no torch.distributed.pipelining with gloo")
+def test_interleaved_on_two_processes_loss_matches_the_unsplit_model():
+    from graphopt.exec.pipeline import measure_pipelines, reference_loss
+    from graphopt.sim.pipeline import PipelinePlan
+    from graphopt.zoo.pipeline import build_pipeline_model
+
+    # 4 layers, 4 chunks: rank 0 runs layers 0 and 2, rank 1 layers 1 and 3
+    plan = PipelinePlan(MODEL, (0, 1, 2, 3, 4), "interleaved", 2, "even", {}, 2)
+    m = measure_pipelines(MODEL, [plan], steps=1, warmup=0)[0]
+    assert m.loss == pytest.approx(reference_loss(build_pipeline_model(MODEL), 2), rel=1e-5)
+    assert len(m.memory) == 2 and all(x > 0 for x in m.memory) and m.median > 0
+
+
 @pytest.mark.parametrize("args, words", [
     (["--stages", "9"], ["--stages 9", "only 4 layers"]),
     (["--microbatches", "0"], ["--microbatches 0"]),
@@ -46,6 +60,9 @@ def test_optimize_then_run_two_processes_loss_matches(tmp_path):
     (["--schedule", "zb"], ["--schedule", "zb"]),
     (["--schedule", "1f1b", "--microbatches", "1", "--stages", "2"], ["1f1b", "microbatches"]),
     (["--methods", "even,metis"], ["metis", "no pipeline method"]),
+    (["--schedule", "interleaved", "--microbatches", "1"], ["interleaved", "microbatches"]),
+    (["--schedule", "interleaved", "--virtual-stages", "3"], ["--virtual-stages 3", "6 layers"]),
+    (["--schedule", "interleaved", "--stages", "1"], ["interleaved", "2 or more stages"]),
 ])
 def test_optimize_pipeline_bad_input(args, words):
     _one_line_exit_2(runner.invoke(app, ["optimize", MODEL, "--task", "pipeline", *args]), *words)

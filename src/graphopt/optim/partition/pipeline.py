@@ -391,12 +391,13 @@ def plan_pipeline_auto(problem_for, candidates, stages: int, schedule: str = "au
     candidates : iterable of int
         Microbatch counts to try (:func:`microbatch_candidates`).
     """
-    best = None
+    best, why = None, ""
     for m in candidates:
         if schedule != "auto":
             try:
                 check_schedule(schedule, stages, m, virtual if schedule == "interleaved" else 1)
-            except ValueError:
+            except ValueError as err:
+                why = f" ({err})"
                 continue
         prob, costs = problem_for(m)
         cost = plan_pipeline(prob, costs, stages, m, schedule, ("exact",), overhead, cores,
@@ -405,6 +406,6 @@ def plan_pipeline_auto(problem_for, candidates, stages: int, schedule: str = "au
             best = (cost, prob, costs, m)
     if best is None:
         raise GraphoptError(f"--microbatches auto: no count among {list(candidates)} suits "
-                            f"--schedule {schedule} on {stages} stages")
+                            f"--schedule {schedule} on {stages} stages{why}")
     _, prob, costs, m = best
     return plan_pipeline(prob, costs, stages, m, schedule, methods, overhead, cores, virtual)
