@@ -4,8 +4,8 @@ For each model (``pipe:`` sources, :mod:`graphopt.zoo.pipeline`: a
 ``torch.nn.TransformerEncoder``, an MLP whose blocks widen, ``transformers``' GPT-2,
 BERT, T5's encoder and ViT, random weights) and each stage count, the pipeline task's three splits (``even``
 layer counts, ``params``-balanced, the ``exact`` optimum of the simulator), each with
-the schedule and the microbatches graphopt chose (``auto``: the count whose exact split
-is fastest, the same count for all three, so that they differ in the split alone), plus what a
+the schedule (GPipe, 1F1B, or interleaved 1F1B with two chunks a stage) and the
+microbatches graphopt chose (``auto``: the count whose exact split is fastest, the same count for all three, so that they differ in the split alone), plus what a
 user writes first (``even``, 1F1B, as many microbatches as stages: ``even-first``), run
 and graphopt's exact split at that count (``exact-first``), on ``K`` gloo processes, one
 step of each plan in turn, ``steps`` timed rounds after a
@@ -79,8 +79,8 @@ def _row(spec: str, stages: int, microbatches: int | None, steps: int, cluster,
         prob, costs = problem(microbatches)
         results = plan_pipeline(prob, costs, stages, microbatches, "auto", overhead=overhead,
                                 cores=cores)
-    plans = [PipelinePlan(spec, r.cost.bounds, r.cost.schedule, r.cost.microbatches, r.method)
-             for r in results]
+    plans = [PipelinePlan(spec, r.cost.bounds, r.cost.schedule, r.cost.microbatches, r.method,
+                          virtual=r.cost.virtual) for r in results]
     sims = [r.cost for r in results]
     even = next(p for p in plans if p.method == "even")
     if model.batch % stages == 0:  # what a user writes first: even, 1F1B, M = K
@@ -96,7 +96,7 @@ def _row(spec: str, stages: int, microbatches: int | None, steps: int, cluster,
     # the same plans priced by the calibrated roofline alone, as before layers were profiled
     roof = {m: pipeline_problem(model, m, cluster) for m in {p.microbatches for p in plans}}
     roofline = [split_cost(*roof[p.microbatches], p.bounds, p.microbatches, p.schedule,
-                           overhead).step_time for p in plans]
+                           overhead, virtual=p.virtual).step_time for p in plans]
     load = os.getloadavg()[0]
     t0 = time.perf_counter()
     measured = measure_pipelines(spec, plans, steps=steps)
@@ -106,7 +106,7 @@ def _row(spec: str, stages: int, microbatches: int | None, steps: int, cluster,
     for p, sim, m, r in zip(plans, sims, measured, roofline):
         out["plans"].append({
             "method": p.method, "bounds": list(p.bounds), "schedule": p.schedule,
-            "microbatches": p.microbatches, "measured_step": m.median,
+            "virtual": p.virtual, "microbatches": p.microbatches, "measured_step": m.median,
             "measured_steps": m.step_times, "measured_throughput": m.throughput,
             "measured_min_step": min(m.step_times),
             "simulated_step": sim.step_time, "simulated_throughput": model.batch / sim.step_time,
@@ -199,6 +199,11 @@ def summary(res: dict) -> dict:
             "median_abs_memory_error": statistics.median(mem) if mem else None}
 
 
+def _chunks(plan: dict) -> str:
+    v = plan.get("virtual", 1)
+    return f" x{v}" if v > 1 else ""
+
+
 def _sizes(bounds) -> str:
     return "/".join(str(b - a) for a, b in zip(bounds, bounds[1:]))
 
@@ -217,7 +222,7 @@ def to_markdown(res: dict) -> str:
             busy = " / ".join(f"{m * 1e3:.0f} ({s * 1e3:.0f})" for m, s in
                               zip(p.get("measured_busy", ()), p.get("simulated_busy", ())))
             lines.append(f"| {name} | {row['stages']} | {p['method']} | {_sizes(p['bounds'])} | "
-                         f"{p['schedule']}, {p['microbatches']} | {p['measured_throughput']:,.1f} | "
+                         f"{p['schedule']}{_chunks(p)}, {p['microbatches']} | {p['measured_throughput']:,.1f} | "
                          f"{p['simulated_throughput']:,.1f} | {p['vs_even']:.2f}x | "
                          f"{p['simulated_step'] / p['measured_step']:.2f} | {busy or '-'} | {mem} | "
                          f"{row['load_before']:.2f} |")

@@ -429,8 +429,10 @@ def measure_pipelines(spec: str, plans: list[PipelinePlan], steps: int = 5, warm
 
 def runtime_overhead(stages: int, microbatches: int, steps: int = 5, threads: int = 1) -> float:
     """Seconds ``torch.distributed.pipelining`` adds per stage and microbatch on this
-    machine: the median step of a pipeline of ``stages`` one-unit linear layers, whose
-    compute is nothing, over its ``M + K - 1`` slots (the model's bubble formula).
+    machine (per chunk with the interleaved schedule, the model charges it for every
+    chunk's actions): the median step of a pipeline of ``stages`` one-unit linear
+    layers, whose compute is nothing, over its ``M + K - 1`` slots (the model's bubble
+    formula).
 
     What it holds: the schedule's bookkeeping per action, and each send's and receive's
     fixed cost over gloo, at the load the machine has when it is measured.
