@@ -5,8 +5,9 @@ For each model (``pipe:`` sources, :mod:`graphopt.zoo.pipeline`: a
 BERT, T5's encoder and ViT, random weights) and each stage count, the pipeline task's three splits (``even``
 layer counts, ``params``-balanced, the ``exact`` optimum of the simulator), each with
 the schedule (GPipe, 1F1B, or interleaved 1F1B with two chunks a stage) and the
-microbatches graphopt chose (``auto``: the count whose exact split is fastest, the same count for all three, so that they differ in the split alone), plus what a
-user writes first (``even``, 1F1B, as many microbatches as stages: ``even-first``), run
+microbatches graphopt chose (``auto``: the count whose exact split is fastest, the same
+count for all three, so that they differ in the split alone), plus what a user writes
+first (``even``, 1F1B, as many microbatches as stages: ``even-first``), run
 and graphopt's exact split at that count (``exact-first``), on ``K`` gloo processes, one
 step of each plan in turn, ``steps`` timed rounds after a
 warm-up; the median step of each.
@@ -222,7 +223,8 @@ def to_markdown(res: dict) -> str:
             busy = " / ".join(f"{m * 1e3:.0f} ({s * 1e3:.0f})" for m, s in
                               zip(p.get("measured_busy", ()), p.get("simulated_busy", ())))
             lines.append(f"| {name} | {row['stages']} | {p['method']} | {_sizes(p['bounds'])} | "
-                         f"{p['schedule']}{_chunks(p)}, {p['microbatches']} | {p['measured_throughput']:,.1f} | "
+                         f"{p['schedule']}{_chunks(p)}, {p['microbatches']} | "
+                         f"{p['measured_throughput']:,.1f} | "
                          f"{p['simulated_throughput']:,.1f} | {p['vs_even']:.2f}x | "
                          f"{p['simulated_step'] / p['measured_step']:.2f} | {busy or '-'} | {mem} | "
                          f"{row['load_before']:.2f} |")

@@ -91,8 +91,8 @@ def optimize_pipeline(graph: str, cluster: str | None, stages: int, microbatches
     t = Table(title=f"{graph}: {len(model.layers)} layers into {stages} stages on {c.name}, "
                     f"{microbatches} microbatches of {model.batch // int(microbatches)}")
     chunked = any(r.cost.virtual > 1 for r in results)
-    cols = ["method", f"layers per {'chunk' if chunked else 'stage'}", "schedule", "step ms", "samples/s", "vs even",
-            "peak per stage", "fits"]
+    cols = ["method", f"layers per {'chunk' if chunked else 'stage'}", "schedule", "step ms",
+            "samples/s", "vs even", "peak per stage", "fits"]
     if measured:
         cols += ["measured ms", "measured samples/s", "measured peak per stage"]
     for col in cols:
