@@ -89,7 +89,8 @@ def optimize(
     virtual_stages: int = typer.Option(2, "--virtual-stages", min=1, max=64,
                                        help="With --task pipeline and --schedule interleaved "
                                             "or auto: chunks of layers each stage runs, "
-                                            "stages x chunks cut round-robin. Example: 2"),
+                                            "stages x chunks cut round-robin (1: auto leaves "
+                                            "interleaved out). Example: 2"),
     memory_fraction: float | None = typer.Option(
         None, "--memory-fraction", min=0.0,
         help="Give every device the persistent bytes (weights, optimizer state) of the "

@@ -298,7 +298,7 @@ def in_flight(schedule: str, stages: int, microbatches: int, virtual: int = 1) -
     ``M · V``) before its first backward, then one forward more before it: it holds
     ``w_r + 1``. With ``M`` a multiple of ``K`` (``m = K``) rank 0 holds ``V·K + K - 1``
     chunks, ``(1 + (K - 1) / (K·V)) · K`` microbatches' worth of its layers (Narayanan
-    et al. 2021), where ``M`` has that many.
+    et al. 2021), or all ``M·V`` where that is fewer.
 
     >>> in_flight("1f1b", 4, 8).tolist(), in_flight("gpipe", 4, 8).tolist()
     ([4, 3, 2, 1], [8, 8, 8, 8])
@@ -352,7 +352,7 @@ def training_step_time(stage_time: np.ndarray, update: np.ndarray, microbatches:
     flow shop of ``M·V`` chunk-sized jobs: the fill and drain in chunk slots
     (``sum_r t_r / V``), and the slowest rank's other ``M·V - 1`` jobs: ``step = sum_r
     t_r / V + max_r((M - 1/V) · t_r + u_r)``. With equal chunks ``τ = t / V``:
-    ``(M·V + K - 1) · τ``, the bubble ``(K - 1) · t / V``, ``V`` times GPipe's and
+    ``(M·V + K - 1) · τ``, the bubble ``(K - 1) · t / V``, a ``V``-th of GPipe's and
     1F1B's (Narayanan et al. 2021, §2.2). What it costs is in ``t_r``: a microbatch
     crosses ``K·V - 1`` cuts instead of ``K - 1``, each charged to both of its ranks,
     and the runtime's per-action overhead is paid per chunk.
