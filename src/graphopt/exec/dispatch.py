@@ -160,8 +160,9 @@ def measure_map_memory(model: nn.Module, args: tuple, device_map: dict[str, Devi
         while any(isinstance(m, (nn.ModuleList, nn.ModuleDict)) for m in mods):
             mods = [c for m in mods for c in (m.children() if isinstance(
                 m, (nn.ModuleList, nn.ModuleDict)) else [m])]  # containers are never called
-        for mod in mods:
-            handles.append(mod.register_forward_pre_hook(before(key), with_kwargs=True))
+        for mod in mods:  # a call's window holds its own load: begins before, ends after it
+            handles.append(mod.register_forward_pre_hook(before(key), with_kwargs=True,
+                                                         prepend=True))
             handles.append(mod.register_forward_hook(after(key), with_kwargs=True))
     try:
         with AllocationPeak() as meter, torch.no_grad():
