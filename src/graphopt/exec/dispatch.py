@@ -160,7 +160,9 @@ def measure_map_memory(model: nn.Module, args: tuple, device_map: dict[str, Devi
         while any(isinstance(m, (nn.ModuleList, nn.ModuleDict)) for m in mods):
             mods = [c for m in mods for c in (m.children() if isinstance(
                 m, (nn.ModuleList, nn.ModuleDict)) else [m])]  # containers are never called
-        for mod in mods:  # a call's window holds its own load: begins before, ends after it
+        # a call's begin mark comes first (prepend) and its end mark after the load hooks':
+        # the window of an offloaded module's call holds the load of its own weights
+        for mod in mods:
             handles.append(mod.register_forward_pre_hook(before(key), with_kwargs=True,
                                                          prepend=True))
             handles.append(mod.register_forward_hook(after(key), with_kwargs=True))
@@ -173,7 +175,8 @@ def measure_map_memory(model: nn.Module, args: tuple, device_map: dict[str, Devi
     stamps = meter.marks  # the records' clock (ns), so a call's window needs no conversion
     records = list(meter.records)
     for i, size in enumerate(loads):  # a load as an allocation from its call's start to end
-        records += [(stamps[f"{_MARK}:load{i}:begin"], size), (stamps[f"{_MARK}:load{i}:end"], -size)]
+        records += [(stamps[f"{_MARK}:load{i}:begin"], size),
+                    (stamps[f"{_MARK}:load{i}:end"], -size)]
     records.sort(key=lambda r: r[0])
     working = dict.fromkeys(devices, 0)
     for k, (key, arg_bytes) in enumerate(calls):

@@ -12,9 +12,9 @@ What is measured per plan: the step time (the slowest process's, from a barrier 
 end of the update, median over steps), the throughput (examples per second), the peak
 memory of each stage (its parameters and optimizer state plus the highest running total
 of what one profiled step allocates and frees, from PyTorch's profiler memory records:
-:class:`~graphopt.exec.runner.AllocationPeak`), the CPU
-seconds each stage's process spends in a step (``busy``), and the first step's loss,
-beside the unsplit model's on the same microbatches.
+:class:`~graphopt.exec.runner.AllocationPeak`), the CPU seconds each stage's process
+spends in a step (``busy``), and the first step's loss, beside the unsplit model's on
+the same microbatches.
 """
 
 from __future__ import annotations
@@ -250,6 +250,7 @@ def _worker(rank: int, world: int, port: int, spec: str, seed: int, plans: list[
 def _work(rank, world, port, spec, seed, plans, steps, warmup, threads, queue) -> None:
     import torch.distributed as dist
     from torch.distributed.pipelining import PipelineStage
+
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(threads)
     dist.init_process_group("gloo", rank=rank, world_size=world)
@@ -299,6 +300,7 @@ def _work(rank, world, port, spec, seed, plans, steps, warmup, threads, queue) -
                     busy[i].append(cpu)
         memory = []
         for i, (piece, _, opt) in enumerate(runs):
+            # the state is held through the step: counted at the start, its frees unseen
             with AllocationPeak([list(piece.parameters()), list(piece.buffers()), opt.state]) as meter:
                 step(i)
             memory.append(meter.peak)

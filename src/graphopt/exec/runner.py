@@ -112,7 +112,8 @@ class AllocationPeak:
 
     After the region, ``records`` holds its ``(ns, bytes)`` allocator records sorted by
     time and ``marks`` the start (ns, same clock) of each ``record_function`` label
-    entered in it, by name, so that a caller can take the peak of a part of the region:
+    entered in it, by name (one of a label that repeats), so that a caller can take the
+    peak of a part of the region between two labels of its own:
     ``allocation_peak(m.records, (m.marks[a], m.marks[b]))``.
 
     Examples
