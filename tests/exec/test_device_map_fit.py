@@ -98,6 +98,19 @@ def test_measured_peak_within_the_budget_and_near_the_simulated():
         measure_map_memory(net, (x,), {"9": 0})
 
 
+@pytest.mark.parametrize("store", ["cpu", "disk"])
+def test_an_offloaded_module_called_on_the_main_device_holds_its_weights_there(store):
+    """accelerate loads an offloaded module's own weights onto the main device for its
+    call: the measurement counts them within that call (they fell outside its window when
+    its begin mark came after the load's), as the simulator does."""
+    net, x = _mlp([WIDTH] * 3), torch.randn(8, WIDTH)
+    device_map = {"0": 0, "1": store}
+    measured = measure_map_memory(net, (x,), device_map)
+    assert measured[store] == LAYER
+    assert measured[0] >= 2 * LAYER  # layer 0 resident, layer 1 loaded for its call
+    assert measured[0] == pytest.approx(map_memory(_traced(net, x), device_map)[0], rel=0.05)
+
+
 def test_map_runs_under_dispatch_model_with_disk_offload(tmp_path):
     """A small GPT-2 from its config: the fitted CPU-and-disk map runs under accelerate's
     dispatch_model and gives the undispatched model's logits."""

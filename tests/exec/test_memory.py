@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from graphopt.exec.api import PlacedProgram, apply, simulated_peak_memory, trace_source
-from graphopt.exec.runner import AllocationPeak, held_bytes
+from graphopt.exec.runner import AllocationPeak, allocation_peak, held_bytes
 from graphopt.exec.workers import CPUWorkers
 from graphopt.hardware import load_cluster
 from graphopt.sim import Plan, Problem
@@ -18,17 +18,47 @@ def _mlp():
     return torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 8))
 
 
+def _region() -> None:
+    a = torch.empty(1000)  # 4000
+    b = torch.empty(500)  # 6000 <- peak
+    del a
+    c = torch.empty(250)  # 3000
+    del b, c
+
+
 def test_allocation_peak_of_known_allocations():
     state = torch.zeros(100)  # 400 bytes held when the region starts
     view = state[10:]  # the same storage: counted once
     with AllocationPeak([state, view, {"x": state}]) as m:
-        a = torch.empty(1000)  # 4000
-        b = torch.empty(500)  # 6000 <- peak
-        del a
-        c = torch.empty(250)  # 3000
-        del b, c
+        _region()
     assert held_bytes(state, view) == 400
     assert m.held == 400 and m.peak == 400 + 6000
+
+
+def test_windowed_peak_is_the_regions_own_and_ignores_records_outside():
+    """One measurement for a whole step and for a part of it (a device map's call): the
+    peak over a window of the records is the peak of the window's code profiled alone."""
+    from torch.profiler import record_function
+
+    with AllocationPeak() as alone:
+        _region()
+    with AllocationPeak() as whole:
+        before = torch.empty(10_000)  # 40000, allocated before the window, held through it
+        with record_function("begin"):
+            pass
+        _region()
+        with record_function("end"):
+            pass
+        after = torch.empty(20_000)  # 80000, after the window
+        del before, after
+    window = (whole.marks["begin"], whole.marks["end"])
+    assert alone.peak == allocation_peak(alone.records) == 6000
+    assert allocation_peak(whole.records, window) == alone.peak
+    assert whole.peak == allocation_peak(whole.records) == 40000 + 80000
+    # a window's bounds: records at its start count, at its end do not
+    recs = [(0, 7), (10, 100), (15, -100), (20, 50), (30, 1000)]
+    assert allocation_peak(recs, (10, 30)) == 100 and allocation_peak(recs) == 1057
+    assert allocation_peak([], (0, 1)) == 0 and allocation_peak([(0, -5)]) == 0
 
 
 def test_one_device_peak_is_deterministic_and_covers_every_value():

@@ -9,8 +9,9 @@ accelerate's ``dispatch_model`` would hold it (:func:`~graphopt.exec.export.exec
   mapped to a device, for the whole forward, where they are stored;
 - on the device that runs them, for each call of a mapped module, the bytes of the
   tensors it is called with (accelerate copies them there), plus the highest running
-  total of what the call allocates (PyTorch's profiler memory records, frees negative:
-  :func:`~graphopt.exec.pipeline.peak_allocated`), where a module stored on ``"cpu"``
+  total of what the call allocates and frees (PyTorch's profiler memory records, one per
+  allocation and free, between the call's start and end:
+  :func:`~graphopt.exec.runner.allocation_peak`), where a module stored on ``"cpu"``
   or ``"disk"`` but run on the main device counts each submodule's own weights as
   allocated for that submodule's call, as accelerate loads them; the device's figure
   is the highest over its calls.
@@ -23,13 +24,11 @@ arguments (the output moved back to the caller's device).
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import torch
 from torch import nn
 
 from graphopt.exec.export import Device, device_order, execution_device
-from graphopt.exec.pipeline import peak_allocated
+from graphopt.exec.runner import AllocationPeak, allocation_peak
 
 __all__ = ["measure_map_memory", "tensor_bytes"]
 
@@ -102,7 +101,7 @@ def measure_map_memory(model: nn.Module, args: tuple, device_map: dict[str, Devi
     >>> mem[0] >= 64 * 65 * 4 and mem[1] >= 64 * 65 * 4
     True
     """
-    from torch.profiler import ProfilerActivity, profile, record_function
+    from torch.profiler import record_function
 
     run = execution_device(device_map)
     devices = device_order(list(device_map.values()) + list(run.values()))
@@ -161,28 +160,28 @@ def measure_map_memory(model: nn.Module, args: tuple, device_map: dict[str, Devi
         while any(isinstance(m, (nn.ModuleList, nn.ModuleDict)) for m in mods):
             mods = [c for m in mods for c in (m.children() if isinstance(
                 m, (nn.ModuleList, nn.ModuleDict)) else [m])]  # containers are never called
+        # a call's begin mark comes first (prepend) and its end mark after the load hooks':
+        # the window of an offloaded module's call holds the load of its own weights
         for mod in mods:
-            handles.append(mod.register_forward_pre_hook(before(key), with_kwargs=True))
+            handles.append(mod.register_forward_pre_hook(before(key), with_kwargs=True,
+                                                         prepend=True))
             handles.append(mod.register_forward_hook(after(key), with_kwargs=True))
     try:
-        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof, \
-                torch.no_grad():
+        with AllocationPeak() as meter, torch.no_grad():
             model(*args, **(kwargs or {}))
     finally:
         for h in handles:
             h.remove()
-    events = prof.events()
-    stamps = {e.name: e.time_range.start for e in events if e.name.startswith(_MARK)}
-    records = [e for e in events if not getattr(e, "is_user_annotation", False)]
+    stamps = meter.marks  # the records' clock (ns), so a call's window needs no conversion
+    records = list(meter.records)
     for i, size in enumerate(loads):  # a load as an allocation from its call's start to end
-        for edge, sign in (("begin", 1), ("end", -1)):
-            records.append(SimpleNamespace(
-                time_range=SimpleNamespace(start=stamps[f"{_MARK}:load{i}:{edge}"]),
-                self_cpu_memory_usage=sign * size))
+        records += [(stamps[f"{_MARK}:load{i}:begin"], size),
+                    (stamps[f"{_MARK}:load{i}:end"], -size)]
+    records.sort(key=lambda r: r[0])
     working = dict.fromkeys(devices, 0)
     for k, (key, arg_bytes) in enumerate(calls):
         home = device_map[key]
         window = (stamps[f"{_MARK}:{k}:begin"], stamps[f"{_MARK}:{k}:end"])
-        used = arg_bytes + peak_allocated(records, window)
+        used = arg_bytes + allocation_peak(records, window)
         working[run[home]] = max(working[run[home]], used)
     return {d: int(resident[d] + working[d]) for d in devices}

@@ -13,9 +13,10 @@ speed drifts weighs on all of them alike.
 What is measured per plan: the step time (the slowest process's, from a barrier to the
 end of the update, median over steps), the throughput (examples per second), the peak
 memory of each stage (its parameters and optimizer state plus the highest running total
-of what one profiled step allocates, from PyTorch's profiler memory records), the CPU
-seconds each stage's process spends in a step (``busy``), and the first step's loss,
-beside the unsplit model's on the same microbatches.
+of what one profiled step allocates and frees, from PyTorch's profiler memory records:
+:class:`~graphopt.exec.runner.AllocationPeak`), the CPU seconds each stage's process
+spends in a step (``busy``), and the first step's loss, beside the unsplit model's on
+the same microbatches.
 """
 
 from __future__ import annotations
@@ -34,13 +35,14 @@ import numpy as np
 import torch
 
 from graphopt.errors import ExecutionError, GraphoptError
+from graphopt.exec.runner import AllocationPeak
 from graphopt.hardware import Cluster
 from graphopt.sim import Problem
 from graphopt.sim.pipeline import LayerCosts, PipelinePlan, layer_costs
 from graphopt.zoo.pipeline import PipelineModel, build_pipeline_model
 
 __all__ = ["LayerProfile", "PipelineMeasure", "check_microbatches", "measure_pipelines", "pipeline_available",
-           "peak_allocated", "pipeline_problem", "profile_layers", "reference_loss",
+           "pipeline_problem", "profile_layers", "reference_loss",
            "runtime_overhead", "stage_cluster",
            "trace_microbatch"]
 
@@ -243,25 +245,6 @@ def _schedule(name: str, stages: list, microbatches: int, loss_fn):
     return cls(stages[0], n_microbatches=microbatches, loss_fn=loss_fn)
 
 
-def _state_bytes(module: torch.nn.Module, opt: torch.optim.Optimizer) -> int:
-    n = sum(t.numel() * t.element_size() for t in [*module.parameters(), *module.buffers()])
-    for st in opt.state.values():
-        n += sum(v.numel() * v.element_size() for v in st.values() if torch.is_tensor(v))
-    return int(n)
-
-
-def peak_allocated(events, window: tuple[float, float] | None = None) -> int:
-    """Highest running total of the bytes profiled events allocated (frees negative,
-    each event's own bytes at its start), from PyTorch profiler events recorded with
-    ``profile_memory=True``; with ``window`` (start, end in the profiler's
-    microseconds), the events that start in it alone."""
-    events = sorted(events, key=lambda e: e.time_range.start)
-    if window is not None:
-        events = [e for e in events if window[0] <= e.time_range.start < window[1]]
-    run = np.cumsum([e.self_cpu_memory_usage for e in events]) if events else np.zeros(1)
-    return int(max(run.max(), 0))
-
-
 def _worker(rank: int, world: int, port: int, spec: str, seed: int, plans: list[dict],
             steps: int, warmup: int, threads: int, queue) -> None:
     try:
@@ -274,7 +257,6 @@ def _worker(rank: int, world: int, port: int, spec: str, seed: int, plans: list[
 def _work(rank, world, port, spec, seed, plans, steps, warmup, threads, queue) -> None:
     import torch.distributed as dist
     from torch.distributed.pipelining import PipelineStage
-    from torch.profiler import ProfilerActivity, profile
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(threads)
@@ -328,9 +310,10 @@ def _work(rank, world, port, spec, seed, plans, steps, warmup, threads, queue) -
                     busy[i].append(cpu)
         memory = []
         for i, (piece, _, opt) in enumerate(runs):
-            with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            # the state is held through the step: counted at the start, its frees unseen
+            with AllocationPeak([list(piece.parameters()), list(piece.buffers()), opt.state]) as meter:
                 step(i)
-            memory.append(_state_bytes(piece, opt) + peak_allocated(prof.events()))
+            memory.append(meter.peak)
         queue.put(("ok", rank, times, memory, first_loss,
                    [statistics.median(b) for b in busy]))
     finally:

@@ -18,8 +18,8 @@ from torch import fx
 from graphopt.errors import ExecutionError
 from graphopt.exec.program import Instr, Program, Ref, Transfer, refs, resolve_target
 
-__all__ = ["AllocationPeak", "held_bytes", "issue_order", "pack_copies", "materialize", "pack", "run_op",
-           "run_inprocess", "unpack"]
+__all__ = ["AllocationPeak", "allocation_peak", "held_bytes", "issue_order", "pack_copies", "materialize",
+           "pack", "run_op", "run_inprocess", "unpack"]
 
 _TARGETS: dict[str, Callable] = {}
 
@@ -64,16 +64,57 @@ def held_bytes(*values: Any) -> int:
     return sum(seen.values())
 
 
+def allocation_peak(records: list[tuple[int, int]],
+                    window: tuple[int, int] | None = None) -> int:
+    """Highest running total of allocator records, 0 at least.
+
+    Parameters
+    ----------
+    records : list of (int, int)
+        ``(time, bytes)`` of each allocation (bytes positive) and free (negative), sorted
+        by time, as :attr:`AllocationPeak.records` holds them.
+    window : (int, int), optional
+        ``(start, end)`` on the records' clock (the profiler's nanoseconds,
+        :attr:`AllocationPeak.marks`): the records with ``start <= time < end`` alone,
+        their total starting at 0 at ``start``.
+
+    Returns
+    -------
+    int
+        The peak, in bytes; 0 where nothing is allocated (or only freed).
+
+    Examples
+    --------
+    >>> allocation_peak([(0, 100), (1, 50), (2, -100), (3, 20)])
+    150
+    >>> allocation_peak([(0, 100), (1, 50), (2, -100), (3, 20)], window=(2, 4))
+    0
+    """
+    total = top = 0
+    for t, n in records:
+        if window is not None and not window[0] <= t < window[1]:
+            continue
+        total += n
+        top = max(top, total)
+    return top
+
+
 class AllocationPeak:
     """A device's peak memory over a region of code, from the CPU allocator's events.
 
     ``peak`` = the bytes held when the region starts (:func:`held_bytes` of ``held``:
     state, inputs, receive buffers) plus the highest running total of the bytes
-    allocated and freed in it, read from PyTorch's profiler memory records, one per
-    allocation and free, so that a peak reached inside an op (its workspace) counts.
-    The allocator's own rounding and glibc's headers are not in them: the bytes are
-    what tensors asked for. Frees of tensors allocated before the region are not
-    reported by the profiler; the caller keeps those alive (``held``).
+    allocated and freed in it (:func:`allocation_peak`), read from PyTorch's profiler
+    memory records, one per allocation and free, so that a peak reached inside an op
+    (its workspace) counts. The allocator's own rounding and glibc's headers are not in
+    them: the bytes are what tensors asked for. Frees of tensors allocated before the
+    region are not reported by the profiler; the caller keeps those alive (``held``).
+
+    After the region, ``records`` holds its ``(ns, bytes)`` allocator records sorted by
+    time and ``marks`` the start (ns, same clock) of each ``record_function`` label
+    entered in it, by name (one of a label that repeats), so that a caller can take the
+    peak of a part of the region between two labels of its own:
+    ``allocation_peak(m.records, (m.marks[a], m.marks[b]))``.
 
     Examples
     --------
@@ -89,6 +130,8 @@ class AllocationPeak:
     def __init__(self, held: Any = ()):
         self.held = held_bytes(held)
         self.peak = self.held
+        self.records: list[tuple[int, int]] = []
+        self.marks: dict[str, int] = {}
         self._prof: Any = None
 
     def __enter__(self) -> AllocationPeak:
@@ -101,13 +144,14 @@ class AllocationPeak:
     def __exit__(self, *exc: object) -> None:
         self._prof.stop()
         cpu = torch.autograd.DeviceType.CPU
-        records = sorted(((e.start_ns(), e.nbytes()) for e in self._prof.profiler.kineto_results.events()
-                          if e.name() == "[memory]" and e.device_type() == cpu), key=lambda r: r[0])
-        total = top = 0
-        for _, n in records:
-            total += n
-            top = max(top, total)
-        self.peak = self.held + top
+        # kineto's events, not prof.events(): those sum an op's records into its own net
+        # bytes at its start (a peak inside the op lost) and time in us from the trace start
+        events = self._prof.profiler.kineto_results.events()
+        self.records = sorted(((e.start_ns(), e.nbytes()) for e in events
+                               if e.name() == "[memory]" and e.device_type() == cpu),
+                              key=lambda r: r[0])
+        self.marks = {e.name(): e.start_ns() for e in events if e.is_user_annotation()}
+        self.peak = self.held + allocation_peak(self.records)
         self._prof = None
 
 
