@@ -160,3 +160,33 @@ def test_cli_fits_the_plan_to_max_memory_or_fails_in_one_line(tmp_path):
                   str(save_graph(step, tmp_path / "s.npz")), "--format", "device-map",
                   "-o", str(tmp_path / "map.json"), "--max-memory", "0=1GB"])
     assert r.exit_code == 2 and "training step" in r.output and "Traceback" not in r.output
+
+
+class _TiedLM(torch.nn.Module):
+    """An embedding, six blocks and a head that reads the embedding's weight (tied)."""
+
+    def __init__(self, vocab: int = 2000, width: int = 128):
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, width)
+        self.blocks = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(6)])
+        self.head = torch.nn.Linear(width, vocab, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, ids):
+        return self.head(self.blocks(self.embed(ids)))
+
+
+def test_a_tied_head_stays_with_its_weight_so_the_map_fits():
+    """Moved to the next device first (it ends the program), the head took a copy of the
+    embedding there and no two devices at 0.9 of the model fitted (GPT-2 at 0.75 did
+    not either); it now moves last and joins its weight."""
+    torch.manual_seed(0)
+    net, ids = _TiedLM(), torch.randint(0, 2000, (1, 8))
+    g = _traced(net, ids)
+    one = map_memory(g, {"": 0})[0]
+    budget = {0: int(0.75 * one), 1: int(0.75 * one)}
+    fit = fit_device_map(g, {"": 0}, budget)
+    assert fit.device_map["head"] == fit.device_map["embed"] == 0
+    assert all(fit.memory[d] <= budget[d] for d in budget)
+    measured = measure_map_memory(net, (ids,), fit.device_map)
+    assert all(measured[d] <= budget[d] for d in budget), (measured, budget)

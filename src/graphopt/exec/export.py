@@ -644,8 +644,10 @@ def fit_device_map(graph: Graph, device_map: dict[str, Device], max_memory: dict
     (:func:`device_order`: GPUs, then ``"cpu"``, then ``"disk"``). An entry whose weights
     exceed the overflow, or the only entry of its device, is first split into its
     children (and the parameters it holds itself) when it has any and is not in
-    ``no_split``, so that no more than needed moves. Last, a module that reads a weight
-    stored on another device (tied) joins that device where the map still fits.
+    ``no_split``, so that no more than needed moves; a module that reads a weight its
+    device stores (tied) moves only when nothing else of its device is left. Last, a
+    module that reads a weight stored on another device joins that device where the
+    map still fits.
 
     Parameters
     ----------
@@ -692,6 +694,7 @@ def fit_device_map(graph: Graph, device_map: dict[str, Device], max_memory: dict
                                                                                 _STATE_OPS))}
     m = dict(device_map)
     first = dict(device_map)
+    reads = sorted(_weight_reads(graph))
     while True:
         mem = map_memory(graph, m, order)
         over = [d for d in order if mem[d] > max_memory[d]]
@@ -712,7 +715,12 @@ def fit_device_map(graph: Graph, device_map: dict[str, Device], max_memory: dict
         if not mine:  # only ops of no module on it (an input): nothing of the map to move
             raise PlanError(f"no device map fits max_memory: device {d} needs {mem[d]:.0f} "
                             f"bytes, over its {max_memory[d]}, holding no module")
-        unit = mine[-1][1]
+        # a module that reads a weight this device stores (tied: GPT-2's head reads the
+        # embedding) moves last: moved, it holds a copy of the weight on the next device
+        # and its output there too (GPT-2 at 0.75 of its memory fitted no two devices)
+        tied = {keys[entry[v]] for w, v in reads if entry[v] >= 0 and entry[w] >= 0
+                and entry[w] != entry[v] and m[keys[entry[w]]] == d}
+        unit = max(mine, key=lambda r: (r[1] not in tied, r[0]))[1]
         weights = float(graph.persistent_bytes[(entry == keys.index(unit))
                                                & np.isin(graph.op, _STATE_OPS)].sum())
         kids = children.get(unit, [])  # and, beside them, the weights it holds itself
