@@ -35,8 +35,8 @@ import time
 
 from graphopt.benchmarks import geomean, say
 from graphopt.exec.pipeline import measure_pipelines, pipeline_problem, runtime_overhead
-from graphopt.optim.partition.pipeline import (microbatch_candidates, plan_pipeline,
-                                               plan_pipeline_auto)
+from graphopt.optim.partition.pipeline import (even_split, microbatch_candidates,
+                                               plan_pipeline, plan_pipeline_auto)
 from graphopt.sim.pipeline import PipelinePlan, split_cost
 from graphopt.zoo.pipeline import build_pipeline_model
 
@@ -83,11 +83,11 @@ def _row(spec: str, stages: int, microbatches: int | None, steps: int, cluster,
     plans = [PipelinePlan(spec, r.cost.bounds, r.cost.schedule, r.cost.microbatches, r.method,
                           virtual=r.cost.virtual) for r in results]
     sims = [r.cost for r in results]
-    even = next(p for p in plans if p.method == "even")
     if model.batch % stages == 0:  # what a user writes first: even, 1F1B, M = K
         first_prob, first_costs = problem(stages)
-        plans.append(PipelinePlan(spec, even.bounds, "1f1b", stages, "even-first"))
-        sims.append(split_cost(first_prob, first_costs, even.bounds, stages, "1f1b", overhead,
+        even = even_split(first_costs.num_layers, stages)  # auto's even may interleave
+        plans.append(PipelinePlan(spec, even, "1f1b", stages, "even-first"))
+        sims.append(split_cost(first_prob, first_costs, even, stages, "1f1b", overhead,
                                cores))
         # and graphopt's split at that count: the split's worth where M = K
         ex = plan_pipeline(first_prob, first_costs, stages, stages, "1f1b", ("exact",),
