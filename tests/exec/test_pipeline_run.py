@@ -26,7 +26,6 @@ def _one_line_exit_2(result, *words):
 @pytest.mark.skipif(not pipeline_available(), reason="no torch.distributed.pipelining with gloo")
 def test_optimize_then_run_two_processes_loss_matches(tmp_path):
     out = tmp_path / "p"
-    # 1F1B here (auto would take interleaved: unmeasured, the runtime costs nothing a chunk)
     r = runner.invoke(app, ["optimize", MODEL, "--task", "pipeline", "--stages", "2",
                             "--microbatches", "2", "--schedule", "1f1b", "--out", str(out)])
     assert r.exit_code == 0, r.output

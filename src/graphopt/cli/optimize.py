@@ -84,13 +84,14 @@ def optimize(
     schedule: str = typer.Option("auto", "--schedule",
                                  help="With --task pipeline: gpipe, 1f1b, interleaved (1F1B "
                                       "with --virtual-stages chunks a stage), or auto (the "
-                                      "fastest that fits; 1f1b on a tie with gpipe, as it "
-                                      "holds fewer activations). Example: interleaved"),
+                                      "faster of gpipe and 1f1b that fits; 1f1b on a tie, as "
+                                      "it holds fewer activations; interleaved only when "
+                                      "asked: measured no faster on CPU processes). "
+                                      "Example: interleaved"),
     virtual_stages: int = typer.Option(2, "--virtual-stages", min=1, max=64,
-                                       help="With --task pipeline and --schedule interleaved "
-                                            "or auto: chunks of layers each stage runs, "
-                                            "stages x chunks cut round-robin (1: auto leaves "
-                                            "interleaved out). Example: 2"),
+                                       help="With --task pipeline and --schedule "
+                                            "interleaved: chunks of layers each stage runs, "
+                                            "stages x chunks cut round-robin. Example: 2"),
     memory_fraction: float | None = typer.Option(
         None, "--memory-fraction", min=0.0,
         help="Give every device the persistent bytes (weights, optimizer state) of the "
