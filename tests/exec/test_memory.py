@@ -122,3 +122,14 @@ def test_a_transformers_model_runs_and_its_constants_are_inputs():
         loss = step().outputs[0]
         assert torch.isfinite(loss)
         assert len(step.peak_memory()) == 1
+
+
+def test_measuring_prints_no_profiler_noise_and_leaves_stderr_working(capfd):
+    import sys
+
+    with AllocationPeak([]) as m:
+        x = torch.empty(256)
+        del x
+    print("after", file=sys.stderr)
+    err = capfd.readouterr().err
+    assert m.peak == 1024 and "USDT" not in err and "after" in err

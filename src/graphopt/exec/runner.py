@@ -7,9 +7,12 @@ reference) or in a worker process: :func:`run_op` calls an op, :func:`pack` and
 
 from __future__ import annotations
 
+import contextlib
 import heapq
+import os
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -138,11 +141,13 @@ class AllocationPeak:
         from torch.profiler import ProfilerActivity, profile
 
         self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
-        self._prof.start()
+        with _quiet_stderr():
+            self._prof.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._prof.stop()
+        with _quiet_stderr():
+            self._prof.stop()
         cpu = torch.autograd.DeviceType.CPU
         # kineto's events, not prof.events(): those sum an op's records into its own net
         # bytes at its start (a peak inside the op lost) and time in us from the trace start
@@ -153,6 +158,22 @@ class AllocationPeak:
         self.marks = {e.name(): e.start_ns() for e in events if e.is_user_annotation()}
         self.peak = self.held + allocation_peak(self.records)
         self._prof = None
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """The process's stderr (file descriptor 2) to the null device: kineto writes a
+    ``USDT: ... profiler_start`` and a ``profiler_stop`` line there at every start and
+    stop of a profiler, two lines of noise per measured step in ``graphopt run``."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def one_line(err: BaseException) -> str:
