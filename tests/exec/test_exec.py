@@ -470,6 +470,7 @@ def test_cli_run_measures_a_zoo_plan(tmp_path):
     assert r.exit_code == 0, r.output
     assert "measured median" in r.output and trace.exists() and trace.with_suffix(".sim.json").exists()
     assert "peak memory per device" in r.output and "cpu:0" in r.output
+    assert "graphopt calibrate --devices cpu:1" in r.output  # the preset is not this host
     bad = CliRunner().invoke(app, ["run", "example:mlp", "--devices", "cpu:1"])
     assert bad.exit_code == 2 and "PyTorch programs" in bad.output
 

@@ -127,6 +127,10 @@ def run(
               f"{sim.step_time * 1e3:.2f} ms ({c.name})",
               f"{sim.step_time / timing['median']:.2f}x", str(placed.program.moved))
     console.print(t)
+    if c.calibration is None and kind == "cpu":  # a preset's figures, not this machine's
+        console.print(f"simulated on the preset {c.name}, not on this machine: "
+                      f"'graphopt calibrate --devices {devices} -o cluster.toml', then "
+                      "--cluster cluster.toml, prices the ops as this host runs them")
     m = Table(title="peak memory per device (measured: the CPU allocator's events in one step)")
     for col in ("device", "measured", "simulated", "simulated / measured"):
         m.add_column(col, justify="right")
