@@ -289,6 +289,13 @@ def test_calibrate_takes_at_most_a_worker_per_core(tmp_path):
         r.output.replace("│", " ").split()), r.output
 
 
+def _sigint_default() -> None:
+    """SIGINT as a terminal's foreground process has it: a suite started in the
+    background of a shell (``make test &``) inherits it ignored, and the child then
+    never sees the Ctrl-C this test sends."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _children(pid: int) -> list[int]:
     try:
         return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
@@ -306,7 +313,7 @@ def test_a_signal_to_calibrate_is_one_line_without_worker_tracebacks(tmp_path, s
     p = subprocess.Popen([sys.executable, "-m", "graphopt.cli", "calibrate", "--devices", "cpu:2",
                           "-o", str(tmp_path / "c.toml")], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, start_new_session=True,
-                         env={**os.environ, "PYTHONPATH": SRC})
+                         env={**os.environ, "PYTHONPATH": SRC}, preexec_fn=_sigint_default)
     deadline = time.monotonic() + 60
     while len(_children(p.pid)) < 3 and time.monotonic() < deadline:  # a tracker, 2 workers
         time.sleep(0.2)

@@ -220,7 +220,13 @@ def test_cpsat_ctrl_c_keeps_best_solution(monkeypatch):
 
     monkeypatch.setattr(cp_model.CpSolver, "solve",
                         lambda self, model: solve(self, model, CtrlCOnFirstSolution()))
-    plan, stats = CPSAT(time_limit=60).optimize(prob, PLACE_SCHED, Budget(evals=20), seed=0)
+    # Ctrl-C as a foreground terminal delivers it: a suite started in the background of
+    # a shell (`make test &`) inherits SIGINT ignored
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        plan, stats = CPSAT(time_limit=60).optimize(prob, PLACE_SCHED, Budget(evals=20), seed=0)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert stats["interrupted"] and stats["status"] != "OPTIMAL", (
         stats, signal.getsignal(signal.SIGINT))
     assert simulate(prob, plan).step_time <= stats["initial_step_time"]
