@@ -35,6 +35,13 @@ def make_bad_files(d: Path) -> Path:
                                  f'{deep}, "edges": []}}')
     (d / "deep_plan.json").write_text(deep)
     (d / "deep_profile.json").write_text(deep)
+    pipe = {"format": "graphopt-pipeline", "version": 2, "schedule": "interleaved",
+            "model": "pipe:mlp:layers=4,hidden=16,batch=8", "bounds": [0, 1, 2, 3, 4],
+            "microbatches": 2}
+    for name, change in (("virtual0", {"virtual": 0}), ("virtual3", {"virtual": 3}),
+                         ("virtual_str", {"virtual": "2"}),
+                         ("inter_m1", {"virtual": 2, "microbatches": 1})):
+        (d / f"pipe_{name}.json").write_text(json.dumps({**pipe, **change}))
     (d / "digits_plan.json").write_text('{"format": "graphopt.plan", "version": 1, "placement": ['
                                         + "9" * 5000 + "]}")
     g = graph_to_dict(mlp_training_graph(layers=1, hidden=8, batch=2))
@@ -701,6 +708,24 @@ CASES = [
      "nested too deeply"),
     ("optimize pipe:mlp:layers=3,hidden=16,batch=8 --task pipeline --stages 0",
      "Invalid value for '--stages'"),
+    ("run pipe:mlp:layers=4,hidden=16,batch=8 --pipeline {d}/pipe_virtual0.json --devices cpu:2",
+     "pipe_virtual0.json: virtual must be a count of chunks"),
+    ("run pipe:mlp:layers=4,hidden=16,batch=8 --pipeline {d}/pipe_virtual3.json --devices cpu:2",
+     "divides the 4 chunks of bounds, got 3"),
+    ("run pipe:mlp:layers=4,hidden=16,batch=8 --pipeline {d}/pipe_virtual_str.json "
+     "--devices cpu:2", "got '2'"),
+    ("run pipe:mlp:layers=4,hidden=16,batch=8 --pipeline {d}/pipe_inter_m1.json --devices cpu:2",
+     "pipe_inter_m1.json: "),
+    ("optimize pipe:mlp:layers=4,hidden=16,batch=8 --task pipeline --stages 2 "
+     "--schedule interleaved --virtual-stages 0", "Invalid value for '--virtual-stages'"),
+    ("optimize pipe:mlp:layers=4,hidden=16,batch=8 --task pipeline --stages 2 "
+     "--schedule interleaved --virtual-stages 3", "--virtual-stages 3"),
+    ("optimize pipe:mlp:layers=4,hidden=16,batch=8 --task pipeline --stages 2 "
+     "--schedule interleaved --methods mcm", "mcm"),
+    ("optimize pipe:mlp:layers=20,hidden=8,batch=32 --task pipeline --stages 17 --methods mcm",
+     "--stages 17"),
+    ("optimize pipe:mlp:layers=4,hidden=16,batch=8 --task pipeline --stages 2 --methods nosuch",
+     "'nosuch' is no pipeline method"),
     # learning from search: corpora, target folders and policies that are not what they claim
     ("corpus search {d}/emptydir", "emptydir: not a corpus (no manifest.json)"),
     ("corpus regal-targets {d}/emptydir", "emptydir: not a corpus (no manifest.json)"),
