@@ -10,11 +10,14 @@ from typer.testing import CliRunner
 from graphopt.cli import app
 from graphopt.corpus import CorpusItem, build_corpus
 from graphopt.errors import GraphoptError
-from graphopt.optim.learned.go.env import GOEnv
+from graphopt.optim.base import Budget, optimize
+from graphopt.optim.learned.go.env import (PRIOR_DEVICE_FEATURES, PRIOR_FEATURES, UNIT_FEATURES,
+                                           GOEnv)
 from graphopt.optim.learned.go.imitate import imitate, matched_cross_entropy, unit_targets
-from graphopt.optim.learned.go.method import load_go_policy
-from graphopt.optim.learned.targets import assign_clusters, load_targets, search_targets
-from graphopt.sim import simulate
+from graphopt.optim.learned.go.method import load_go_policy, reads_prior
+from graphopt.optim.learned.targets import (assign_clusters, load_targets, prior_plans,
+                                            search_targets)
+from graphopt.sim import Plan, simulate
 
 runner = CliRunner()
 
@@ -163,3 +166,65 @@ def test_shipped_corpus_policy_never_saw_a_held_out_family():
     assert len(info["graphs"]) > 300 and info["init"]
     assert held_out_seen(info) == []
     assert held_out_seen(load_go_policy()[1]) == ["bert", "gpt2", "resnet"]  # the default saw them
+
+
+def test_prior_inputs_describe_the_start_plan(corpus):
+    t = load_targets(corpus)[0]
+    d = t.problem.num_devices
+    env = GOEnv(t.problem, frozenset({"placement"}), init=t.plan, prior_inputs=True)
+    x = env.inputs()[0]
+    assert x.shape[1] == len(UNIT_FEATURES) + len(PRIOR_FEATURES) + d * len(PRIOR_DEVICE_FEATURES)
+    pair = env.prior_x[:, len(PRIOR_FEATURES):].reshape(env.num_units, d, -1).numpy()
+    assert (env.prior_x[:, 0] == 1).all()
+    assert (pair[:, :, 0].sum(1) == 1).all()  # one home each, the one the prior biases to
+    assert (pair[:, :, 0].argmax(1) == env.home.numpy()).all()
+    assert np.allclose(pair[:, :, 3][pair[:, :, 0] == 1], 0)  # load minus home's, at home
+    # without a start plan the columns are there, at zero; without the flag they are not
+    bare = GOEnv(t.problem, frozenset({"placement"}), prior_inputs=True)
+    assert bare.inputs()[0].shape == x.shape and not bare.prior_x.any()
+    assert GOEnv(t.problem, frozenset({"placement"})).inputs()[0].shape[1] == len(UNIT_FEATURES)
+
+
+def test_prior_aware_go_learns_moves_and_never_loses_to_the_heuristics(corpus, tmp_path):
+    targets = load_targets(corpus)
+    priors = prior_plans(corpus, targets)
+    assert (corpus / "priors").is_dir() and len(list((corpus / "priors").iterdir())) == 3
+    again = prior_plans(corpus, targets)  # read back, not searched again
+    assert all(a == b for a, b in zip(priors, again))
+    rows = []
+    imitate(targets, tmp_path / "p", epochs=3, lr=1e-2, dim=16, priors=priors, corpus=corpus,
+            progress=rows.append)
+    for t, prior in zip(targets, priors):  # the moves' gains, kept beside the priors
+        key = f"{t.entry['item']}@{t.entry['cluster']}"
+        gains = np.load(corpus / "priors" / f"{key}.moves.npy")
+        env = GOEnv(t.problem, frozenset({"placement"}), init=prior)
+        assert gains.shape == (env.num_units, t.problem.num_devices)
+        place = np.asarray(prior.placement)
+        whole = np.array([(place[env.unit == k] == h).all() for k, h in enumerate(env.home.numpy())])
+        assert whole.any() and (gains[np.arange(env.num_units), env.home.numpy()][whole] == 1).all()
+        u, d = np.unravel_index(gains.argmax(), gains.shape)
+        moved = np.asarray(prior.placement).copy()
+        moved[env.unit == u] = d
+        assert simulate(t.problem, prior).step_time / simulate(
+            t.problem, Plan(placement=moved)).step_time == pytest.approx(gains.max())
+    policy, info = load_go_policy(tmp_path / "p")
+    assert reads_prior(policy) and info["prior"] == "best"
+    assert rows[-1]["loss"] < rows[0]["loss"]
+    with pytest.raises(GraphoptError, match="start plan"):
+        imitate(targets, tmp_path / "q", epochs=1, init=tmp_path / "p")
+    for t, prior in zip(targets, priors):
+        plan, st = optimize(t.problem, "go", frozenset({"placement"}), Budget(evals=200), 0,
+                            checkpoint=str(tmp_path / "p"))
+        assert st["step_time"] <= st["prior_step_time"] * (1 + 1e-9)
+        assert st["prior_step_time"] == pytest.approx(simulate(t.problem, prior).step_time)
+        assert simulate(t.problem, plan).step_time == pytest.approx(st["step_time"])
+    # fine-tuning keeps the pre-trained pair head: its first plans are the policy's moves
+    _, st = optimize(targets[0].problem, "go-finetune", frozenset({"placement"}),
+                     Budget(evals=150), 0, checkpoint=str(tmp_path / "p"), progress=False)
+    assert st["valid"] and st["step_time"] <= st["start_step_time"] * (1 + 1e-9)
+    # PPO continues it on the corpus, each graph around its prior
+    r = runner.invoke(app, ["train", "--corpus", str(corpus), "--init", str(tmp_path / "p"),
+                            "--updates", "2", "--out", str(tmp_path / "ppo")])
+    assert r.exit_code == 0, r.output
+    info = json.loads((tmp_path / "ppo" / "policy.json").read_text())["info"]
+    assert info["prior"] == "best" and reads_prior(load_go_policy(tmp_path / "ppo")[0])

@@ -37,6 +37,15 @@ def train_imitate(
     seed: int = seed_option("Seed of the policy's initialization and of each epoch's order."),
     init: Path | None = typer.Option(None, "--init", help="Start from a saved policy's weights. "
                                                          "Example: runs/go-imitate"),
+    prior: bool = typer.Option(False, "--prior", help="Train a prior-aware policy: it reads "
+                                                      "each graph's hand-written prior (the "
+                                                      "fastest placement heuristic's plan, "
+                                                      "computed once and kept in the corpus's "
+                                                      "priors/ with the gain of every single "
+                                                      "move off it) and learns to rank the "
+                                                      "moves. 'go' with such a policy runs the "
+                                                      "heuristics, then applies its best-ranked "
+                                                      "moves to their plan."),
     threads: int = typer.Option(1, min=1, max=MAX_THREADS, help="torch CPU threads."),
 ) -> None:
     """Pre-train GO's policy by imitation: each train graph's nodes on the devices of its
@@ -49,17 +58,33 @@ def train_imitate(
     import torch
 
     from graphopt.optim.learned.go.imitate import imitate
-    from graphopt.optim.learned.targets import load_targets
+    from graphopt.optim.learned.targets import load_targets, prior_plans
 
     torch.set_num_threads(threads)
     command = (f"graphopt train imitate {corpus} --epochs {epochs} --lr {lr:g} --seed {seed}"
-               + (f" --init {init}" if init else ""))
+               + (f" --init {init}" if init else "") + (" --prior" if prior else ""))
     try:
         _lock = check_run_folder(out)  # held while the run lasts
         with console.status(f"loading the targets of {corpus} ..."):
             targets = load_targets(corpus)
         console.print(f"{len(targets)} target plans from "
                       f"{len({t.family for t in targets})} families")
+        priors = None
+        if prior:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+            with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                          console=console) as bar:
+                job = bar.add_task("priors (every heuristic; kept in priors/)", total=len(targets))
+                priors = prior_plans(corpus, targets, seed,
+                                     lambda done, total, key: bar.update(job, completed=done))
+                job = bar.add_task("every single move off each prior (kept)", total=len(targets))
+                from graphopt.ir.coarsen import colocation_groups
+                from graphopt.optim.learned.targets import prior_moves
+
+                prior_moves(corpus, targets, priors,
+                            [colocation_groups(t.problem.graph) for t in targets],
+                            lambda done, total, key: bar.update(job, completed=done))
 
         def progress(row: dict) -> None:
             console.print(f"epoch {row['epoch']}/{epochs}  loss {row['loss']:.4f}  "
@@ -67,7 +92,7 @@ def train_imitate(
                           highlight=False)
 
         imitate(targets, out, epochs=epochs, lr=lr, seed=seed, init=init, command=command,
-                progress=progress)
+                priors=priors, corpus=corpus, progress=progress)
     except GraphoptError as err:
         fail(err)
     console.print(f"policy and checkpoint in {out}/")
@@ -121,8 +146,10 @@ def train(
     import torch
 
     from graphopt.hardware import load_cluster
-    from graphopt.optim.base import parse_task
-    from graphopt.optim.learned.go.method import PRETRAIN_CORPUS, PRETRAIN_PPO, load_go_policy
+    from graphopt.optim.base import Budget, optimize, parse_task
+    from graphopt.optim.learned.go.method import (PRETRAIN_CORPUS, PRETRAIN_PPO, load_go_policy,
+                                                  reads_prior)
+    from graphopt.optim.learned.targets import PRIOR_BUDGET
     from graphopt.optim.learned.go.train import pretrain
     from graphopt.sim import Problem
 
@@ -131,8 +158,7 @@ def train(
         c.strip() for c in corpus.split(",") if c.strip())
     try:
         _lock = check_run_folder(out)  # held while the run lasts
-        if init is not None:
-            load_go_policy(init)  # a bad folder fails now, not after the corpus is loaded
+        aware = init is not None and reads_prior(load_go_policy(init)[0])  # a bad folder fails now
         tasks = parse_task(task)  # a bad --task fails now, not after the corpus is loaded
         ppo, flags = ppo_options(PRETRAIN_PPO, ppo)
         command = " ".join(["graphopt train",
@@ -143,21 +169,27 @@ def train(
                             *([f"--init {init}"] if init else []), *flags])
         if not items:
             raise GraphoptError(f"--corpus {corpus!r}: no GRAPH@CLUSTER item")
-        problems = []
+        problems, priors = [], []  # priors: a prior-aware policy's start plans
         for item in items:
             if (Path(item) / "manifest.json").is_file():  # a corpus: its train split
-                from graphopt.optim.learned.targets import load_targets
+                from graphopt.optim.learned.targets import load_targets, prior_plans
 
                 with console.status(f"loading the train split of {item} ..."):
-                    problems += [t.problem for t in load_targets(item)]
+                    targets = load_targets(item)
+                    problems += [t.problem for t in targets]
+                    if aware:
+                        priors += prior_plans(item, targets, seed)
                 continue
             graph, where = split_item(item, cluster)
             with console.status(f"loading {graph} ..."):
                 problems.append(Problem(load_source(graph), load_cluster(where)))
+                if aware:
+                    priors.append(optimize(problems[-1], "best", frozenset({"placement"}),
+                                           Budget(evals=PRIOR_BUDGET), seed)[0])
         with evaluation_backend(backend, address):
             res = pretrain(problems, out, task=tasks, updates=updates,
                            seconds=None if minutes is None else minutes * 60, seed=seed,
-                           ppo=ppo, command=command, init=init)
+                           ppo=ppo, command=command, init=init, priors=priors if aware else None)
     except GraphoptError as err:
         fail(err)
     t = Table(title=f"pre-training: {res['updates']} updates, {res['total_evals']:,} plans "

@@ -36,7 +36,8 @@ from graphopt.corpus import load_manifest
 from graphopt.errors import GraphoptError
 from graphopt.sim import Plan, Problem, simulate
 
-__all__ = ["FORMAT", "VERSION", "Target", "assign_clusters", "load_targets", "search_targets"]
+__all__ = ["FORMAT", "PRIOR_BUDGET", "VERSION", "Target", "assign_clusters", "load_targets",
+           "move_gains", "prior_moves", "prior_plans", "search_targets"]
 
 FORMAT = "graphopt-corpus-targets"
 VERSION = 1
@@ -120,6 +121,99 @@ def load_targets(folder: str | Path, split: str = "train") -> list[Target]:
     if not out:
         raise GraphoptError(f"{folder}: no target plans of the {split} split; run "
                             f"'graphopt corpus search {folder}' first")
+    return out
+
+
+#: Evaluations of the hand-written prior (``best``: every placement heuristic, the fastest
+#: plan), as ``bench/go_transfer.py`` gives it; the heuristics spend 10-100 of them.
+PRIOR_BUDGET = 2000
+
+
+def prior_plans(folder: str | Path, targets: list[Target], seed: int = 0,
+                progress: Callable[[int, int, str], None] | None = None) -> list[Plan]:
+    """The hand-written prior of each target's problem: the plan of ``best`` (every
+    placement heuristic, the fastest), which a prior-aware GO policy learns to improve
+    on. Each is computed once and kept beside the targets (``priors/<key>.json``, written
+    atomically), so a second call only reads them."""
+    from graphopt.optim.base import Budget, optimize
+
+    folder = Path(folder)
+    out = []
+    for done, t in enumerate(targets, 1):
+        key = f"{t.entry['item']}@{t.entry['cluster']}"
+        path = folder / "priors" / f"{key}.json"
+        if path.exists():
+            plan = Plan.load(path)
+            plan.check(t.problem.num_nodes, t.problem.num_devices)
+        else:
+            plan = optimize(t.problem, "best", frozenset({"placement"}),
+                            Budget(evals=PRIOR_BUDGET), seed)[0]
+            plan.save(path)
+        out.append(plan)
+        if progress:
+            progress(done, len(targets), key)
+    return out
+
+
+def move_gains(problem: Problem, plan: Plan, unit: np.ndarray, chunk: int = 512) -> np.ndarray:
+    """The speedup of every single move from ``plan``: entry ``[u, d]`` is ``plan``'s step
+    time over that of ``plan`` with all ops of node ``u`` (``unit``: each op's node) on
+    device ``d`` (1 where they all are there already, 0 where the move does not fit). The whole neighbourhood a local search walks from ``plan``, simulated in
+    batches of ``chunk``.
+
+    >>> from graphopt.hardware import load_cluster
+    >>> from graphopt.ir.generate import layered_graph
+    >>> p = Problem(layered_graph(4, 3, seed=0), load_cluster("p100:2"))
+    >>> g = move_gains(p, Plan(placement=np.zeros(p.num_nodes, np.int64)), np.arange(p.num_nodes))
+    >>> g.shape == (p.num_nodes, 2), bool((g[:, 0] == 1).all()), bool((g[:, 1] > 1).any())
+    (True, True, True)
+    """
+    from graphopt.dist.local import LocalEvaluator
+
+    place = np.asarray(plan.placement, np.int64)
+    u, d = int(unit.max()) + 1, problem.num_devices
+    ev = LocalEvaluator(problem)
+    base = ev.evaluate(place[None])
+    if not base.valid[0]:
+        raise GraphoptError(f"{problem.graph.name}: the start plan does not fit")
+    gains = np.zeros((u, d))
+    moves = [(k, dev) for k in range(u) for dev in range(d)]
+    for i in range(0, len(moves), chunk):
+        batch = moves[i:i + chunk]
+        rows = np.repeat(place[None], len(batch), 0)
+        for r, (k, dev) in enumerate(batch):
+            rows[r, unit == k] = dev
+        res = ev.evaluate(rows)
+        for (k, dev), ok, t in zip(batch, res.valid, res.step_time):
+            gains[k, dev] = base.step_time[0] / t if ok else 0.0
+    return gains
+
+
+def prior_moves(folder: str | Path, targets: list[Target], priors: list[Plan],
+                units: list[np.ndarray],
+                progress: Callable[[int, int, str], None] | None = None) -> list[np.ndarray]:
+    """:func:`move_gains` from each target's prior, on the policy's nodes ``units``; kept
+    beside the priors (``priors/<key>.moves.npy``, no pickle) and read back when the shape
+    matches."""
+    import io
+
+    from graphopt._files import atomic_write
+
+    folder = Path(folder)
+    out = []
+    for done, (t, prior, unit) in enumerate(zip(targets, priors, units), 1):
+        key = f"{t.entry['item']}@{t.entry['cluster']}"
+        path = folder / "priors" / f"{key}.moves.npy"
+        shape = (int(unit.max()) + 1, t.problem.num_devices)
+        gains = np.load(path, allow_pickle=False) if path.exists() else None
+        if gains is None or gains.shape != shape:
+            gains = move_gains(t.problem, prior, unit)
+            buf = io.BytesIO()
+            np.save(buf, gains, allow_pickle=False)
+            atomic_write(path, lambda f: f.write(buf.getvalue()))
+        out.append(gains)
+        if progress:
+            progress(done, len(targets), key)
     return out
 
 

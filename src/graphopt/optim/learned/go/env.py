@@ -14,7 +14,7 @@ from graphopt.ir.features import FEATURE_NAMES, MODULE_FEATURE_NAMES, module_fea
 from graphopt.ir.ops import OP_CLASSES, class_ids
 from graphopt.sim import Plan, Problem
 
-__all__ = ["GOEnv", "UNIT_FEATURES"]
+__all__ = ["GOEnv", "PRIOR_DEVICE_FEATURES", "PRIOR_FEATURES", "UNIT_FEATURES"]
 
 #: Columns of a node's feature vector (a node is a colocation group or one op).
 UNIT_FEATURES: tuple[str, ...] = (
@@ -23,6 +23,16 @@ UNIT_FEATURES: tuple[str, ...] = (
     *(f"class_{c}" for c in OP_CLASSES), *(f"mean_{k}" for k in FEATURE_NAMES),
     *MODULE_FEATURE_NAMES,
 )
+
+#: Columns a prior-aware policy reads about a node's place in the start plan (the prior):
+#: whether there is one, its device's compute load over the fair share, and the shares of
+#: its outgoing and incoming bytes that cross to other devices.
+PRIOR_FEATURES: tuple[str, ...] = ("has_prior", "home_load", "out_cut_share", "in_cut_share")
+#: Columns about each (node, device) pair in the prior, device by device after
+#: :data:`PRIOR_FEATURES`: the pair reads the same whatever the devices' numbers, so a
+#: head on them does not care how devices are numbered.
+PRIOR_DEVICE_FEATURES: tuple[str, ...] = ("is_home", "neighbour_bytes_share", "load",
+                                          "load_minus_home", "memory")
 
 
 def _share(x: np.ndarray) -> np.ndarray:
@@ -55,6 +65,11 @@ class GOEnv:
         How many nodes the scheduling prior expects a plan to give a priority other
         than the one all share (equal priorities run in the nodes' topological order);
         0: no prior.
+    prior_inputs : bool
+        Append the start plan's :data:`PRIOR_FEATURES` and, per device,
+        :data:`PRIOR_DEVICE_FEATURES` to the policy's inputs (zeros without a start
+        placement), for a prior-aware policy
+        (:class:`graphopt.optim.learned.go.policy.PriorGOPolicy`).
 
     Attributes
     ----------
@@ -92,6 +107,7 @@ class GOEnv:
     fusion_flips: float = 2.0
     placement_flips: float = 4.0
     scheduling_flips: float = 2.0
+    prior_inputs: bool = False
 
     def __post_init__(self) -> None:
         g, p = self.problem.graph, self.problem
@@ -144,6 +160,40 @@ class GOEnv:
             share = np.zeros((u, d))
             np.add.at(share, (unit, np.asarray(self.init.placement)), op_time + 1e-12)
             self.home = torch.as_tensor(share.argmax(1))
+        if self.prior_inputs:
+            self.prior_x = self._prior_features(op_time, fair, unit, cross)
+
+    def _prior_features(self, op_time: np.ndarray, fair: float, unit: np.ndarray,
+                        cross: np.ndarray) -> Tensor:
+        """(N_units, len(PRIOR_FEATURES) + D · len(PRIOR_DEVICE_FEATURES)): the start
+        placement as each node sees it (see :data:`PRIOR_FEATURES`); zeros without one."""
+        p, g, u, d = self.problem, self.problem.graph, self.num_units, self.problem.num_devices
+        node = np.zeros((u, len(PRIOR_FEATURES)))
+        pair = np.zeros((u, d, len(PRIOR_DEVICE_FEATURES)))
+        if self.init is not None and self.init.placement is not None:
+            place = np.asarray(self.init.placement)
+            share = np.zeros((u, d))
+            np.add.at(share, (unit, place), op_time + 1e-12)
+            home = share.argmax(1)
+            load = np.minimum(np.bincount(place, op_time, d) / fair, 4.0)
+            memory = np.minimum(np.bincount(place, g.persistent_bytes, d) / p.capacity, 4.0)
+            a, b, w = unit[g.src[cross]], unit[g.dst[cross]], g.edge_bytes[cross]
+            out_all = np.bincount(a, w, u)
+            in_all = np.bincount(b, w, u)
+            away = home[a] != home[b]
+            node[:, 0] = 1.0
+            node[:, 1] = load[home]
+            node[:, 2] = np.bincount(a[away], w[away], u) / np.maximum(out_all, 1e-30)
+            node[:, 3] = np.bincount(b[away], w[away], u) / np.maximum(in_all, 1e-30)
+            neighbour = np.zeros((u, d))
+            np.add.at(neighbour, (a, home[b]), w)
+            np.add.at(neighbour, (b, home[a]), w)
+            pair[:, :, 0] = np.eye(d)[home]
+            pair[:, :, 1] = neighbour / np.maximum(neighbour.sum(1, keepdims=True), 1e-30)
+            pair[:, :, 2] = load[None, :]
+            pair[:, :, 3] = load[None, :] - load[home][:, None]
+            pair[:, :, 4] = memory[None, :]
+        return torch.as_tensor(np.concatenate([node, pair.reshape(u, -1)], 1), dtype=torch.float32)
 
     def with_prior(self, logits: dict[str, Tensor]) -> dict[str, Tensor]:
         """The policy's ``logits`` plus the environment's prior, which centres the fusion
@@ -198,7 +248,11 @@ class GOEnv:
 
     def inputs(self) -> tuple[Tensor, Tensor, Tensor, Tensor, int]:
         """Positional arguments of :meth:`~graphopt.optim.learned.go.policy.GOPolicy.forward`
-        (less ``tasks``)."""
+        (less ``tasks``); with :attr:`prior_inputs`, ``x`` carries the prior's columns
+        after the node features."""
+        if self.prior_inputs:
+            return (torch.cat([self.x, self.prior_x], 1), self.op_ids, self.op_node,
+                    self.edge_index, self.problem.num_devices)
         return self.x, self.op_ids, self.op_node, self.edge_index, self.problem.num_devices
 
     def rollout(self, ev, actions: dict[str, np.ndarray], logits: dict[str, Tensor]) -> tuple:

@@ -14,7 +14,13 @@ where ``t_u`` is node u's target device (the device holding most of its compute)
 ``w_u`` its share of the graph's compute plus a uniform floor (a node that computes
 nothing barely matters to the step time, but it still needs a device). Graphs are
 visited in a seeded random order per epoch, one Adam step each; a checkpoint after every
-epoch resumes the run exactly. The result is saved as a policy (``policy.safetensors``
+epoch resumes the run exactly.
+
+A prior-aware policy (``priors``) learns from search in another way: from each train
+graph's hand-written prior (the fastest heuristic's plan), every single move of a node
+to another device is simulated once (the neighbourhood a local search walks), and the
+policy learns to rank the moves by what they gain (:func:`move_cross_entropy`); ``go``
+then applies its best-ranked moves in one pass. The result is saved as a policy (``policy.safetensors``
 + ``policy.json``), the form ``go``, ``go-finetune`` and ``graphopt train --init`` load.
 """
 
@@ -30,13 +36,13 @@ from scipy.optimize import linear_sum_assignment
 
 from graphopt.errors import GraphoptError
 from graphopt.optim.learned.go.env import GOEnv
-from graphopt.optim.learned.go.method import load_go_policy, new_policy
+from graphopt.optim.learned.go.method import load_go_policy, new_policy, reads_prior
 from graphopt.optim.learned.go.policy import GOPolicy
-from graphopt.optim.learned.targets import Target
+from graphopt.optim.learned.targets import Target, move_gains, prior_moves
 from graphopt.runs.checkpoint import load_checkpoint, save_checkpoint, save_policy
 from graphopt.sim import Plan
 
-__all__ = ["fit", "imitate", "matched_cross_entropy", "unit_targets"]
+__all__ = ["fit", "imitate", "matched_cross_entropy", "move_cross_entropy", "unit_targets"]
 
 PLACEMENT = frozenset({"placement"})
 
@@ -88,6 +94,35 @@ def matched_cross_entropy(logits: torch.Tensor, target: np.ndarray, weight: np.n
     return loss, acc
 
 
+def move_cross_entropy(logits: torch.Tensor, gains: np.ndarray, home: np.ndarray,
+                       num_devices: int) -> tuple[torch.Tensor, float]:
+    """A listwise ranking loss (ListNet) of the moves off a start plan: the cross-entropy
+    between the softmax of ``logits`` (N, ≥ D) over every move of a node to a device not
+    its ``home`` and the distribution that gives each move its share of the total
+    improvement, ``max(log gain, 0)`` (``gains``: :func:`~graphopt.optim.learned.targets.move_gains`);
+    and the share of the 16 highest-scored moves that improve. A start plan that no move
+    improves adds nothing.
+
+    >>> z = torch.tensor([[0.0, 3.0], [0.0, -3.0]])  # ranks node 0's move first
+    >>> gains = np.array([[1.0, 1.2], [1.0, 0.9]])   # which is the one that helps
+    >>> loss, precision = move_cross_entropy(z, gains, np.array([0, 0]), 2)
+    >>> round(float(loss), 4), precision
+    (0.0025, 0.5)
+    """
+    z = logits[:, :num_devices]
+    away = torch.ones_like(z, dtype=torch.bool)
+    away[torch.arange(len(home)), torch.as_tensor(home)] = False
+    improve = np.maximum(np.log(np.maximum(gains, 1e-30)), 0.0)
+    total = improve[away.numpy()].sum()
+    logp = torch.log_softmax(z[away], 0)
+    top = torch.topk(z[away].detach(), min(16, int(away.sum()))).indices.numpy()
+    precision = float((improve[away.numpy()][top] > 0).mean())
+    if total <= 0:
+        return z.sum() * 0.0, precision
+    target = torch.as_tensor(improve[away.numpy()] / total, dtype=logp.dtype)
+    return -(target * logp).sum(), precision
+
+
 def fit(policy: torch.nn.Module, samples: list[tuple], loss: Callable, out: str | Path,
         config: dict, *, epochs: int, lr: float, seed: int,
         progress: Callable[[dict], None] | None = None) -> dict:
@@ -125,7 +160,8 @@ def fit(policy: torch.nn.Module, samples: list[tuple], loss: Callable, out: str 
 
 def imitate(targets: list[Target], out: str | Path, *, epochs: int = 20, lr: float = 1e-3,
             seed: int = 0, init: str | Path | None = None, command: str = "",
-            progress: Callable[[dict], None] | None = None, **policy_config) -> dict:
+            priors: list[Plan] | None = None, corpus: str | Path | None = None,
+            moves: list[np.ndarray] | None = None, progress: Callable[[dict], None] | None = None, **policy_config) -> dict:
     """Train a GO policy to reproduce ``targets``' placements (see the module docstring);
     checkpoint into ``out`` after every epoch (a rerun resumes), and save the policy there.
 
@@ -140,6 +176,14 @@ def imitate(targets: list[Target], out: str | Path, *, epochs: int = 20, lr: flo
         of each epoch's order.
     init : path, optional
         Start from a saved policy's weights (``policy_config`` must then be empty).
+    priors : list of Plan, optional
+        A start plan per target (:func:`graphopt.optim.learned.targets.prior_plans`):
+        the policy is then prior-aware (:class:`~graphopt.optim.learned.go.policy.PriorGOPolicy`)
+        and learns to rank the single moves off each start plan by what they gain
+        (:func:`move_cross_entropy`), rather than the target plans.
+    corpus, moves
+        With ``priors``: the gains of every move (:func:`~graphopt.optim.learned.targets.move_gains`
+        per target), or the corpus folder they are kept in (computed there once).
     progress : callable, optional
         Called with each epoch's row: ``epoch``, ``loss``, ``accuracy``, ``seconds``.
 
@@ -152,23 +196,40 @@ def imitate(targets: list[Target], out: str | Path, *, epochs: int = 20, lr: flo
         raise GraphoptError("imitate: no target plans")
     if init is not None and policy_config:
         raise GraphoptError(f"imitate: a policy from {init} has its own shape; got {sorted(policy_config)}")
-    policy: GOPolicy = new_policy(seed, **policy_config) if init is None else load_go_policy(init)[0]
+    policy: GOPolicy = (new_policy(seed, prior=priors is not None, **policy_config)
+                        if init is None else load_go_policy(init)[0])
+    if (priors is not None) != reads_prior(policy):
+        raise GraphoptError(f"imitate: the policy from {init} "
+                            + ("does not read start plans, and priors were given"
+                               if priors is not None else "reads a start plan; give priors"))
     too_many = [t.problem.cluster.name for t in targets
                 if t.problem.num_devices > policy.config.max_devices]
     if too_many:
         raise GraphoptError(f"imitate: the policy places on at most {policy.config.max_devices} "
                             f"devices; cluster {too_many[0]} has more")
-    envs = [GOEnv(t.problem, PLACEMENT, "groups", placement_flips=0.0) for t in targets]
-    samples = [(e.inputs(), *unit_targets(e, t.plan), e.problem.num_devices)
-               for e, t in zip(envs, targets)]
+    if priors is None:
+        envs = [GOEnv(t.problem, PLACEMENT, "groups", placement_flips=0.0) for t in targets]
+        samples = [(e.inputs(), *unit_targets(e, t.plan), e.problem.num_devices)
+                   for e, t in zip(envs, targets)]
+    else:  # what every single move off the prior gains, ranked
+        envs = [GOEnv(t.problem, PLACEMENT, "groups", p, prior_inputs=True)
+                for t, p in zip(targets, priors)]
+        if moves is None:
+            moves = (prior_moves(corpus, targets, priors, [e.unit for e in envs])
+                     if corpus is not None else
+                     [move_gains(t.problem, p, e.unit) for t, p, e in zip(targets, priors, envs)])
+        samples = [(e.inputs(), g, e.home.numpy(), e.problem.num_devices)
+                   for e, g in zip(envs, moves)]
     # epochs stays out: a finished run can be extended by asking for more
     config = {"method": "go-imitate", "lr": lr, "seed": seed, "policy": policy.config_dict(),
+              **({"priors": True} if priors is not None else {}),
               "graphs": [f"{t.entry['item']}@{t.entry['cluster']}" for t in targets]}
     t0 = time.perf_counter()
-    state = fit(policy, samples, matched_cross_entropy, out, config, epochs=epochs, lr=lr,
-                seed=seed, progress=progress)
+    state = fit(policy, samples, matched_cross_entropy if priors is None else move_cross_entropy,
+                out, config, epochs=epochs, lr=lr, seed=seed, progress=progress)
     save_policy(out, policy, policy.config_dict(), {
         "command": command, "method": "go-imitate", "graphs": config["graphs"],
+        "prior": "best" if priors is not None else None,
         "task": ["placement"], "epochs": epochs, "lr": lr, "seed": seed,
         "history": state["history"], **({"init": str(init)} if init is not None else {})})
     return {"history": state["history"], "epochs": state["epoch"],

@@ -31,11 +31,11 @@ import torch
 from graphopt.dist.local import BudgetExhausted, LocalEvaluator
 from graphopt.errors import MAX_THREADS, GraphoptError
 from graphopt.ir.ops import OP_VOCAB
-from graphopt.optim.learned.go.policy import GOPolicy, GOPolicyConfig
+from graphopt.optim.learned.go.policy import GOPolicy, GOPolicyConfig, PriorGOPolicy, PriorGOPolicyConfig
 from graphopt.optim.base import Budget, compose, register
 from graphopt.optim.search.portfolio import HEURISTICS, budget_left, run_heuristics
 from graphopt.runs.checkpoint import load_policy
-from graphopt.optim.learned.go.env import UNIT_FEATURES, GOEnv
+from graphopt.optim.learned.go.env import PRIOR_DEVICE_FEATURES, PRIOR_FEATURES, UNIT_FEATURES, GOEnv
 from graphopt.rl.config import PPOConfig, ppo_field, run_hparams
 from graphopt.rl.ppo import sample, train
 from graphopt.rl.reinforce import time_to_within
@@ -43,7 +43,7 @@ from graphopt.runs.run import seed_everything
 from graphopt.sim import Plan, Problem
 
 __all__ = ["FINETUNE_PPO", "GO", "GOFinetune", "GOOne", "NAMED", "PRETRAIN_CORPUS", "PRETRAIN_PPO",
-           "SHIPPED", "load_go_policy", "new_policy"]
+           "SHIPPED", "load_go_policy", "new_policy", "ranked_moves", "reads_prior"]
 
 #: The pre-trained policy in the package.
 SHIPPED = Path(__file__).parent.parent / "checkpoints" / "go"
@@ -76,10 +76,26 @@ FINETUNE_PPO = PPOConfig(lr=PRETRAIN_PPO.lr, ent_coef=PRETRAIN_PPO.ent_coef, num
                          tune="heads")
 
 
-def new_policy(seed: int, **config) -> GOPolicy:
-    """A freshly initialized policy (``config``: :class:`GOPolicyConfig` fields)."""
+def new_policy(seed: int, prior: bool = False, **config) -> GOPolicy:
+    """A freshly initialized policy (``config``: :class:`GOPolicyConfig` fields); with
+    ``prior``, a :class:`PriorGOPolicy` that reads a start plan."""
     torch.manual_seed(seed)
-    return GOPolicy(GOPolicyConfig(in_dim=len(UNIT_FEATURES), num_op_types=len(OP_VOCAB), **config))
+    if prior:
+        config = {"prior_dim": len(PRIOR_FEATURES), "pair_in": len(PRIOR_DEVICE_FEATURES),
+                  **config}
+    return _build({"in_dim": len(UNIT_FEATURES), "num_op_types": len(OP_VOCAB), **config})
+
+
+def _build(config: dict) -> GOPolicy:
+    """The policy a saved config describes: prior-aware when it has a pair head."""
+    if "pair_dim" in config or "prior_dim" in config:
+        return PriorGOPolicy(PriorGOPolicyConfig(**config))
+    return GOPolicy(GOPolicyConfig(**config))
+
+
+def reads_prior(policy: GOPolicy) -> bool:
+    """Whether ``policy`` improves on a start plan it reads (:class:`PriorGOPolicy`)."""
+    return isinstance(policy, PriorGOPolicy)
 
 
 def load_go_policy(folder: str | Path | None = None) -> tuple[GOPolicy, dict]:
@@ -87,10 +103,14 @@ def load_go_policy(folder: str | Path | None = None) -> tuple[GOPolicy, dict]:
     :data:`NAMED`; ``None`` loads the shipped one."""
     if isinstance(folder, str) and folder in NAMED and not Path(folder).is_dir():
         folder = NAMED[folder]
-    policy, info = load_policy(folder or SHIPPED, lambda c: GOPolicy(GOPolicyConfig(**c)))
-    if policy.config.in_dim != len(UNIT_FEATURES):
-        raise GraphoptError(f"{folder or SHIPPED}: policy reads {policy.config.in_dim} features, "
-                            f"this graphopt makes {len(UNIT_FEATURES)}")
+    policy, info = load_policy(folder or SHIPPED, _build)
+    c = policy.config
+    widths = [(c.in_dim, len(UNIT_FEATURES))] + ([(c.prior_dim, len(PRIOR_FEATURES)), (
+        c.pair_in, len(PRIOR_DEVICE_FEATURES))] if reads_prior(policy) else [])
+    for reads, makes in widths:
+        if reads != makes:
+            raise GraphoptError(f"{folder or SHIPPED}: policy reads {reads} features, "
+                                f"this graphopt makes {makes}")
     return policy, info
 
 
@@ -145,14 +165,42 @@ def _history(heuristics: list, start: tuple[Plan, float] | None, training: list,
 
 def _zero_shot(policy: GOPolicy, env: GOEnv, k: int, generator: torch.Generator
                ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
-    """The policy's most likely plan and ``k - 1`` plans drawn from it (B = k rows of
-    :meth:`GOEnv.plans`), without training."""
+    """``k`` plans of the policy without training (B = k rows of :meth:`GOEnv.plans`):
+    its most likely plan and ``k - 1`` drawn from it; or, for a prior-aware policy with
+    a start plan, the start with its ``j`` best-ranked moves applied, j = 1..k
+    (:func:`ranked_moves`)."""
     with torch.no_grad():
-        logits = env.with_prior(policy(*env.inputs(), tasks=env.tasks))
+        raw = policy(*env.inputs(), tasks=env.tasks)
+    logits = env.with_prior(raw)
+    greedy = sample(logits, k, generator, greedy=True)
+    if reads_prior(policy) and env.home is not None:
+        greedy["placement"] = ranked_moves(raw["placement"], env.home, k)
+        return env.plans(greedy)
     actions = sample(logits, k, generator)
-    for t, a in sample(logits, 1, generator, greedy=True).items():
+    for t, a in greedy.items():
         actions[t][0] = a[0]
     return env.plans(actions)
+
+
+def ranked_moves(logits: torch.Tensor, home: torch.Tensor, k: int) -> np.ndarray:
+    """Each node's device in ``k`` plans (k, N): ``home`` with the ``j`` highest-scored
+    moves applied in plan j (j = 1..k), a node's move being to its highest-scored device
+    other than home (``logits``: (N, ≥ D), −inf beyond the cluster).
+
+    >>> z = torch.tensor([[0.0, 2.0, 1.0], [0.0, 0.0, 5.0], [9.0, 0.0, 0.0]])
+    >>> ranked_moves(z, torch.tensor([0, 0, 0]), 3).tolist()
+    [[0, 2, 0], [1, 2, 0], [1, 2, 1]]
+    """
+    z = logits.detach().clone()
+    n = len(home)
+    z[torch.arange(n), home] = float("-inf")
+    score, to = z.max(1)
+    order = torch.argsort(score, descending=True, stable=True)[:k]
+    rows = home.numpy()[None].repeat(k, 0).astype(np.int64)
+    for j, u in enumerate(order.tolist()):
+        if np.isfinite(float(score[u])):
+            rows[j:, u] = int(to[u])
+    return rows
 
 
 @register("go")
@@ -188,20 +236,33 @@ class GO:
         generator = seed_everything(seed, self.threads)
         policy, _ = load_go_policy(self.checkpoint)
         _check(problem, task, policy, "go")
-        # the policy's own placements: no prior around --init (that is go-finetune's start)
-        env = GOEnv(problem, task, self.units, init, placement_flips=0.0)
+        prior = reads_prior(policy) and "placement" in task
+        spent, start = 0, (None, float("inf"))
+        if prior:  # the plan it improves on: every placement heuristic's, the fastest
+            init, hstats = run_heuristics(problem, task, budget, seed, init, HEURISTICS)
+            spent, start = hstats["evals"], (init, hstats["step_time"])
+            ev = LocalEvaluator.from_budget(problem, budget_left(budget, spent, t0))
+        # a plain policy's own placements: no prior around --init (that is go-finetune's
+        # start); a prior-aware one moves nodes off the heuristics' plan
+        env = GOEnv(problem, task, self.units, init,
+                    placement_flips=GOEnv.placement_flips if prior else 0.0, prior_inputs=prior)
         k = self.samples if ev.remaining is None else max(1, min(self.samples, ev.remaining))
+        t_infer = time.perf_counter()
         place, prio, fuse = _zero_shot(policy, env, k, generator)
-        infer_s = time.perf_counter() - t0
+        infer_s = time.perf_counter() - t_infer
         greedy = None
         try:
             res = ev.evaluate(place, prio, fuse)
             greedy = float(res.step_time[0]) if res.valid[0] else None
         except BudgetExhausted:  # the time budget went on loading the policy and inference
             pass
-        return _result(env, ev.best_plan, ev.best_time, init, {
-            "evals": ev.evals, "seconds": time.perf_counter() - t0, "inference_seconds": infer_s,
-            "greedy_step_time": greedy})
+        plan, step = ev.best_plan, ev.best_time
+        if start[1] <= step:  # none of the policy's moves beat the heuristics' plan
+            plan, step = start
+        return _result(env, plan, step, init, {
+            "evals": ev.evals + spent, "seconds": time.perf_counter() - t0,
+            "inference_seconds": infer_s, "greedy_step_time": greedy,
+            "prior_step_time": start[1] if prior else None})
 
 
 @register("go-one")
@@ -280,11 +341,13 @@ class GOOne:
             own = self._own_plan(policy, plain, budget_left(budget, spent, t0), seed)
             if own is not None:
                 spent += own[2]
+                if reads_prior(policy) and own[1] < start[1]:  # its moves: the new centre
+                    init = compose(task | {"placement"}, init, own[0])
                 start = min(start, own[:2], key=lambda c: c[1])
         env = GOEnv(problem, task, self.units, init, self.fusion_flips, self.placement_flips,
-                    self.scheduling_flips)
-        if env.home is not None:
-            policy.zero_head("placement")
+                    self.scheduling_flips, prior_inputs=reads_prior(policy))
+        if env.home is not None and not reads_prior(policy):
+            policy.zero_head("placement")  # a prior-aware head already moves off the start
         cfg = PPOConfig(**{f.name: getattr(self, f.name) for f in fields(PPOConfig)
                            if hasattr(self, f.name)})
         if start is None and init is not None:
@@ -356,7 +419,10 @@ class GOFinetune(GOOne):
 
     def _own_plan(self, policy: GOPolicy, env: GOEnv, budget: Budget,
                   seed: int) -> tuple[Plan, float, int] | None:
-        """The pre-trained policy's zero-shot plans (as ``go``: 16 of them)."""
+        """The pre-trained policy's zero-shot plans (as ``go``: 16 of them); a prior-aware
+        policy's moves off the start plan, and fine-tuning then centres on the best."""
+        if reads_prior(policy):
+            env = GOEnv(env.problem, env.task, env.units, env.init, prior_inputs=True)
         k = GO.samples if budget.evals is None else min(GO.samples, budget.evals)
         if k < 1 or budget.seconds == 0.0:
             return None

@@ -16,7 +16,7 @@ from graphopt.errors import check_size
 from graphopt.nn.attention import SegmentRecurrentAttention
 from graphopt.nn.sage import BiSAGE
 
-__all__ = ["TASK_LEVELS", "GOPolicy", "GOPolicyConfig"]
+__all__ = ["TASK_LEVELS", "GOPolicy", "GOPolicyConfig", "PriorGOPolicy", "PriorGOPolicyConfig"]
 
 #: The config field that sets how many choices each task's head has.
 TASK_LEVELS = {"placement": "max_devices", "scheduling": "priority_levels",
@@ -154,13 +154,18 @@ class GOPolicy(nn.Module):
                              f"not {num_devices}")
         n = x.shape[0]
         ids = torch.where(op_ids < c.num_op_types, op_ids, torch.zeros_like(op_ids))
-        h = self.inp(x) + scatter(self.op_embed(ids), op_node, dim=0, dim_size=n, reduce="mean")
+        h = self.encode(x) + scatter(self.op_embed(ids), op_node, dim=0, dim_size=n, reduce="mean")
         h = self.sage(h, edge_index)
         ctx = self.context(torch.cat([h.mean(0), h.max(0).values,
                                       F.one_hot(torch.tensor(num_devices), c.max_devices + 1)]))
         for layer in self.trunk:
             h = layer(h, ctx)
         return h, ctx
+
+    def encode(self, x: Tensor) -> Tensor:
+        """Each node's features mapped to the hidden width (N, dim); columns of ``x``
+        beyond ``in_dim`` are a subclass's."""
+        return self.inp(x[:, :self.config.in_dim])
 
     def decide(self, h: Tensor, ctx: Tensor, num_devices: int,
                tasks: tuple[str, ...] = tuple(TASK_LEVELS)) -> dict[str, Tensor]:
@@ -178,3 +183,100 @@ class GOPolicy(nn.Module):
     def config_dict(self) -> dict:
         """The config as plain data, for a checkpoint's JSON."""
         return asdict(self.config)
+
+
+@dataclass
+class PriorGOPolicyConfig(GOPolicyConfig):
+    """Shape of a :class:`PriorGOPolicy`: GO's, plus the widths of the start plan's
+    columns and of the pair head."""
+
+    prior_dim: int = 4
+    """Columns about a node's place in the start plan (``PRIOR_FEATURES``)."""
+    pair_in: int = 5
+    """Columns about each (node, device) pair (``PRIOR_DEVICE_FEATURES``)."""
+    pair_dim: int = 32
+    """Hidden width of the pair head."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("prior_dim", "pair_in", "pair_dim"):
+            check_size(name, getattr(self, name), 1, 4096)
+
+
+class PriorGOPolicy(GOPolicy):
+    r"""GO's policy that reads a start plan (the prior) and says which nodes to move
+    where: a placement head over (node, device) pairs, the same whatever the devices'
+    numbers.
+
+    The start plan enters twice: each node's :data:`PRIOR_FEATURES` are added to its
+    input embedding (so message passing sees where its neighbours sit), and each
+    device's :data:`PRIOR_DEVICE_FEATURES` for that node (is it home, the share of the
+    node's bytes exchanged with it, its load, its memory) meet the node's final
+    embedding in the pair head:
+
+    .. math::
+        z_{u,d} = w^\top \operatorname{ReLU}(A h_u + B r_{u,d} + b) + c
+
+    so that renumbering the devices permutes the logits alike. The environment adds its
+    prior (``GOEnv.with_prior``: a bias to each node's device in the start plan), and the
+    head learns the moves off it. Scheduling and fusion heads are GO's.
+
+    Shapes
+    ------
+    - ``x``: (N, in_dim + prior_dim + D · pair_in) float (``GOEnv(prior_inputs=True)``)
+    - output: as :class:`GOPolicy`'s; placement logits beyond D are ``-inf``
+
+    Examples
+    --------
+    >>> cfg = PriorGOPolicyConfig(in_dim=5, num_op_types=10, dim=16, segment=4)
+    >>> net = PriorGOPolicy(cfg)
+    >>> x = torch.rand(7, 5 + 4 + 3 * 5)
+    >>> out = net(x, torch.arange(7), torch.arange(7), torch.tensor([[0, 1], [1, 2]]),
+    ...           num_devices=3, tasks=("placement",))
+    >>> tuple(out["placement"].shape), bool(torch.isinf(out["placement"][:, 3:]).all())
+    ((7, 8), True)
+    >>> swap = torch.tensor([1, 0, 2])  # devices 0 and 1 renumbered: their logits swap
+    >>> y = torch.cat([x[:, :9], x[:, 9:].view(7, 3, 5)[:, swap].reshape(7, -1)], 1)
+    >>> out2 = net(y, torch.arange(7), torch.arange(7), torch.tensor([[0, 1], [1, 2]]),
+    ...            num_devices=3, tasks=("placement",))
+    >>> torch.allclose(out2["placement"][:, :3], out["placement"][:, swap], atol=1e-6)
+    True
+    """
+
+    def __init__(self, config: PriorGOPolicyConfig):
+        super().__init__(config)
+        c = config
+        self.prior_inp = nn.Linear(c.prior_dim, c.dim)
+        self.pair_node = nn.Linear(c.dim, c.pair_dim)
+        self.pair_dev = nn.Linear(c.pair_in, c.pair_dim, bias=False)
+        self.pair_out = nn.Linear(c.pair_dim, 1)
+
+    def encode(self, x: Tensor) -> Tensor:
+        c = self.config
+        return super().encode(x) + self.prior_inp(x[:, c.in_dim:c.in_dim + c.prior_dim])
+
+    def forward(self, x: Tensor, op_ids: Tensor, op_node: Tensor, edge_index: Tensor,
+                num_devices: int, tasks: tuple[str, ...] = tuple(TASK_LEVELS)) -> dict[str, Tensor]:
+        return self.decide(*self.embed(x, op_ids, op_node, edge_index, num_devices),
+                           num_devices, tasks)
+
+    def embed(self, x: Tensor, op_ids: Tensor, op_node: Tensor, edge_index: Tensor,
+              num_devices: int) -> tuple[Tensor, Tensor, Tensor]:
+        """GO's embedding and context, and the (node, device) columns (N, D, pair_in)."""
+        c = self.config
+        width = c.in_dim + c.prior_dim + num_devices * c.pair_in
+        if x.shape[1] != width:
+            raise ValueError(f"a prior-aware policy reads {width} columns on {num_devices} "
+                             f"devices, not {x.shape[1]} (GOEnv(prior_inputs=True))")
+        h, ctx = super().embed(x, op_ids, op_node, edge_index, num_devices)
+        return h, ctx, x[:, c.in_dim + c.prior_dim:].reshape(x.shape[0], num_devices, c.pair_in)
+
+    def decide(self, h: Tensor, ctx: Tensor, pair: Tensor, num_devices: int,
+               tasks: tuple[str, ...] = tuple(TASK_LEVELS)) -> dict[str, Tensor]:
+        out = super().decide(h, ctx, num_devices, tuple(t for t in tasks if t != "placement"))
+        if "placement" in tasks:
+            u = self.task_attn["placement"](h, ctx)
+            z = self.pair_out(torch.relu(self.pair_node(u)[:, None, :] + self.pair_dev(pair)))
+            pad = torch.full((h.shape[0], self.config.max_devices - num_devices), float("-inf"))
+            out = {"placement": torch.cat([z[..., 0], pad], 1), **out}
+        return out
