@@ -228,3 +228,24 @@ def test_prior_aware_go_learns_moves_and_never_loses_to_the_heuristics(corpus, t
     assert r.exit_code == 0, r.output
     info = json.loads((tmp_path / "ppo" / "policy.json").read_text())["info"]
     assert info["prior"] == "best" and reads_prior(load_go_policy(tmp_path / "ppo")[0])
+
+
+def test_prior_load_columns_are_the_loads_after_each_move():
+    from graphopt.hardware import load_cluster
+    from graphopt.ir.generate import layered_graph
+    from graphopt.sim import Problem
+
+    p = Problem(layered_graph(5, 3, seed=1), load_cluster("p100:3"))
+    place = np.arange(p.num_nodes) % 3
+    env = GOEnv(p, frozenset({"placement"}), "ops", Plan(placement=place), prior_inputs=True)
+    pair = env.prior_x[:, len(PRIOR_FEATURES):].reshape(p.num_nodes, 3, -1).numpy()
+    t = p.costs.time.mean(1)
+    fair = t.sum() / 3
+    load = np.bincount(place, t, 3) / fair
+    for u in range(p.num_nodes):
+        for d in range(3):
+            after = load.copy()
+            after[place[u]] -= t[u] / fair
+            after[d] += t[u] / fair
+            assert pair[u, d, 5] == pytest.approx(min(after[d], 4.0), abs=1e-6)
+            assert pair[u, d, 6] == pytest.approx(after.max() - load.max(), abs=1e-6)

@@ -32,7 +32,8 @@ PRIOR_FEATURES: tuple[str, ...] = ("has_prior", "home_load", "out_cut_share", "i
 #: :data:`PRIOR_FEATURES`: the pair reads the same whatever the devices' numbers, so a
 #: head on them does not care how devices are numbered.
 PRIOR_DEVICE_FEATURES: tuple[str, ...] = ("is_home", "neighbour_bytes_share", "load",
-                                          "load_minus_home", "memory")
+                                          "load_minus_home", "memory", "load_after_move",
+                                          "max_load_change")
 
 
 def _share(x: np.ndarray) -> np.ndarray:
@@ -193,6 +194,15 @@ class GOEnv:
             pair[:, :, 2] = load[None, :]
             pair[:, :, 3] = load[None, :] - load[home][:, None]
             pair[:, :, 4] = memory[None, :]
+            # the loads if the node moved to each device: a move that unloads the busiest
+            # device shortens the step unless it makes another the busiest
+            moved = np.bincount(unit, op_time, u) / fair
+            after = np.repeat(load[None, :], u, 0)
+            after[np.arange(u), home] -= moved
+            after = np.repeat(after[:, None, :], d, 1)  # (u, to, device)
+            after[:, np.arange(d), np.arange(d)] += moved[:, None]
+            pair[:, :, 5] = np.minimum(after[:, np.arange(d), np.arange(d)], 4.0)
+            pair[:, :, 6] = np.clip(after.max(2) - load.max(), -4.0, 4.0)
         return torch.as_tensor(np.concatenate([node, pair.reshape(u, -1)], 1), dtype=torch.float32)
 
     def with_prior(self, logits: dict[str, Tensor]) -> dict[str, Tensor]:

@@ -318,7 +318,8 @@ class GOOne:
     def _own_plan(self, policy: GOPolicy, env: GOEnv, budget: Budget,
                   seed: int) -> tuple[Plan, float, int] | None:
         """A start of the policy's own within ``budget``, to weigh against the heuristics:
-        none for a fresh policy; ``(plan, step time, evaluations)``."""
+        none for a fresh policy; ``(plan, step time, evaluations, [(evaluations, best)
+        after each round])``."""
         return None
 
     def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,
@@ -340,6 +341,9 @@ class GOOne:
                           self.scheduling_flips)
             own = self._own_plan(policy, plain, budget_left(budget, spent, t0), seed)
             if own is not None:
+                for e, b in own[3]:  # the history of the policy's own rounds
+                    heuristics["history"].append([spent + e, time.perf_counter() - t0,
+                                                  min(start[1], b)])
                 spent += own[2]
                 if reads_prior(policy) and own[1] < start[1]:  # its moves: the new centre
                     init = compose(task | {"placement"}, init, own[0])
@@ -419,16 +423,30 @@ class GOFinetune(GOOne):
 
     def _own_plan(self, policy: GOPolicy, env: GOEnv, budget: Budget,
                   seed: int) -> tuple[Plan, float, int] | None:
-        """The pre-trained policy's zero-shot plans (as ``go``: 16 of them); a prior-aware
-        policy's moves off the start plan, and fine-tuning then centres on the best."""
-        if reads_prior(policy):
-            env = GOEnv(env.problem, env.task, env.units, env.init, prior_inputs=True)
+        """The pre-trained policy's zero-shot plans (as ``go``: 16 of them). A prior-aware
+        policy's are its best-ranked moves off the start plan, in rounds: each round
+        moves off the best plan so far, until a round finds nothing faster (or half the
+        budget is spent); fine-tuning then centres on the result."""
         k = GO.samples if budget.evals is None else min(GO.samples, budget.evals)
         if k < 1 or budget.seconds == 0.0:
             return None
-        ev = LocalEvaluator.from_budget(env.problem, Budget(evals=k, seconds=budget.seconds))
+        aware = reads_prior(policy)
+        evals = k if not aware or budget.evals is None else max(k, budget.evals // 2)
+        ev = LocalEvaluator.from_budget(env.problem, Budget(evals=evals, seconds=budget.seconds))
+        generator = torch.Generator().manual_seed(seed)
+        rounds, centre = [], env.init
         try:
-            ev.evaluate(*_zero_shot(policy, env, k, torch.Generator().manual_seed(seed)))
+            while True:
+                if aware:
+                    env = GOEnv(env.problem, env.task, env.units, centre, prior_inputs=True)
+                before = ev.best_time
+                ev.evaluate(*_zero_shot(policy, env, k, generator))
+                rounds.append((ev.evals, ev.best_time))
+                if not aware or not ev.best_time < before or ev.evals + k > evals:
+                    break
+                centre = compose(env.task | {"placement"}, centre, ev.best_plan)
         except BudgetExhausted:
+            pass
+        if ev.best_plan is None:
             return None
-        return ev.best_plan, ev.best_time, ev.evals
+        return ev.best_plan, ev.best_time, ev.evals, rounds

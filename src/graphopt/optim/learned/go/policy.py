@@ -192,7 +192,7 @@ class PriorGOPolicyConfig(GOPolicyConfig):
 
     prior_dim: int = 4
     """Columns about a node's place in the start plan (``PRIOR_FEATURES``)."""
-    pair_in: int = 5
+    pair_in: int = 7
     """Columns about each (node, device) pair (``PRIOR_DEVICE_FEATURES``)."""
     pair_dim: int = 32
     """Hidden width of the pair head."""
@@ -230,13 +230,13 @@ class PriorGOPolicy(GOPolicy):
     --------
     >>> cfg = PriorGOPolicyConfig(in_dim=5, num_op_types=10, dim=16, segment=4)
     >>> net = PriorGOPolicy(cfg)
-    >>> x = torch.rand(7, 5 + 4 + 3 * 5)
+    >>> x = torch.rand(7, 5 + 4 + 3 * 7)
     >>> out = net(x, torch.arange(7), torch.arange(7), torch.tensor([[0, 1], [1, 2]]),
     ...           num_devices=3, tasks=("placement",))
     >>> tuple(out["placement"].shape), bool(torch.isinf(out["placement"][:, 3:]).all())
     ((7, 8), True)
     >>> swap = torch.tensor([1, 0, 2])  # devices 0 and 1 renumbered: their logits swap
-    >>> y = torch.cat([x[:, :9], x[:, 9:].view(7, 3, 5)[:, swap].reshape(7, -1)], 1)
+    >>> y = torch.cat([x[:, :9], x[:, 9:].view(7, 3, 7)[:, swap].reshape(7, -1)], 1)
     >>> out2 = net(y, torch.arange(7), torch.arange(7), torch.tensor([[0, 1], [1, 2]]),
     ...            num_devices=3, tasks=("placement",))
     >>> torch.allclose(out2["placement"][:, :3], out["placement"][:, swap], atol=1e-6)
