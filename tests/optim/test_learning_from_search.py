@@ -165,6 +165,10 @@ def test_shipped_corpus_policy_never_saw_a_held_out_family():
     policy, info = load_go_policy("go-corpus")
     assert len(info["graphs"]) > 300 and info["init"]
     assert held_out_seen(info) == []
+    prior, info = load_go_policy("go-prior")
+    assert reads_prior(prior) and not reads_prior(policy)
+    assert len(info["graphs"]) > 300 and info["prior"] == "best" and "--prior" in info["command"]
+    assert held_out_seen(info) == []
     assert held_out_seen(load_go_policy()[1]) == ["bert", "gpt2", "resnet"]  # the default saw them
 
 
@@ -249,3 +253,22 @@ def test_prior_load_columns_are_the_loads_after_each_move():
             after[d] += t[u] / fair
             assert pair[u, d, 5] == pytest.approx(min(after[d], 4.0), abs=1e-6)
             assert pair[u, d, 6] == pytest.approx(after.max() - load.max(), abs=1e-6)
+
+
+def test_transfer_benchmark_with_a_prior_aware_candidate(corpus, tmp_path):
+    from graphopt.benchmarks.go_transfer import run
+
+    targets = load_targets(corpus)
+    imitate(targets, tmp_path / "p", epochs=1, dim=16, priors=prior_plans(corpus, targets),
+            corpus=corpus)
+    (row,) = run(corpus, tmp_path / "p", cluster="p100:2", budget=40, per_family=1,
+                 finetune=False)["rows"]
+    st = row["step_time"]
+    for name in ("go", "go-random", "go-shuffled"):  # each moves off best's plan, which competes
+        assert st[name] <= st["best"] * (1 + 1e-9)
+
+
+def test_shipped_prior_policy_from_the_command_line():
+    r = runner.invoke(app, ["optimize", "example:layered-60-s5", "-c", "p100:4", "--methods",
+                            "best,go", "-p", "go.checkpoint=go-prior"])
+    assert r.exit_code == 0, r.output

@@ -30,7 +30,7 @@ from graphopt.benchmarks.go_table2 import row_entry
 from graphopt.hardware import load_cluster
 from graphopt.optim.base import Budget
 from graphopt.optim.compare import compare
-from graphopt.optim.learned.go.method import load_go_policy
+from graphopt.optim.learned.go.method import load_go_policy, reads_prior
 from graphopt.optim.learned.go.env import GOEnv
 from graphopt.rl.ppo import log_prob
 from graphopt.sim import Problem
@@ -44,15 +44,19 @@ LABELS = ("shipped", "candidate")
 def _figures(res) -> dict:
     """One method's step time, validity, wall seconds and evaluations."""
     return {"step_time": res.step_time, "valid": res.result.valid,
-            "seconds": res.stats.get("seconds"), "evals": res.stats.get("evals", 0)}
+            "seconds": res.stats.get("seconds"), "evals": res.stats.get("evals", 0),
+            "prior_step_time": res.stats.get("prior_step_time")}
 
 
-def entropy_share(problem: Problem, checkpoint: str) -> float:
+def entropy_share(problem: Problem, checkpoint: str) -> float | None:
     """Mean entropy per node of the policy's placement distribution on ``problem``, over
-    that of the uniform distribution (``log`` of the device count)."""
+    that of the uniform distribution (``log`` of the device count); None for a
+    prior-aware policy, which ranks moves rather than drawing plans."""
     import torch
 
     policy, _ = load_go_policy(checkpoint)
+    if reads_prior(policy):
+        return None
     env = GOEnv(problem, frozenset({"placement"}), "groups")
     with torch.no_grad():
         logits = env.with_prior(policy(*env.inputs(), tasks=env.tasks))
@@ -118,6 +122,10 @@ def summary(result: dict) -> dict:
             # 1e-9: a plan equal to the expert's counts as at the expert
             out[label][key] = {"geomean_vs_expert": geomean(ok), "rows": len(ups),
                                "at_or_above_expert": sum(u >= 1 - 1e-9 for u in ok)}
+            priors = [r["expert"]["step_time"] / r[label]["prior_step_time"]
+                      for r in result["rows"] if keep(r) and r[label].get("prior_step_time")]
+            if priors:  # a prior-aware policy: its start, the heuristics alone
+                out[label][key]["heuristics_alone_vs_expert"] = geomean(priors)
     return out
 
 
@@ -128,8 +136,10 @@ def to_markdown(result: dict) -> str:
 
     def cell(row: dict, label: str) -> str:
         g, up = row[label], _speedup(row, label)
+        prior = g.get("prior_step_time")  # a prior-aware policy's start: the heuristics'
         return ("OOM" if up is None else f"{g['step_time'] * 1e3:.1f} ({up:.2f}x)") + \
-            f", H {g['entropy_share']:.2f}"
+            (f", H {g['entropy_share']:.2f}" if g["entropy_share"] is not None else "") + \
+            (f", heuristics alone {row['expert']['step_time'] / prior:.2f}x" if prior else "")
 
     lines = ["| row | ops | devices | expert | " + " | ".join(f"go, {k}" for k in labels) + " |",
              "|---" * (4 + len(labels)) + "|"]
@@ -146,5 +156,7 @@ def to_markdown(result: dict) -> str:
             continue
         lines.append(f"| **{title}** ({n} rows) | | | | " + " | ".join(
             f"**{s[k][key]['geomean_vs_expert']:.3f}x**, {s[k][key]['at_or_above_expert']} "
-            f"of {n} at or above expert" for k in labels) + " |")
+            f"of {n} at or above expert" + (
+                f" (heuristics alone {s[k][key]['heuristics_alone_vs_expert']:.3f}x)"
+                if "heuristics_alone_vs_expert" in s[k][key] else "") for k in labels) + " |")
     return "\n".join(lines)

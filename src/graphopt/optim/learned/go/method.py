@@ -48,8 +48,11 @@ __all__ = ["FINETUNE_PPO", "GO", "GOFinetune", "GOOne", "NAMED", "PRETRAIN_CORPU
 #: The pre-trained policy in the package.
 SHIPPED = Path(__file__).parent.parent / "checkpoints" / "go"
 #: Policies shipped beside it, by the name ``-p go.checkpoint=NAME`` takes: ``go-corpus``
-#: learned from the corpus's search targets (docs/go.md, "Learning from search").
-NAMED = {"go": SHIPPED, "go-corpus": SHIPPED.parent / "go-corpus"}
+#: learned from the corpus's search targets, ``go-prior`` (prior-aware) to rank the moves
+#: off the heuristics' plan by what a search measured them to gain (docs/go.md,
+#: "Learning from search").
+NAMED = {"go": SHIPPED, "go-corpus": SHIPPED.parent / "go-corpus",
+         "go-prior": SHIPPED.parent / "go-prior"}
 
 #: Pre-training corpus of the shipped policy, GRAPH@CLUSTER: zoo models of the train
 #: split (the held-out families, WaveNet and AmoebaNet, never appear) on device counts
@@ -222,7 +225,9 @@ class GO:
 
     checkpoint: str | None = field(default=None, metadata={
         "help": "Folder of a saved policy, or the name of one shipped in the package: ``go`` "
-                "(None: the default) or ``go-corpus`` (learned from the corpus's search targets)."})
+                "(None: the default), ``go-corpus`` (learned from the corpus's search targets) "
+                "or ``go-prior`` (runs the placement heuristics, then applies its best-ranked "
+                "moves to their plan; learned from the gains of single moves)."})
     samples: int = field(default=16, metadata={"min": 1, "limit": 10_000,
         "help": "Plans simulated: the most likely one and ``samples − 1`` drawn from the policy."})
     units: str = field(default="groups", metadata={"choices": ("groups", "ops"),
@@ -416,7 +421,7 @@ class GOFinetune(GOOne):
                 "--init, or the pre-trained policy alone."})
     checkpoint: str | None = field(default=None, metadata={
         "help": "Folder of the pre-trained policy, or the name of one shipped in the package: "
-                "``go`` (None: the default) or ``go-corpus``."})
+                "``go`` (None: the default), ``go-corpus`` or ``go-prior``."})
 
     def _policy(self, seed: int) -> GOPolicy:
         return load_go_policy(self.checkpoint)[0]
