@@ -272,3 +272,23 @@ def test_shipped_prior_policy_from_the_command_line():
     r = runner.invoke(app, ["optimize", "example:layered-60-s5", "-c", "p100:4", "--methods",
                             "best,go", "-p", "go.checkpoint=go-prior"])
     assert r.exit_code == 0, r.output
+
+
+def test_kept_move_gains_that_do_not_match_are_recomputed(corpus):
+    from graphopt.optim.learned.targets import prior_moves
+
+    targets = load_targets(corpus)[:1]
+    priors = prior_plans(corpus, targets)
+    units = [GOEnv(targets[0].problem, frozenset({"placement"})).unit]
+    (good,) = prior_moves(corpus, targets, priors, units)
+    key = f"{targets[0].entry['item']}@{targets[0].entry['cluster']}"
+    path = corpus / "priors" / f"{key}.moves.npy"
+    for bad in (b"not an npy file", None):
+        if bad is None:  # a header that claims a huge array: refused before allocating
+            np.save(path, np.zeros((1, 1)))
+            raw = path.read_bytes().replace(b"(1, 1)", b"(10000000000, 100000)")
+            path.write_bytes(raw)
+        else:
+            path.write_bytes(bad)
+        (again,) = prior_moves(corpus, targets, priors, units)
+        assert np.array_equal(again, good)

@@ -189,6 +189,24 @@ def move_gains(problem: Problem, plan: Plan, unit: np.ndarray, chunk: int = 512)
     return gains
 
 
+def _read_gains(path: Path, shape: tuple[int, int]) -> np.ndarray | None:
+    """The float64 array of ``shape`` kept at ``path``; None when it is missing, or its
+    header says another shape or type (checked before any array is allocated), or it
+    does not read."""
+    from numpy.lib import format as npy
+
+    try:
+        with open(path, "rb") as f:
+            version = npy.read_magic(f)
+            read = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
+            header = read(f)
+        if header != (shape, False, np.dtype(np.float64)):
+            return None
+        return np.load(path, allow_pickle=False)
+    except (OSError, ValueError):
+        return None
+
+
 def prior_moves(folder: str | Path, targets: list[Target], priors: list[Plan],
                 units: list[np.ndarray],
                 progress: Callable[[int, int, str], None] | None = None) -> list[np.ndarray]:
@@ -205,8 +223,8 @@ def prior_moves(folder: str | Path, targets: list[Target], priors: list[Plan],
         key = f"{t.entry['item']}@{t.entry['cluster']}"
         path = folder / "priors" / f"{key}.moves.npy"
         shape = (int(unit.max()) + 1, t.problem.num_devices)
-        gains = np.load(path, allow_pickle=False) if path.exists() else None
-        if gains is None or gains.shape != shape:
+        gains = _read_gains(path, shape)
+        if gains is None:
             gains = move_gains(t.problem, prior, unit)
             buf = io.BytesIO()
             np.save(buf, gains, allow_pickle=False)

@@ -250,7 +250,8 @@ class GO:
         # a plain policy's own placements: no prior around --init (that is go-finetune's
         # start); a prior-aware one moves nodes off the heuristics' plan
         env = GOEnv(problem, task, self.units, init,
-                    placement_flips=GOEnv.placement_flips if prior else 0.0, prior_inputs=prior)
+                    placement_flips=GOEnv.placement_flips if prior else 0.0,
+                    prior_inputs=reads_prior(policy))
         k = self.samples if ev.remaining is None else max(1, min(self.samples, ev.remaining))
         t_infer = time.perf_counter()
         place, prio, fuse = _zero_shot(policy, env, k, generator)
