@@ -140,8 +140,9 @@ class GOPolicy(nn.Module):
 
     def forward(self, x: Tensor, op_ids: Tensor, op_node: Tensor, edge_index: Tensor,
                 num_devices: int, tasks: tuple[str, ...] = tuple(TASK_LEVELS)) -> dict[str, Tensor]:
-        h, ctx = self.embed(x, op_ids, op_node, edge_index, num_devices)
-        return self.decide(h, ctx, num_devices, tasks)
+        # embed's outputs are decide's first arguments, whatever a subclass adds to them
+        return self.decide(*self.embed(x, op_ids, op_node, edge_index, num_devices),
+                           num_devices, tasks)
 
     def embed(self, x: Tensor, op_ids: Tensor, op_node: Tensor, edge_index: Tensor,
               num_devices: int) -> tuple[Tensor, Tensor]:
@@ -254,11 +255,6 @@ class PriorGOPolicy(GOPolicy):
     def encode(self, x: Tensor) -> Tensor:
         c = self.config
         return super().encode(x) + self.prior_inp(x[:, c.in_dim:c.in_dim + c.prior_dim])
-
-    def forward(self, x: Tensor, op_ids: Tensor, op_node: Tensor, edge_index: Tensor,
-                num_devices: int, tasks: tuple[str, ...] = tuple(TASK_LEVELS)) -> dict[str, Tensor]:
-        return self.decide(*self.embed(x, op_ids, op_node, edge_index, num_devices),
-                           num_devices, tasks)
 
     def embed(self, x: Tensor, op_ids: Tensor, op_node: Tensor, edge_index: Tensor,
               num_devices: int) -> tuple[Tensor, Tensor, Tensor]:

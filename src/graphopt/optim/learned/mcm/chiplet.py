@@ -80,11 +80,6 @@ class ChipletPolicy(GOPolicy):
         super().reset_parameters()
         self.reset_width()
 
-    def forward(self, x: Tensor, op_ids: Tensor, op_node: Tensor, edge_index: Tensor,
-                num_devices: int, tasks: tuple[str, ...] = tuple(TASK_LEVELS)) -> dict[str, Tensor]:
-        return self.decide(*self.embed(x, op_ids, op_node, edge_index, num_devices),
-                           num_devices, tasks)
-
     def embed(self, x: Tensor, op_ids: Tensor, op_node: Tensor, edge_index: Tensor,
               num_devices: int) -> tuple[Tensor, Tensor, Tensor]:
         """GO's embedding and context, and each node's position in [0, 1]: its middle in
