@@ -292,3 +292,25 @@ def test_kept_move_gains_that_do_not_match_are_recomputed(corpus):
             path.write_bytes(bad)
         (again,) = prior_moves(corpus, targets, priors, units)
         assert np.array_equal(again, good)
+
+
+@pytest.mark.parametrize("source", [
+    "hf:llama:num_hidden_layers=2,hidden_size=64,num_attention_heads=4,num_key_value_heads=2,"
+    "intermediate_size=128,seq=16,batch=2",   # a held-out family, built by transformers
+    "hf:whisper:encoder_layers=1,decoder_layers=1,d_model=32,encoder_attention_heads=2,"
+    "decoder_attention_heads=2,encoder_ffn_dim=64,decoder_ffn_dim=64,seq=8,batch=1",
+])
+def test_shipped_prior_policy_on_a_transformers_model(source):
+    pytest.importorskip("transformers")
+    from graphopt.frontends import load_source
+    from graphopt.hardware import load_cluster
+    from graphopt.sim import Problem
+
+    problem = Problem(load_source(source), load_cluster("p100:4"))
+    plan, st = optimize(problem, "go", frozenset({"placement"}), Budget(evals=400), 0,
+                        checkpoint="go-prior")
+    res = simulate(problem, plan)
+    assert res.valid and res.step_time == pytest.approx(st["step_time"])
+    assert st["step_time"] <= st["prior_step_time"] * (1 + 1e-9)
+    expert, _ = optimize(problem, "expert", frozenset({"placement"}), Budget(evals=1), 0)
+    assert st["step_time"] <= simulate(problem, expert).step_time * (1 + 1e-9)
