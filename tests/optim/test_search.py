@@ -103,6 +103,16 @@ def test_same_seed_same_plan(name):
     assert a == b and sa["step_time"] == sb["step_time"] and sa["evals"] == sb["evals"]
 
 
+def test_a_space_searched_twice_gives_the_same_plan():
+    # REGAL's training prices many actions with BRKGA on one space: the second search
+    # must start where the first did (it once started from everything on device 0)
+    prob = Problem(layered_graph(8, 6, seed=1), cluster("p100:4"))
+    space = SearchSpace(prob, PLACE_SCHED)
+    runs = [BRKGA().evolve(space, Budget(evals=300), seed=3) for _ in range(2)]
+    fresh = BRKGA().evolve(SearchSpace(prob, PLACE_SCHED), Budget(evals=300), seed=3)
+    assert runs[0][0] == runs[1][0] == fresh[0]
+
+
 @pytest.mark.parametrize("name", SEARCHES)
 @pytest.mark.parametrize("evals", [1, 2, 5, 37])
 def test_budget_respected(name, evals):

@@ -119,6 +119,9 @@ class SearchSpace:
     upper_bound : float
         No valid plan takes longer: every kernel and every transfer one after another
         (:func:`~graphopt.dist.local.runtime_bound`).
+    given_plan, start_plan : Plan
+        The plan the space was made with (``init``, or an empty plan), and the one the
+        last :meth:`start` began from (its placement chosen when none was given).
     initial_step_time, initial_valid : float or None, bool
         Step time and validity of the initial plan, once :meth:`start` has run.
 
@@ -153,7 +156,7 @@ class SearchSpace:
         self.fixed_placement = (np.zeros(n, np.int64) if base.placement is None
                                 else np.array(base.placement, np.int64))
         self.upper_bound = runtime_bound(problem)
-        self.start_plan = base
+        self.given_plan = self.start_plan = base
         self.initial_step_time: float | None = None
         self.initial_valid = False
 
@@ -356,13 +359,14 @@ class SearchSpace:
         evaluated too when it differs from the
         initial plan.
         """
-        n, p = self.problem.num_nodes, self.start_plan
+        # from the plan as given, every call: a space reused by another search (REGAL's
+        # training prices many actions on one) starts where the first did
+        n, p = self.problem.num_nodes, self.given_plan
         choose = self.searches["placement"] and p.placement is None
         cands = self._candidates() if choose else self.fixed_placement[None]
         res, scores = self._price(ev, cands)
         i = int(np.argmin(scores))
-        if choose:
-            self.start_plan = p = p.replace(placement=cands[i])
+        self.start_plan = p = p.replace(placement=cands[i]) if choose else p
         self.initial_step_time, self.initial_valid = float(res.step_time[i]), bool(res.valid[i])
         score = float(scores[i])
         place = cands[i]
