@@ -69,7 +69,7 @@ def train_imitate(
             targets = load_targets(corpus)
         console.print(f"{len(targets)} target plans from "
                       f"{len({t.family for t in targets})} families")
-        priors = None
+        priors = moves = None
         if prior:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
@@ -82,9 +82,9 @@ def train_imitate(
                 from graphopt.ir.coarsen import colocation_groups
                 from graphopt.optim.learned.targets import prior_moves
 
-                prior_moves(corpus, targets, priors,
-                            [colocation_groups(t.problem.graph) for t in targets],
-                            lambda done, total, key: bar.update(job, completed=done))
+                moves = prior_moves(corpus, targets, priors,
+                                    [colocation_groups(t.problem.graph) for t in targets],
+                                    lambda done, total, key: bar.update(job, completed=done))
 
         def progress(row: dict) -> None:
             console.print(f"epoch {row['epoch']}/{epochs}  loss {row['loss']:.4f}  "
@@ -92,7 +92,7 @@ def train_imitate(
                           highlight=False)
 
         imitate(targets, out, epochs=epochs, lr=lr, seed=seed, init=init, command=command,
-                priors=priors, corpus=corpus, progress=progress)
+                priors=priors, moves=moves, progress=progress)
     except GraphoptError as err:
         fail(err)
     console.print(f"policy and checkpoint in {out}/")

@@ -158,8 +158,9 @@ def prior_plans(folder: str | Path, targets: list[Target], seed: int = 0,
 def move_gains(problem: Problem, plan: Plan, unit: np.ndarray, chunk: int = 512) -> np.ndarray:
     """The speedup of every single move from ``plan``: entry ``[u, d]`` is ``plan``'s step
     time over that of ``plan`` with all ops of node ``u`` (``unit``: each op's node) on
-    device ``d`` (1 where they all are there already, 0 where the move does not fit). The whole neighbourhood a local search walks from ``plan``, simulated in
-    batches of ``chunk``.
+    device ``d`` (1 where they all are there already, 0 where the move does not fit).
+    The whole neighbourhood a local search walks from ``plan``, simulated in batches of
+    ``chunk``.
 
     >>> from graphopt.hardware import load_cluster
     >>> from graphopt.ir.generate import layered_graph
@@ -211,8 +212,10 @@ def prior_moves(folder: str | Path, targets: list[Target], priors: list[Plan],
                 units: list[np.ndarray],
                 progress: Callable[[int, int, str], None] | None = None) -> list[np.ndarray]:
     """:func:`move_gains` from each target's prior, on the policy's nodes ``units``; kept
-    beside the priors (``priors/<key>.moves.npy``, no pickle) and read back when the shape
-    matches."""
+    beside the priors (``priors/<key>.<digest>.moves.npy``, no pickle; the digest is of
+    the prior's placement and the nodes, so a changed prior is never read with another's
+    gains) and read back when the header matches."""
+    import hashlib
     import io
 
     from graphopt._files import atomic_write
@@ -221,7 +224,9 @@ def prior_moves(folder: str | Path, targets: list[Target], priors: list[Plan],
     out = []
     for done, (t, prior, unit) in enumerate(zip(targets, priors, units), 1):
         key = f"{t.entry['item']}@{t.entry['cluster']}"
-        path = folder / "priors" / f"{key}.moves.npy"
+        digest = hashlib.sha256(np.asarray(prior.placement, np.int64).tobytes()
+                                + np.asarray(unit, np.int64).tobytes()).hexdigest()[:16]
+        path = folder / "priors" / f"{key}.{digest}.moves.npy"
         shape = (int(unit.max()) + 1, t.problem.num_devices)
         gains = _read_gains(path, shape)
         if gains is None:
@@ -236,14 +241,19 @@ def prior_moves(folder: str | Path, targets: list[Target], priors: list[Plan],
 
 
 def _policy_plan(problem: Problem, policy_dir: str | Path, seed: int) -> Plan:
-    """The policy's most likely placement (its zero-shot greedy plan): the search's seed."""
+    """The policy's most likely placement (its zero-shot greedy plan): the search's seed;
+    a prior-aware policy's, its best moves off the heuristics' plan (``go``)."""
     import torch
 
+    from graphopt.optim.base import Budget, optimize
     from graphopt.optim.learned.go.env import GOEnv
-    from graphopt.optim.learned.go.method import load_go_policy
+    from graphopt.optim.learned.go.method import load_go_policy, reads_prior
     from graphopt.rl.ppo import sample
 
     policy, _ = load_go_policy(policy_dir)
+    if reads_prior(policy):
+        return optimize(problem, "go", frozenset({"placement"}), Budget(evals=PRIOR_BUDGET),
+                        seed, checkpoint=str(policy_dir))[0]
     env = GOEnv(problem, frozenset({"placement"}), "groups", placement_flips=0.0)
     with torch.no_grad():
         logits = policy(*env.inputs(), tasks=env.tasks)

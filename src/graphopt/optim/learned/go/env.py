@@ -155,28 +155,30 @@ class GOEnv:
         self.tasks = tuple(t for t in ("placement", "scheduling", "fusion") if t in self.task)
         self.fusion_matters = torch.as_tensor(
             np.bincount(unit, self.problem.fusion_choice, u) > 0)
-        self.home = None  # each node's device in init's placement: the most compute on it
-        if ("placement" in self.task and self.init is not None
-                and self.init.placement is not None and d > 1 and self.placement_flips > 0):
+        place = (None if self.init is None or self.init.placement is None
+                 else np.asarray(self.init.placement))
+        share = None  # (N_units, D): each node's compute on each device in init's placement
+        if place is not None:
             share = np.zeros((u, d))
-            np.add.at(share, (unit, np.asarray(self.init.placement)), op_time + 1e-12)
+            np.add.at(share, (unit, place), op_time + 1e-12)
+        self.home = None  # each node's device in init's placement: the most compute on it
+        if "placement" in self.task and share is not None and d > 1 and self.placement_flips > 0:
             self.home = torch.as_tensor(share.argmax(1))
         if self.prior_inputs:
-            self.prior_x = self._prior_features(op_time, fair, unit, cross)
+            self.prior_x = self._prior_features(place, share, fair, unit, cross)
 
-    def _prior_features(self, op_time: np.ndarray, fair: float, unit: np.ndarray,
-                        cross: np.ndarray) -> Tensor:
+    def _prior_features(self, place: np.ndarray | None, share: np.ndarray | None, fair: float,
+                        unit: np.ndarray, cross: np.ndarray) -> Tensor:
         """(N_units, len(PRIOR_FEATURES) + D · len(PRIOR_DEVICE_FEATURES)): the start
-        placement as each node sees it (see :data:`PRIOR_FEATURES`); zeros without one."""
+        placement ``place`` as each node sees it (``share``: each node's compute per
+        device in it; see :data:`PRIOR_FEATURES`); zeros without one."""
         p, g, u, d = self.problem, self.problem.graph, self.num_units, self.problem.num_devices
         node = np.zeros((u, len(PRIOR_FEATURES)))
         pair = np.zeros((u, d, len(PRIOR_DEVICE_FEATURES)))
-        if self.init is not None and self.init.placement is not None:
-            place = np.asarray(self.init.placement)
-            share = np.zeros((u, d))
-            np.add.at(share, (unit, place), op_time + 1e-12)
+        if place is not None:
             home = share.argmax(1)
-            load = np.minimum(np.bincount(place, op_time, d) / fair, 4.0)
+            raw = share.sum(0) / fair
+            load = np.minimum(raw, 4.0)
             memory = np.minimum(np.bincount(place, g.persistent_bytes, d) / p.capacity, 4.0)
             a, b, w = unit[g.src[cross]], unit[g.dst[cross]], g.edge_bytes[cross]
             out_all = np.bincount(a, w, u)
@@ -194,15 +196,14 @@ class GOEnv:
             pair[:, :, 2] = load[None, :]
             pair[:, :, 3] = load[None, :] - load[home][:, None]
             pair[:, :, 4] = memory[None, :]
-            # the loads if the node moved to each device: a move that unloads the busiest
-            # device shortens the step unless it makes another the busiest
-            moved = np.bincount(unit, op_time, u) / fair
-            after = np.repeat(load[None, :], u, 0)
-            after[np.arange(u), home] -= moved
-            after = np.repeat(after[:, None, :], d, 1)  # (u, to, device)
-            after[:, np.arange(d), np.arange(d)] += moved[:, None]
+            # the loads if all the node's ops moved to each device (as move_gains moves
+            # them, from wherever they are): a move that unloads the busiest device
+            # shortens the step unless it makes another the busiest
+            without = raw[None, :] - share / fair
+            after = np.repeat(without[:, None, :], d, 1)  # (u, to, device)
+            after[:, np.arange(d), np.arange(d)] += share.sum(1, keepdims=True) / fair
             pair[:, :, 5] = np.minimum(after[:, np.arange(d), np.arange(d)], 4.0)
-            pair[:, :, 6] = np.clip(after.max(2) - load.max(), -4.0, 4.0)
+            pair[:, :, 6] = np.clip(after.max(2) - raw.max(), -4.0, 4.0)
         return torch.as_tensor(np.concatenate([node, pair.reshape(u, -1)], 1), dtype=torch.float32)
 
     def with_prior(self, logits: dict[str, Tensor]) -> dict[str, Tensor]:

@@ -161,7 +161,8 @@ def fit(policy: torch.nn.Module, samples: list[tuple], loss: Callable, out: str 
 def imitate(targets: list[Target], out: str | Path, *, epochs: int = 20, lr: float = 1e-3,
             seed: int = 0, init: str | Path | None = None, command: str = "",
             priors: list[Plan] | None = None, corpus: str | Path | None = None,
-            moves: list[np.ndarray] | None = None, progress: Callable[[dict], None] | None = None, **policy_config) -> dict:
+            moves: list[np.ndarray] | None = None,
+            progress: Callable[[dict], None] | None = None, **policy_config) -> dict:
     """Train a GO policy to reproduce ``targets``' placements (see the module docstring);
     checkpoint into ``out`` after every epoch (a rerun resumes), and save the policy there.
 
@@ -219,7 +220,9 @@ def imitate(targets: list[Target], out: str | Path, *, epochs: int = 20, lr: flo
                      if corpus is not None else
                      [move_gains(t.problem, p, e.unit) for t, p, e in zip(targets, priors, envs)])
         samples = [(e.inputs(), g, e.home.numpy(), e.problem.num_devices)
-                   for e, g in zip(envs, moves)]
+                   for e, g in zip(envs, moves) if e.home is not None]  # one device: no move
+        if not samples:
+            raise GraphoptError("imitate: no target on more than one device, so no move to rank")
     # epochs stays out: a finished run can be extended by asking for more
     config = {"method": "go-imitate", "lr": lr, "seed": seed, "policy": policy.config_dict(),
               **({"priors": True} if priors is not None else {}),

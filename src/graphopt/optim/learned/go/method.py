@@ -188,7 +188,8 @@ def _zero_shot(policy: GOPolicy, env: GOEnv, k: int, generator: torch.Generator
 def ranked_moves(logits: torch.Tensor, home: torch.Tensor, k: int) -> np.ndarray:
     """Each node's device in ``k`` plans (k, N): ``home`` with the ``j`` highest-scored
     moves applied in plan j (j = 1..k), a node's move being to its highest-scored device
-    other than home (``logits``: (N, ≥ D), −inf beyond the cluster).
+    other than home (``logits``: (N, ≥ D), −inf beyond the cluster); fewer plans when
+    there are fewer than ``k`` nodes.
 
     >>> z = torch.tensor([[0.0, 2.0, 1.0], [0.0, 0.0, 5.0], [9.0, 0.0, 0.0]])
     >>> ranked_moves(z, torch.tensor([0, 0, 0]), 3).tolist()
@@ -198,6 +199,7 @@ def ranked_moves(logits: torch.Tensor, home: torch.Tensor, k: int) -> np.ndarray
     n = len(home)
     z[torch.arange(n), home] = float("-inf")
     score, to = z.max(1)
+    k = max(1, min(k, int(torch.isfinite(score).sum())))  # no plan twice: at most one per node
     order = torch.argsort(score, descending=True, stable=True)[:k]
     rows = home.numpy()[None].repeat(k, 0).astype(np.int64)
     for j, u in enumerate(order.tolist()):
@@ -242,10 +244,10 @@ class GO:
         policy, _ = load_go_policy(self.checkpoint)
         _check(problem, task, policy, "go")
         prior = reads_prior(policy) and "placement" in task
-        spent, start = 0, (None, float("inf"))
+        spent, start, heuristics_s = 0, (None, float("inf")), 0.0
         if prior:  # the plan it improves on: every placement heuristic's, the fastest
             init, hstats = run_heuristics(problem, task, budget, seed, init, HEURISTICS)
-            spent, start = hstats["evals"], (init, hstats["step_time"])
+            spent, start, heuristics_s = hstats["evals"], (init, hstats["step_time"]), hstats["seconds"]
             ev = LocalEvaluator.from_budget(problem, budget_left(budget, spent, t0))
         # a plain policy's own placements: no prior around --init (that is go-finetune's
         # start); a prior-aware one moves nodes off the heuristics' plan
@@ -253,9 +255,9 @@ class GO:
                     placement_flips=GOEnv.placement_flips if prior else 0.0,
                     prior_inputs=reads_prior(policy))
         k = self.samples if ev.remaining is None else max(1, min(self.samples, ev.remaining))
-        t_infer = time.perf_counter()
         place, prio, fuse = _zero_shot(policy, env, k, generator)
-        infer_s = time.perf_counter() - t_infer
+        # loading the policy, its features and the forward pass: not the heuristics
+        infer_s = time.perf_counter() - t0 - heuristics_s
         greedy = None
         try:
             res = ev.evaluate(place, prio, fuse)
@@ -267,8 +269,8 @@ class GO:
             plan, step = start
         return _result(env, plan, step, init, {
             "evals": ev.evals + spent, "seconds": time.perf_counter() - t0,
-            "inference_seconds": infer_s, "greedy_step_time": greedy,
-            "prior_step_time": start[1] if prior else None})
+            "inference_seconds": infer_s, "heuristics_seconds": heuristics_s,
+            "greedy_step_time": greedy, "prior_step_time": start[1] if prior else None})
 
 
 @register("go-one")
@@ -304,7 +306,8 @@ class GOOne:
     placement_flips: float = field(default=GOEnv.placement_flips, metadata={"min": 0,
         "help": "With a start plan, nodes a plan moves off its placement on average before "
                 "training (the placement head's prior: GOEnv.with_prior, with the head's "
-                "output layer at zero); 0: no prior."})
+                "output layer at zero; a prior-aware policy's pair head adds its own scores); "
+                "0: no prior."})
     scheduling_flips: float = field(default=GOEnv.scheduling_flips, metadata={"min": 0,
         "help": "Nodes a plan gives a priority of their own on average before training (the "
                 "scheduling head's prior, around one priority for all: GOEnv.with_prior); 0: "
@@ -321,11 +324,11 @@ class GOOne:
     def _policy(self, seed: int) -> GOPolicy:
         return new_policy(seed, dim=self.dim)
 
-    def _own_plan(self, policy: GOPolicy, env: GOEnv, budget: Budget,
-                  seed: int) -> tuple[Plan, float, int] | None:
+    def _own_plan(self, policy: GOPolicy, env: GOEnv, budget: Budget, seed: int
+                  ) -> tuple[Plan, float, int, list[tuple[int, float, float]]] | None:
         """A start of the policy's own within ``budget``, to weigh against the heuristics:
-        none for a fresh policy; ``(plan, step time, evaluations, [(evaluations, best)
-        after each round])``."""
+        none for a fresh policy; ``(plan, step time, evaluations, [(evaluations, seconds,
+        best) after each round])``."""
         return None
 
     def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,
@@ -345,11 +348,13 @@ class GOOne:
             start, spent = (init, heuristics["step_time"]), heuristics["evals"]
             plain = GOEnv(problem, task, self.units, init, self.fusion_flips, 0.0,
                           self.scheduling_flips)
+            t_own = time.perf_counter() - t0
             own = self._own_plan(policy, plain, budget_left(budget, spent, t0), seed)
             if own is not None:
-                for e, b in own[3]:  # the history of the policy's own rounds
-                    heuristics["history"].append([spent + e, time.perf_counter() - t0,
-                                                  min(start[1], b)])
+                for e, s, b in own[3]:  # the history of the policy's own rounds
+                    b = min(start[1], b)
+                    heuristics["history"].append([spent + e, t_own + s,
+                                                  b if np.isfinite(b) else None])
                 spent += own[2]
                 if reads_prior(policy) and own[1] < start[1]:  # its moves: the new centre
                     init = compose(task | {"placement"}, init, own[0])
@@ -400,6 +405,11 @@ class GOFinetune(GOOne):
     likely plans, where a few moves rarely help (RNNLM-2 on 2 P100s: 123.3 ms centred on
     them, 111.4 ms centred on the expert's 138.1; docs/go.md).
 
+    A prior-aware policy (:class:`~graphopt.optim.learned.go.policy.PriorGOPolicy`,
+    ``go-prior``) is the exception: its zero-shot plans are the heuristics' plan with
+    its best-ranked moves applied, in rounds (:meth:`_own_plan`), the best of them is the
+    centre, and its pair head keeps its weights, so PPO's first plans are its moves.
+
     Examples
     --------
     >>> from graphopt.hardware import load_cluster
@@ -427,12 +437,14 @@ class GOFinetune(GOOne):
     def _policy(self, seed: int) -> GOPolicy:
         return load_go_policy(self.checkpoint)[0]
 
-    def _own_plan(self, policy: GOPolicy, env: GOEnv, budget: Budget,
-                  seed: int) -> tuple[Plan, float, int] | None:
+    def _own_plan(self, policy: GOPolicy, env: GOEnv, budget: Budget, seed: int
+                  ) -> tuple[Plan, float, int, list[tuple[int, float, float]]] | None:
         """The pre-trained policy's zero-shot plans (as ``go``: 16 of them). A prior-aware
         policy's are its best-ranked moves off the start plan, in rounds: each round
-        moves off the best plan so far, until a round finds nothing faster (or half the
-        budget is spent); fine-tuning then centres on the result."""
+        moves off the best plan so far, until a round finds nothing faster or half of
+        ``budget``'s evaluations are spent (one round under a time budget alone);
+        fine-tuning then centres on the result."""
+        t0 = time.perf_counter()
         k = GO.samples if budget.evals is None else min(GO.samples, budget.evals)
         if k < 1 or budget.seconds == 0.0:
             return None
@@ -447,7 +459,7 @@ class GOFinetune(GOOne):
                     env = GOEnv(env.problem, env.task, env.units, centre, prior_inputs=True)
                 before = ev.best_time
                 ev.evaluate(*_zero_shot(policy, env, k, generator))
-                rounds.append((ev.evals, ev.best_time))
+                rounds.append((ev.evals, time.perf_counter() - t0, ev.best_time))
                 if not aware or not ev.best_time < before or ev.evals + k > evals:
                     break
                 centre = compose(env.task | {"placement"}, centre, ev.best_plan)

@@ -13,6 +13,7 @@ from torch_geometric.nn.inits import reset
 from torch_geometric.utils import scatter
 
 from graphopt.errors import check_size
+from graphopt.optim.learned.go.env import PRIOR_DEVICE_FEATURES, PRIOR_FEATURES
 from graphopt.nn.attention import SegmentRecurrentAttention
 from graphopt.nn.sage import BiSAGE
 
@@ -191,9 +192,9 @@ class PriorGOPolicyConfig(GOPolicyConfig):
     """Shape of a :class:`PriorGOPolicy`: GO's, plus the widths of the start plan's
     columns and of the pair head."""
 
-    prior_dim: int = 4
+    prior_dim: int = len(PRIOR_FEATURES)
     """Columns about a node's place in the start plan (``PRIOR_FEATURES``)."""
-    pair_in: int = 7
+    pair_in: int = len(PRIOR_DEVICE_FEATURES)
     """Columns about each (node, device) pair (``PRIOR_DEVICE_FEATURES``)."""
     pair_dim: int = 32
     """Hidden width of the pair head."""
@@ -247,6 +248,7 @@ class PriorGOPolicy(GOPolicy):
     def __init__(self, config: PriorGOPolicyConfig):
         super().__init__(config)
         c = config
+        del self.head["placement"]  # the pair head decides placement
         self.prior_inp = nn.Linear(c.prior_dim, c.dim)
         self.pair_node = nn.Linear(c.dim, c.pair_dim)
         self.pair_dev = nn.Linear(c.pair_in, c.pair_dim, bias=False)

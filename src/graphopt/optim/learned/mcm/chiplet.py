@@ -86,7 +86,7 @@ class ChipletPolicy(GOPolicy):
         the reference partition's chain when ``x`` carries it, else in the cumulative
         compute."""
         c = self.config
-        h, ctx = super().embed(x[:, :c.in_dim], op_ids, op_node, edge_index, num_devices)
+        h, ctx = super().embed(x, op_ids, op_node, edge_index, num_devices)  # reads in_dim columns
         a, b = (c.in_dim, c.in_dim + 1) if x.shape[1] > c.in_dim else c.position_columns
         return h, ctx, (x[:, a] + x[:, b]) / 2
 
