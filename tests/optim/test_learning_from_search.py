@@ -316,3 +316,16 @@ def test_shipped_prior_policy_on_a_transformers_model(source):
     assert st["step_time"] <= st["prior_step_time"] * (1 + 1e-9)
     expert, _ = optimize(problem, "expert", frozenset({"placement"}), Budget(evals=1), 0)
     assert st["step_time"] <= simulate(problem, expert).step_time * (1 + 1e-9)
+
+
+def test_prior_aware_go_starts_from_the_heuristics_it_is_given():
+    from graphopt.hardware import load_cluster
+    from graphopt.ir.generate import layered_graph
+    from graphopt.sim import Problem
+
+    p = Problem(layered_graph(6, 4, seed=2), load_cluster("p100:4"))
+    expert, _ = optimize(p, "expert", frozenset({"placement"}), Budget(evals=1), 0)
+    _, st = optimize(p, "go", frozenset({"placement"}), Budget(evals=100), 0,
+                     checkpoint="go-prior", heuristics="expert")
+    assert st["prior_step_time"] == pytest.approx(simulate(p, expert).step_time)
+    assert st["evals"] <= 1 + 16 and st["step_time"] <= st["prior_step_time"] * (1 + 1e-9)

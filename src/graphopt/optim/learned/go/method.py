@@ -234,6 +234,11 @@ class GO:
         "help": "Plans simulated: the most likely one and ``samples − 1`` drawn from the policy."})
     units: str = field(default="groups", metadata={"choices": ("groups", "ops"),
         "help": "The policy's nodes: ``groups`` (colocation groups) or ``ops``."})
+    heuristics: str = field(default=HEURISTICS, metadata={
+        "help": "With a prior-aware policy (go-prior): the placement heuristics whose fastest "
+                "plan it starts from, comma-separated. The slow ones take most of the time on "
+                "a large graph; on GNMT-8 (53,694 ops) "
+                "single,expert,round-robin,metis,m-topo takes a second where all take 50."})
     threads: int = field(default=1, metadata={"min": 1, "limit": MAX_THREADS, "help": "torch CPU threads."})
 
     def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,
@@ -246,7 +251,7 @@ class GO:
         prior = reads_prior(policy) and "placement" in task
         spent, start, heuristics_s = 0, (None, float("inf")), 0.0
         if prior:  # the plan it improves on: every placement heuristic's, the fastest
-            init, hstats = run_heuristics(problem, task, budget, seed, init, HEURISTICS)
+            init, hstats = run_heuristics(problem, task, budget, seed, init, self.heuristics)
             spent, start, heuristics_s = hstats["evals"], (init, hstats["step_time"]), hstats["seconds"]
             ev = LocalEvaluator.from_budget(problem, budget_left(budget, spent, t0))
         # a plain policy's own placements: no prior around --init (that is go-finetune's
