@@ -732,6 +732,12 @@ CASES = [
     ("corpus mcm-targets --out {d}/mt --sources bogus:x", "unknown zoo model 'bogus'"),
     ("corpus mcm-targets --out {d}/mt --budget 0", "Invalid value for '--budget'"),
     ("train imitate {d}/emptydir --out {d}/ti", "emptydir: not a corpus (no manifest.json)"),
+    ("train imitate {d}/emptydir --prior --init go-corpus --out {d}/ti",
+     "--init go-corpus: not a prior-aware policy; --prior continues only from one"),
+    ("train imitate {d}/emptydir --init go-prior --out {d}/ti",
+     "--init go-prior: a prior-aware policy; continue it with --prior"),
+    ("optimize example:layered-60-s5 -c p100:2 --methods go -p go.checkpoint=go-prior "
+     "-p go.heuristics=nope", "unknown method 'nope'"),
     ("train mcm-imitate {d}/emptydir --out {d}/tm", "emptydir: no MCM targets"),
     ("train regal-imitate {d}/emptydir --out {d}/tr", "emptydir: no REGAL targets (no index.json)"),
     ("train mcm --init {d}/emptydir --corpus bert-base@mcm-ring4 --out {d}/tmi",

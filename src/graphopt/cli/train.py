@@ -65,6 +65,13 @@ def train_imitate(
                + (f" --init {init}" if init else "") + (" --prior" if prior else ""))
     try:
         _lock = check_run_folder(out)  # held while the run lasts
+        if init is not None:  # a bad or mismatched --init fails now, not after the priors
+            from graphopt.optim.learned.go.method import load_go_policy, reads_prior
+
+            if reads_prior(load_go_policy(str(init))[0]) != prior:
+                raise GraphoptError(f"--init {init}: " + (
+                    "not a prior-aware policy; --prior continues only from one"
+                    if prior else "a prior-aware policy; continue it with --prior"))
         with console.status(f"loading the targets of {corpus} ..."):
             targets = load_targets(corpus)
         console.print(f"{len(targets)} target plans from "

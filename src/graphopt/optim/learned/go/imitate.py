@@ -198,7 +198,7 @@ def imitate(targets: list[Target], out: str | Path, *, epochs: int = 20, lr: flo
     if init is not None and policy_config:
         raise GraphoptError(f"imitate: a policy from {init} has its own shape; got {sorted(policy_config)}")
     policy: GOPolicy = (new_policy(seed, prior=priors is not None, **policy_config)
-                        if init is None else load_go_policy(init)[0])
+                        if init is None else load_go_policy(str(init))[0])
     if (priors is not None) != reads_prior(policy):
         raise GraphoptError(f"imitate: the policy from {init} "
                             + ("does not read start plans, and priors were given"
