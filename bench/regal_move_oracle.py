@@ -62,6 +62,7 @@ def main() -> None:
         record = manifest["items"][item]
         problem = Problem(load_graph(a.corpus / record["file"]), load_cluster("p100:2"))
         space = RegalSpace(problem, TASK)
+        assert problem.num_devices == 2, "a move here is to the other of two devices"
         prior, devices = layer_split_prior(space), layer_split_devices(space)
         u, of = space.num_units, space.unit_of
         start = devices[of]

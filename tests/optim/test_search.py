@@ -104,8 +104,8 @@ def test_same_seed_same_plan(name):
 
 
 def test_a_space_searched_twice_gives_the_same_plan():
-    # REGAL's training prices many actions with BRKGA on one space: the second search
-    # must start where the first did (it once started from everything on device 0)
+    # a caller may price several distributions with BRKGA on one space: the second
+    # search must start where the first did (it once started from everything on device 0)
     prob = Problem(layered_graph(8, 6, seed=1), cluster("p100:4"))
     space = SearchSpace(prob, PLACE_SCHED)
     runs = [BRKGA().evolve(space, Budget(evals=300), seed=3) for _ in range(2)]

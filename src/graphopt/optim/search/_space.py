@@ -359,8 +359,8 @@ class SearchSpace:
         evaluated too when it differs from the
         initial plan.
         """
-        # from the plan as given, every call: a space reused by another search (REGAL's
-        # training prices many actions on one) starts where the first did
+        # from the plan as given, every call: a space searched again (a caller pricing
+        # several distributions on one graph) starts where the first search did
         n, p = self.problem.num_nodes, self.given_plan
         choose = self.searches["placement"] and p.placement is None
         cands = self._candidates() if choose else self.fixed_placement[None]
