@@ -199,7 +199,7 @@ def test_prior_aware_go_learns_moves_and_never_loses_to_the_heuristics(corpus, t
     imitate(targets, tmp_path / "p", epochs=3, lr=1e-2, dim=16, priors=priors, corpus=corpus,
             progress=rows.append)
     for t, prior in zip(targets, priors):  # the moves' gains, kept beside the priors
-        key = f"{t.entry['item']}@{t.entry['cluster']}"
+        key = t.key
         (path,) = (corpus / "priors").glob(f"{key}.*.moves.npy")
         gains = np.load(path)
         env = GOEnv(t.problem, frozenset({"placement"}), init=prior)
@@ -283,7 +283,7 @@ def test_kept_move_gains_that_do_not_match_are_recomputed(corpus):
     priors = prior_plans(corpus, targets)
     units = [GOEnv(targets[0].problem, frozenset({"placement"})).unit]
     (good,) = prior_moves(corpus, targets, priors, units)
-    key = f"{targets[0].entry['item']}@{targets[0].entry['cluster']}"
+    key = targets[0].key
     (path,) = (corpus / "priors").glob(f"{key}.*.moves.npy")
     for bad in (b"not an npy file", None):
         if bad is None:  # a header that claims a huge array: refused before allocating

@@ -153,10 +153,10 @@ def train(
     import torch
 
     from graphopt.hardware import load_cluster
-    from graphopt.optim.base import Budget, optimize, parse_task
+    from graphopt.optim.base import parse_task
     from graphopt.optim.learned.go.method import (PRETRAIN_CORPUS, PRETRAIN_PPO, load_go_policy,
                                                   reads_prior)
-    from graphopt.optim.learned.targets import PRIOR_BUDGET
+    from graphopt.optim.learned.targets import prior_plan
     from graphopt.optim.learned.go.train import pretrain
     from graphopt.sim import Problem
 
@@ -191,8 +191,7 @@ def train(
             with console.status(f"loading {graph} ..."):
                 problems.append(Problem(load_source(graph), load_cluster(where)))
                 if aware:
-                    priors.append(optimize(problems[-1], "best", frozenset({"placement"}),
-                                           Budget(evals=PRIOR_BUDGET), seed)[0])
+                    priors.append(prior_plan(problems[-1], seed))
         with evaluation_backend(backend, address):
             res = pretrain(problems, out, task=tasks, updates=updates,
                            seconds=None if minutes is None else minutes * 60, seed=seed,

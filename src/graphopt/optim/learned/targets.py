@@ -37,7 +37,7 @@ from graphopt.errors import GraphoptError
 from graphopt.sim import Plan, Problem, simulate
 
 __all__ = ["FORMAT", "PRIOR_BUDGET", "VERSION", "Target", "assign_clusters", "load_targets",
-           "move_gains", "prior_moves", "prior_plans", "search_targets"]
+           "move_gains", "prior_moves", "prior_plan", "prior_plans", "search_targets"]
 
 FORMAT = "graphopt-corpus-targets"
 VERSION = 1
@@ -85,6 +85,11 @@ class Target:
     def family(self) -> str:
         return self.entry["family"]
 
+    @property
+    def key(self) -> str:
+        """``<item>@<cluster>``: the entry's name in ``targets.json`` and its files'."""
+        return f"{self.entry['item']}@{self.entry['cluster']}"
+
 
 def _problem(folder: Path, record: dict[str, Any], cluster: str) -> Problem:
     from graphopt.hardware import load_cluster
@@ -129,29 +134,33 @@ def load_targets(folder: str | Path, split: str = "train") -> list[Target]:
 PRIOR_BUDGET = 2000
 
 
-def prior_plans(folder: str | Path, targets: list[Target], seed: int = 0,
-                progress: Callable[[int, int, str], None] | None = None) -> list[Plan]:
-    """The hand-written prior of each target's problem: the plan of ``best`` (every
-    placement heuristic, the fastest), which a prior-aware GO policy learns to improve
-    on. Each is computed once and kept beside the targets (``priors/<key>.json``, written
-    atomically), so a second call only reads them."""
+def prior_plan(problem: Problem, seed: int = 0) -> Plan:
+    """The hand-written prior of ``problem`` that a prior-aware GO policy learns to
+    improve on: the plan of ``best`` (every placement heuristic, the fastest)."""
     from graphopt.optim.base import Budget, optimize
 
+    return optimize(problem, "best", frozenset({"placement"}), Budget(evals=PRIOR_BUDGET),
+                    seed)[0]
+
+
+def prior_plans(folder: str | Path, targets: list[Target], seed: int = 0,
+                progress: Callable[[int, int, str], None] | None = None) -> list[Plan]:
+    """:func:`prior_plan` of each target's problem, computed once and kept beside the
+    targets (``priors/<key>.json``, written atomically), so a second call only reads
+    them."""
     folder = Path(folder)
     out = []
     for done, t in enumerate(targets, 1):
-        key = f"{t.entry['item']}@{t.entry['cluster']}"
-        path = folder / "priors" / f"{key}.json"
+        path = folder / "priors" / f"{t.key}.json"
         if path.exists():
             plan = Plan.load(path)
             plan.check(t.problem.num_nodes, t.problem.num_devices)
         else:
-            plan = optimize(t.problem, "best", frozenset({"placement"}),
-                            Budget(evals=PRIOR_BUDGET), seed)[0]
+            plan = prior_plan(t.problem, seed)
             plan.save(path)
         out.append(plan)
         if progress:
-            progress(done, len(targets), key)
+            progress(done, len(targets), t.key)
     return out
 
 
@@ -177,16 +186,17 @@ def move_gains(problem: Problem, plan: Plan, unit: np.ndarray, chunk: int = 512)
     base = ev.evaluate(place[None])
     if not base.valid[0]:
         raise GraphoptError(f"{problem.graph.name}: the start plan does not fit")
-    gains = np.zeros((u, d))
-    moves = [(k, dev) for k in range(u) for dev in range(d)]
+    members = np.split(np.argsort(unit, kind="stable"), np.cumsum(np.bincount(unit, minlength=u))[:-1])
+    gains = np.ones((u, d))  # a node already wholly on a device: nothing moves, nothing simulated
+    moves = [(k, dev) for k in range(u) for dev in range(d) if (place[members[k]] != dev).any()]
     for i in range(0, len(moves), chunk):
         batch = moves[i:i + chunk]
         rows = np.repeat(place[None], len(batch), 0)
         for r, (k, dev) in enumerate(batch):
-            rows[r, unit == k] = dev
+            rows[r, members[k]] = dev
         res = ev.evaluate(rows)
-        for (k, dev), ok, t in zip(batch, res.valid, res.step_time):
-            gains[k, dev] = base.step_time[0] / t if ok else 0.0
+        k, dev = np.array(batch).T
+        gains[k, dev] = np.where(res.valid, base.step_time[0] / res.step_time, 0.0)
     return gains
 
 
@@ -223,10 +233,9 @@ def prior_moves(folder: str | Path, targets: list[Target], priors: list[Plan],
     folder = Path(folder)
     out = []
     for done, (t, prior, unit) in enumerate(zip(targets, priors, units), 1):
-        key = f"{t.entry['item']}@{t.entry['cluster']}"
         digest = hashlib.sha256(np.asarray(prior.placement, np.int64).tobytes()
                                 + np.asarray(unit, np.int64).tobytes()).hexdigest()[:16]
-        path = folder / "priors" / f"{key}.{digest}.moves.npy"
+        path = folder / "priors" / f"{t.key}.{digest}.moves.npy"
         shape = (int(unit.max()) + 1, t.problem.num_devices)
         gains = _read_gains(path, shape)
         if gains is None:
@@ -236,7 +245,7 @@ def prior_moves(folder: str | Path, targets: list[Target], priors: list[Plan],
             atomic_write(path, lambda f: f.write(buf.getvalue()))
         out.append(gains)
         if progress:
-            progress(done, len(targets), key)
+            progress(done, len(targets), t.key)
     return out
 
 

@@ -109,18 +109,16 @@ def move_cross_entropy(logits: torch.Tensor, gains: np.ndarray, home: np.ndarray
     >>> round(float(loss), 4), precision
     (0.0025, 0.5)
     """
-    z = logits[:, :num_devices]
-    away = torch.ones_like(z, dtype=torch.bool)
-    away[torch.arange(len(home)), torch.as_tensor(home)] = False
-    improve = np.maximum(np.log(np.maximum(gains, 1e-30)), 0.0)
-    total = improve[away.numpy()].sum()
-    logp = torch.log_softmax(z[away], 0)
-    top = torch.topk(z[away].detach(), min(16, int(away.sum()))).indices.numpy()
-    precision = float((improve[away.numpy()][top] > 0).mean())
-    if total <= 0:
-        return z.sum() * 0.0, precision
-    target = torch.as_tensor(improve[away.numpy()] / total, dtype=logp.dtype)
-    return -(target * logp).sum(), precision
+    away = np.ones(gains.shape, bool)
+    away[np.arange(len(home)), home] = False
+    scores = logits[:, :num_devices][torch.as_tensor(away)]  # every move, flattened
+    improve = np.maximum(np.log(np.maximum(gains[away], 1e-30)), 0.0)
+    top = torch.topk(scores.detach(), min(16, len(scores))).indices.numpy()
+    precision = float((improve[top] > 0).mean())
+    if improve.sum() <= 0:
+        return scores.sum() * 0.0, precision
+    target = torch.as_tensor(improve / improve.sum(), dtype=scores.dtype)
+    return -(target * torch.log_softmax(scores, 0)).sum(), precision
 
 
 def fit(policy: torch.nn.Module, samples: list[tuple], loss: Callable, out: str | Path,
@@ -226,7 +224,7 @@ def imitate(targets: list[Target], out: str | Path, *, epochs: int = 20, lr: flo
     # epochs stays out: a finished run can be extended by asking for more
     config = {"method": "go-imitate", "lr": lr, "seed": seed, "policy": policy.config_dict(),
               **({"priors": True} if priors is not None else {}),
-              "graphs": [f"{t.entry['item']}@{t.entry['cluster']}" for t in targets]}
+              "graphs": [t.key for t in targets]}
     t0 = time.perf_counter()
     state = fit(policy, samples, matched_cross_entropy if priors is None else move_cross_entropy,
                 out, config, epochs=epochs, lr=lr, seed=seed, progress=progress)
