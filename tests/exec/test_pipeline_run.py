@@ -53,14 +53,18 @@ def test_interleaved_on_two_processes_loss_matches_the_unsplit_model():
 
 
 @pytest.mark.parametrize("args, words", [
-    (["--stages", "9"], ["--stages 9", "only 4 layers"]),
+    (["--stages", "9"], ["--stages 9", "only 4 blocks"]),
     (["--microbatches", "0"], ["--microbatches 0"]),
     (["--microbatches", "3"], ["--microbatches 3", "does not divide"]),
     (["--schedule", "zb"], ["--schedule", "zb"]),
     (["--schedule", "1f1b", "--microbatches", "1", "--stages", "2"], ["1f1b", "microbatches"]),
-    (["--methods", "even,metis"], ["metis", "no pipeline method"]),
+    (["--methods", "even,metis"], ["metis", "is no pipeline method"]),
+    (["--init", "even"], ["--init", "not an option of --task pipeline"]),
+    (["-p", "exact.x=1"], ["-p", "not an option of --task pipeline"]),
+    (["--objective", "memory"], ["--objective", "not an option of --task pipeline"]),
+    (["--virtual-stages", "3"], ["--virtual-stages", "not an option of --task pipeline"]),
     (["--schedule", "interleaved", "--microbatches", "1"], ["interleaved", "microbatches"]),
-    (["--schedule", "interleaved", "--virtual-stages", "3"], ["--virtual-stages 3", "6 layers"]),
+    (["--schedule", "interleaved", "--virtual-stages", "3"], ["--virtual-stages 3", "6 blocks"]),
     (["--schedule", "interleaved", "--stages", "1"], ["interleaved", "2 or more stages"]),
 ])
 def test_optimize_pipeline_bad_input(args, words):
@@ -68,8 +72,8 @@ def test_optimize_pipeline_bad_input(args, words):
 
 
 def test_pipeline_task_needs_a_pipe_model_and_run_a_matching_plan(tmp_path):
-    _one_line_exit_2(runner.invoke(app, ["optimize", "zoo:gnmt-2", "--task", "pipeline"]),
-                     "pipe:NAME")
+    _one_line_exit_2(runner.invoke(app, ["optimize", "example:mlp", "--task", "pipeline"]),
+                     "a generated graph", "py:FILE.py:FACTORY")
     _one_line_exit_2(runner.invoke(app, ["optimize", "pipe:resnet", "--task", "pipeline"]),
                      "unknown pipeline model")
     plan = tmp_path / "p.json"
@@ -93,7 +97,7 @@ def test_profile_layers_times_every_layer_and_leaves_the_model_as_it_was():
     from graphopt.zoo.pipeline import build_pipeline_model
 
     model = build_pipeline_model(MODEL)
-    before = [p.detach().clone() for p in model.sequential().parameters()]
+    before = [p.detach().clone() for p in model.module.parameters()]
     threads = torch.get_num_threads()
     prof = profile_layers(model, 2, reps=2)
     t, u = prof.time, prof.update
@@ -103,7 +107,7 @@ def test_profile_layers_times_every_layer_and_leaves_the_model_as_it_was():
     # parameter is never counted
     assert prof.saved[0] >= 4 * 16 * 4 and (prof.saved > 0).all()
     assert torch.get_num_threads() == threads
-    after = list(model.sequential().parameters())
+    after = list(model.module.parameters())
     assert all(torch.equal(a, b) and a.grad is None for a, b in zip(after, before))
     # profiled: the same measured time on every device, activations as autograd saves
     # them; weights still from the graph

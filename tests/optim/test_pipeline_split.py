@@ -108,7 +108,7 @@ def test_interleaved_shrinks_the_bubble_and_auto_leaves_it_out():
     assert all(r.cost.virtual == 4 and len(r.cost.bounds) == 9 for r in res)
     for kwargs, msg in [({"microbatches": 1}, "at least as many"),
                         ({"virtual": 1}, "--virtual-stages 1"),
-                        ({"virtual": 5}, "need 10 layers")]:
+                        ({"virtual": 5}, "need 10 blocks")]:
         with pytest.raises(GraphoptError, match=msg):
             plan_pipeline(prob, costs, k, **{"microbatches": m, "schedule": "interleaved",
                                               **kwargs})
@@ -124,7 +124,7 @@ def test_even_and_params_splits():
     assert params_split(np.array([1.0, 1, 1, 1]), 2) == (0, 2, 4)
     assert params_split(np.array([10.0, 1, 1, 1, 1, 1]), 2) == (0, 1, 6)
     assert params_split(np.array([0.0, 0, 0, 9]), 3) == (0, 1, 2, 4)  # a stage keeps a layer
-    with pytest.raises(GraphoptError, match="only 2 layers"):
+    with pytest.raises(GraphoptError, match="only 2 blocks"):
         even_split(2, 3)
 
 
@@ -137,7 +137,7 @@ def test_plan_pipeline_methods_and_auto_schedule():
     assert res["exact"].step_time <= min(res["even"].step_time, res["params"].step_time) + 1e-12
     assert all(c.schedule == "1f1b" for c in res.values())  # same time, less memory
     assert plan_pipeline(prob, costs, 2, 1, "auto")[0].cost.schedule == "gpipe"
-    for kwargs, msg in [({"stages": 7, "microbatches": 4}, "only 6 layers"),
+    for kwargs, msg in [({"stages": 7, "microbatches": 4}, "only 6 blocks"),
                         ({"stages": 2, "microbatches": 0}, "--microbatches 0"),
                         ({"stages": 3, "microbatches": 4}, "devices"),
                         ({"stages": 2, "microbatches": 4, "schedule": "zb"}, "--schedule"),

@@ -230,8 +230,8 @@ def test_plan_file_round_trip_and_refusals(tmp_path):
                        '"schedule": "zb", "microbatches": 1}', "schedule"),
                       ('{"format": "graphopt-pipeline", "model": "pipe:mlp", "bounds": [0, 1, 2], '
                        '"schedule": "1f1b", "microbatches": 1}', "at least as many"),
-                      ('{"format": "graphopt-pipeline", "version": 3, "model": "pipe:mlp", '
-                       '"bounds": [0, 1, 2], "schedule": "1f1b", "microbatches": 2}', "version 3"),
+                      ('{"format": "graphopt-pipeline", "version": 4, "model": "pipe:mlp", '
+                       '"bounds": [0, 1, 2], "schedule": "1f1b", "microbatches": 2}', "version 4"),
                       ('{"format": "graphopt-pipeline", "model": "pipe:mlp", "virtual": 2, '
                        '"bounds": [0, 1, 2, 3], "schedule": "interleaved", "microbatches": 2}',
                        "divides the 3 chunks"),

@@ -26,15 +26,15 @@ VIT = "pipe:vit:layers=2,hidden=32,heads=2,image=8,patch=4,batch=4,classes=5"
 def test_layers_chain_one_tensor_and_the_trace_finds_every_layer(spec, output):
     model = build_pipeline_model(spec)
     assert len(model.layers) == 4  # embedding, 2 blocks, head
-    x = model.inputs
+    x, = model.inputs
     with torch.no_grad():
         for layer in model.layers:
             x = layer(x)
             assert isinstance(x, torch.Tensor)
         assert tuple(x.shape) == output
-        assert float(model.loss(model.sequential()(model.inputs), model.target)) == \
+        assert float(model.loss(model.module(*model.inputs), model.target)) == \
             float(model.loss(x, model.target))
-    layer = op_layers(trace_microbatch(model, 2).graph)
+    layer = op_layers(trace_microbatch(model, 2).graph, model.blocks)
     assert sorted(set(layer.tolist())) == list(range(len(model.layers)))
 
 
@@ -45,9 +45,9 @@ def test_t5_is_the_stock_encoder_at_initialization_its_bias_tables_untied():
                       dropout_rate=0.0)
     stock = tf.T5EncoderModel(cfg).eval()
     with torch.no_grad():
-        hidden = torch.nn.Sequential(*model.layers[:-1])(model.inputs)
+        hidden = torch.nn.Sequential(*model.layers[:-1])(*model.inputs)
         torch.testing.assert_close(model.layers[-1].norm(hidden),
-                                   stock(input_ids=model.inputs).last_hidden_state)
+                                   stock(input_ids=model.inputs[0]).last_hidden_state)
     tables = [b.block.layer[0].SelfAttention.relative_attention_bias.weight
               for b in model.layers[1:-1]]
     assert len({id(t) for t in tables}) == len(tables)  # one per block, trained apart
@@ -62,9 +62,9 @@ def test_vit_is_stock_vit_for_image_classification():
                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     stock = tf.ViTForImageClassification(cfg).eval()
     with torch.no_grad():
-        torch.testing.assert_close(model.sequential()(model.inputs),
-                                   stock(pixel_values=model.inputs).logits)
-    assert tuple(model.inputs.shape) == (4, 3, 8, 8) and int(model.target.max()) < 5
+        torch.testing.assert_close(model.module(*model.inputs),
+                                   stock(pixel_values=model.inputs[0]).logits)
+    assert tuple(model.inputs[0].shape) == (4, 3, 8, 8) and int(model.target.max()) < 5
 
 
 @pytest.mark.parametrize("spec, words", [

@@ -34,11 +34,11 @@ import statistics
 import time
 
 from graphopt.benchmarks import geomean, say
-from graphopt.exec.pipeline import measure_pipelines, pipeline_problem, runtime_overhead
+from graphopt.exec.pipeline import measure_pipelines, pipeline_model, pipeline_problem, runtime_overhead
 from graphopt.optim.partition.pipeline import (even_split, microbatch_candidates,
                                                plan_pipeline, plan_pipeline_auto)
 from graphopt.sim.pipeline import PipelinePlan, split_cost
-from graphopt.zoo.pipeline import build_pipeline_model
+
 
 __all__ = ["MODELS", "run", "to_markdown"]
 
@@ -65,7 +65,7 @@ def _cluster(calibration, count: int):
 
 def _row(spec: str, stages: int, microbatches: int | None, steps: int, cluster,
          overhead: float, cores: int) -> dict:
-    model = build_pipeline_model(spec)
+    model = pipeline_model(spec)
     profiled: dict[int, tuple] = {}
 
     def problem(m: int):  # each microbatch count profiled once per row
@@ -101,7 +101,7 @@ def _row(spec: str, stages: int, microbatches: int | None, steps: int, cluster,
     load = os.getloadavg()[0]
     t0 = time.perf_counter()
     measured = measure_pipelines(spec, plans, steps=steps)
-    out = {"model": spec, "stages": stages, "layers": len(model.layers), "batch": model.batch,
+    out = {"model": spec, "stages": stages, "layers": len(model.blocks), "batch": model.batch,
            "load_before": load, "load_after": os.getloadavg()[0],
            "seconds": time.perf_counter() - t0, "plans": []}
     for p, sim, m, r in zip(plans, sims, measured, roofline):

@@ -11,6 +11,7 @@ from graphopt._files import check_output
 from graphopt.cli._common import GRAPH_HELP, console, fail
 from graphopt.cli.options import cluster_option, out_option
 from graphopt.errors import GraphoptError, PlanError
+from graphopt.frontends.source import Source
 
 app = typer.Typer()
 
@@ -20,15 +21,21 @@ FORMATS = ("device-map", "pipeline")
 @app.command()
 def export(
     plan: Path = typer.Argument(..., help="plan.json (graphopt optimize ... --out DIR writes "
-                                          "DIR/METHOD/plan.json). Example: runs/r/expert/plan.json"),
-    graph: str = typer.Option(..., "--graph", "-g",
-                              help=f"The graph the plan was made for. {GRAPH_HELP}. A training "
-                                   "step's pipeline needs its program: zoo:NAME, not a graph "
-                                   "file"),
+                                          "DIR/METHOD/plan.json), or a pipeline plan "
+                                          "(optimize --task pipeline writes "
+                                          "DIR/METHOD/pipeline.json). Example: runs/r/expert/plan.json"),
+    graph: str | None = typer.Option(None, "--graph", "-g",
+                                     help=f"The graph a plan.json was made for (a pipeline "
+                                          f"plan names its own). {GRAPH_HELP}. A training "
+                                          "step's pipeline needs its program: a model "
+                                          "(zoo:, hf:, py:), not a graph file"),
     fmt: str = typer.Option(..., "--format", "-f",
                             help="device-map: accelerate's {module: device} JSON; pipeline: "
-                                 "torch.distributed.pipelining's split_spec. Example: pipeline"),
-    out: Path = out_option(..., "JSON file to write. Example: map.json"),
+                                 "torch.distributed.pipelining's split_spec (JSON), or for a "
+                                 "pipeline plan a script that runs it on the model with "
+                                 "torch.distributed.pipelining (torchrun). Example: pipeline"),
+    out: Path = out_option(..., "File to write: JSON, or the script (.py) of a pipeline "
+                                "plan. Example: map.json"),
     cluster: str | None = cluster_option(
         what="It prices the ops a device map moves and names its devices",
         default_help="default cpu:N, N the plan's device count", example="cpu-v100:3"),
@@ -55,9 +62,14 @@ def export(
     try:
         if fmt not in FORMATS:
             raise GraphoptError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
+        if _is_pipeline_plan(plan):
+            _export_pipeline_plan(plan, graph, fmt, out, max_memory)
+            return
         if max_memory is not None and fmt != "device-map":
             raise GraphoptError("--max-memory applies to --format device-map only")
         budget = parse_max_memory(max_memory) if max_memory is not None else None
+        if graph is None:
+            raise GraphoptError(f"--graph: give the graph {plan} was made for")
         check_output(out, "--out")
         p = Plan.load(plan)
         fit = None
@@ -74,8 +86,8 @@ def export(
             else:
                 from graphopt.exec.api import trace_source
 
-                # a zoo model is a training step: only its program tells forward from backward
-                program = trace_source(graph) if graph.startswith("zoo:") else load_source(graph)
+                # a model's graph is a training step: only its program tells forward from backward
+                program = trace_source(graph) if Source.parse(graph).has_model else load_source(graph)
                 split = pipeline_split(program, p)
                 split.save(out)
         except PlanError as err:  # the plan does not fit the graph or the cluster
@@ -124,5 +136,39 @@ def _forward(g, source: str):
     from graphopt.exec.api import trace_source
     from graphopt.exec.export import forward_ops
 
-    program = trace_source(source) if source.startswith("zoo:") else g
+    program = trace_source(source) if Source.parse(source).has_model else g
     return g.subgraph(np.flatnonzero(forward_ops(program)))
+
+
+def _is_pipeline_plan(path: Path) -> bool:
+    """Whether ``path`` names a pipeline plan (its format field; read again by its loader)."""
+    from graphopt.sim.pipeline import PIPELINE_FORMAT
+
+    try:
+        with open(path, "rb") as f:
+            return f'"format": "{PIPELINE_FORMAT}"'.encode() in f.read(4096)
+    except OSError:
+        return False  # the plan's own loader names what is wrong
+
+
+def _export_pipeline_plan(path: Path, graph: str | None, fmt: str, out: Path,
+                          max_memory: str | None) -> None:
+    """A pipeline plan as the script that runs it (``--format pipeline``)."""
+    from graphopt._files import atomic_write
+    from graphopt.exec.pipeline import pipeline_script
+    from graphopt.sim.pipeline import PipelinePlan
+
+    if fmt != "pipeline":
+        raise GraphoptError(f"--format {fmt}: {path} is a pipeline plan; give --format pipeline")
+    if max_memory is not None:
+        raise GraphoptError("--max-memory applies to --format device-map only")
+    check_output(out, "--out")
+    p = PipelinePlan.load(path)
+    if graph is not None and graph != p.model:
+        raise GraphoptError(f"--graph {graph}: {path} splits {p.model}")
+    text = pipeline_script(p, out.name)
+    atomic_write(out, lambda f: f.write(text.encode()))
+    console.print(f"split_spec {p.split_spec()}; {p.stages} stage(s), {p.schedule}, "
+                  f"{p.microbatches} microbatches; script written to {out} (run it with: "
+                  f"torchrun --standalone --nproc-per-node {p.stages} {out})",
+                  highlight=False, soft_wrap=True)

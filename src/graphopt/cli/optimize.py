@@ -14,8 +14,7 @@ from graphopt.cli.options import (address_option, backend_option, budget_option,
                                   cluster_option, default_cluster, methods_option, out_option,
                                   seed_option, split_methods)
 from graphopt.errors import ClusterError, GraphoptError
-from graphopt.frontends import load_source
-from graphopt.frontends.source import is_program
+from graphopt.frontends.source import Source
 
 #: :data:`graphopt.exec.api.PROGRAM_TIMING` (named here: that module imports torch)
 PROGRAM_TIMING = "program_timing.json"
@@ -34,11 +33,11 @@ def optimize(
              "ops are first timed on one worker, as 'graphopt run' does"),
     task: str = typer.Option("placement", "--task", "-t",
                              help="What to decide, comma-separated: placement, scheduling, "
-                                  "fusion; or pipeline (a pipe: model's layers split into "
-                                  "--stages stages, methods even, params, exact; mcm, the "
-                                  "learned chiplet policy, only when named in --methods: "
-                                  "it adds about 1 s on pipe:gpt2). "
-                                  "Example: placement,scheduling"),
+                                  "fusion; or pipeline (a model's blocks, e.g. a "
+                                  "transformer's layers, split into --stages stages, methods "
+                                  "even, params, exact; mcm, the learned chiplet policy, only "
+                                  "when named in --methods; any source with PyTorch code: "
+                                  "hf:, py:, zoo:, pipe:). Example: placement,scheduling"),
     methods: str = methods_option(_DEFAULT_METHODS),
     budget: int = budget_option(2000),
     seconds: float | None = typer.Option(None, "--time", min=0.0,
@@ -118,6 +117,19 @@ def optimize(
 
         try:
             chosen = split_methods(DEFAULT_METHODS if methods == _DEFAULT_METHODS else methods)
+            ignored = [opt for opt, given in (
+                ("--init", init is not None), ("-p", bool(param)),
+                ("--objective", objective != "runtime"), ("--time", seconds is not None),
+                ("--memory-fraction", memory_fraction is not None),
+                ("--devices", devices is not None), ("--backend", backend != "local"),
+                ("--virtual-stages", virtual_stages != 2 and schedule != "interleaved"))
+                if given]
+            if ignored:
+                raise GraphoptError(f"{ignored[0]}: not an option of --task pipeline (its "
+                                    "options: --stages, --microbatches, --schedule, "
+                                    "--virtual-stages, --methods, --measure, --out)")
+            check_output(out, "--out", folder=True)
+            _lock = lock_folder(out)  # held while the run lasts: a second run into --out is refused
             optimize_pipeline(graph, cluster, stages, microbatches, schedule, chosen, out,
                               measure, measure_steps, seed, virtual_stages)
         except GraphoptError as err:
@@ -138,13 +150,14 @@ def optimize(
         traced = _measurable(graph, c.num_devices, devices) if measure else None
         if devices and not measure:
             raise GraphoptError(f"--devices {devices}: only with --measure")
-        if traced is None and is_program(graph) and c.calibration is not None:
+        source = Source.parse(graph)
+        if traced is None and source.runs and c.calibration is not None:
             # a cluster of this machine's workers: search on the program's ops as the
             # engine runs them, as 'graphopt run' predicts
             from graphopt.exec.api import trace_source
 
             traced = trace_source(graph)
-        g = traced.graph if traced is not None else load_source(graph)
+        g = traced.graph if traced is not None else source.graph()
         compile_simulator()
         if traced is not None:
             from graphopt.cli.run import timing_status
@@ -270,13 +283,15 @@ def methods(
     import typing
 
     if name is None:  # read from the sources: importing the methods takes seconds
-        from graphopt.optim.catalog import catalog
+        from graphopt.optim.catalog import catalog, catalog_tasks
 
         t = Table(title="methods (graphopt methods NAME lists a method's hyperparameters)")
         t.add_column("name")
+        t.add_column("tasks (--task)")
         t.add_column("what it is")
+        tasks = catalog_tasks()
         for method, what in catalog().items():
-            t.add_row(method, what)
+            t.add_row(method, tasks[method], what)
         console.print(t)
         return
     from graphopt.optim import get_optimizer

@@ -19,13 +19,13 @@ from typing import Any
 import typer
 
 from graphopt.errors import MAX_SEED, GraphoptError
+from graphopt.frontends.source import DEFAULT_CLUSTER, Source
 
 __all__ = ["ADDRESS_HELP", "BACKEND_HELP", "DEFAULT_CLUSTER", "MAX_BUDGET", "MAX_TRIALS",
            "address_option", "backend_option", "budget_option", "check_cluster_spec",
            "check_methods", "cluster_option", "default_cluster", "methods_option",
            "out_option", "seed_option", "split_item", "split_methods", "trials_option"]
 
-DEFAULT_CLUSTER = "dgx1-v100:4"  # a graph that is not a zoo model
 MAX_BUDGET = 10**9
 MAX_TRIALS = 10_000
 
@@ -51,11 +51,7 @@ def default_cluster(graph: str) -> str:
     >>> default_cluster("zoo:gnmt-2"), default_cluster("example:mlp")
     ('dgx1-v100:2', 'dgx1-v100:4')
     """
-    if graph.startswith("zoo:"):
-        from graphopt.zoo import get_entry
-
-        return f"dgx1-v100:{get_entry(graph[4:]).num_devices}"
-    return DEFAULT_CLUSTER
+    return Source.parse(graph).default_cluster()
 
 
 def split_item(item: str, cluster: str | None) -> tuple[str, str]:

@@ -1,13 +1,15 @@
-"""The pipeline task of ``graphopt optimize`` and ``graphopt run --pipeline``: what
-the two commands do with a ``pipe:`` model (see :mod:`graphopt.zoo.pipeline`)."""
+"""The pipeline task of ``graphopt optimize`` and ``graphopt run --pipeline``: a model's
+blocks (:class:`graphopt.frontends.model.Model`) split into contiguous stages by the
+methods that serve the task (``graphopt methods``: even, params, exact, mcm), priced by
+:mod:`graphopt.sim.pipeline` and, with ``--measure``, run on CPU processes."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import typer
 from rich.table import Table
 
-from graphopt._files import check_output
 from graphopt.cli._common import console
 from graphopt.errors import ExecutionError, GraphoptError
 from graphopt.optim.partition.pipeline import DEFAULT_SPLIT_METHODS
@@ -19,109 +21,133 @@ DEFAULT_METHODS = ",".join(DEFAULT_SPLIT_METHODS)
 PLAN_FILE = "pipeline.json"
 
 
-def _model(graph: str):
-    from graphopt.zoo.pipeline import PIPELINE_MODELS, build_pipeline_model, is_pipeline_source
-
-    if not is_pipeline_source(graph):
-        raise GraphoptError(f"graph {graph!r}: the pipeline task splits a model of layers, "
-                            f"pipe:NAME ({', '.join(PIPELINE_MODELS)}), e.g. pipe:gpt2:layers=6")
-    return build_pipeline_model(graph)
-
-
 def _bytes(values) -> str:
     from graphopt.ir.graph import format_bytes
 
     return " / ".join(format_bytes(float(x)) for x in values)
 
 
+def _sizes(bounds) -> str:
+    return "/".join(str(b - a) for a, b in zip(bounds, bounds[1:]))
+
+
 def optimize_pipeline(graph: str, cluster: str | None, stages: int, microbatches: str,
                       schedule: str, methods: list[str], out: Path | None, measure: bool,
                       steps: int, seed: int, virtual: int = 2) -> None:
-    """``graphopt optimize MODEL --task pipeline``: each method's split, a table, and
-    with ``out`` a plan file per method; with ``measure``, each plan run for real."""
-    from graphopt.exec.pipeline import (measure_pipelines, pipeline_problem, runtime_overhead,
-                                        stage_cluster)
+    """``graphopt optimize MODEL --task pipeline``: each method's split, a table, and with
+    ``out`` a plan file per method and ``report.json``; with ``measure``, each plan run
+    for real. Ctrl-C (SIGTERM, SIGHUP) while measuring keeps the plans, without their
+    measured figures, and exits 130."""
+    from graphopt.dist.local import stop_on_interrupt, stop_requested
+    from graphopt.exec.pipeline import (Stopped, measure_pipelines, pipeline_model,
+                                        pipeline_problem, runtime_overhead, stage_cluster)
     from graphopt.exec.workers import host_cores
     from graphopt.hardware import load_cluster
+    from graphopt.optim.base import PIPELINE, tasks_of
+    from graphopt.optim.compare import write_all
     from graphopt.optim.partition.pipeline import (SPLIT_METHODS, microbatch_candidates,
                                                    plan_pipeline, plan_pipeline_auto)
     from graphopt.sim.pipeline import SCHEDULES, PipelinePlan
 
-    check_output(out, "--out", folder=True)
-    if stages < 1:
-        raise GraphoptError(f"--stages {stages}: give at least 1")
     if microbatches != "auto" and not (microbatches.isascii() and microbatches.isdigit()
                                        and int(microbatches) >= 1):
         raise GraphoptError(f"--microbatches {microbatches}: give a count of at least 1, or auto")
     if schedule not in (*SCHEDULES, "auto"):
         raise GraphoptError(f"--schedule {schedule!r}: give {', '.join(SCHEDULES)} or auto")
-    unknown = [m for m in methods if m not in SPLIT_METHODS]
-    if unknown:
-        raise GraphoptError(f"--methods: {unknown[0]!r} is no pipeline method; give "
-                            f"{', '.join(SPLIT_METHODS)}")
-    model = _model(graph)
-    if stages > len(model.layers):
-        raise GraphoptError(f"--stages {stages}: {graph} has only {len(model.layers)} layers")
+    for m in methods:
+        try:
+            serves = PIPELINE in tasks_of(m)
+        except GraphoptError:  # an unknown name
+            serves = False
+        if not serves:
+            raise GraphoptError(f"--methods: {m!r} is no pipeline method; give "
+                                f"{', '.join(SPLIT_METHODS)} ('graphopt methods' lists each "
+                                "method's tasks)")
+    model = pipeline_model(graph, seed)
+    model.require_blocks(stages)
     c = stage_cluster(load_cluster(cluster or "cpu"), stages)
-    # --measure prices what this host measures: each layer profiled here, the runtime's
+    # --measure prices what this host measures: each block profiled here, the runtime's
     # overhead, and the stages' processes sharing this host's cores
     overhead, cores = 0.0, host_cores() if measure else None
-    if measure:
-        with console.status(f"measuring the pipeline runtime's overhead on {stages} processes"):
-            overhead = runtime_overhead(stages, stages)
-    with console.status(f"{'profiling' if measure else 'tracing'} one microbatch of {graph}"):
-        if microbatches == "auto":
-            results = plan_pipeline_auto(lambda m: pipeline_problem(model, m, c, profile=measure),
-                                         microbatch_candidates(model.batch, stages), stages,
-                                         schedule, methods, overhead, cores, virtual)
-        else:
-            prob, costs = pipeline_problem(model, int(microbatches), c, profile=measure)
-            results = plan_pipeline(prob, costs, stages, int(microbatches), schedule, methods,
-                                    overhead, cores, virtual)
-    microbatches = str(results[0].cost.microbatches)
-    plans = [PipelinePlan(graph, r.cost.bounds, r.cost.schedule, int(microbatches), r.method,
-                          _simulated(r.cost, model.batch, overhead, cores, measure),
-                          r.cost.virtual)
-             for r in results]
+    interrupted = False
     measured = None
-    if measure:
-        with console.status(f"running {len(plans)} plans in turns on cpu:{stages}"):
-            measured = measure_pipelines(graph, plans, steps=steps, seed=seed)
+    with stop_on_interrupt():
+        if measure:
+            with console.status(f"measuring the pipeline runtime's overhead on {stages} processes"):
+                try:
+                    overhead = runtime_overhead(stages, stages, stop=stop_requested)
+                except Stopped:
+                    interrupted = True
+        with console.status(f"{'profiling' if measure else 'tracing'} one microbatch of {graph}"):
+            if microbatches == "auto":
+                results = plan_pipeline_auto(
+                    lambda m: pipeline_problem(model, m, c, profile=measure),
+                    microbatch_candidates(model.batch, stages), stages, schedule, methods,
+                    overhead, cores, virtual)
+            else:
+                model.check_microbatches(int(microbatches))
+                prob, costs = pipeline_problem(model, int(microbatches), c, profile=measure)
+                results = plan_pipeline(prob, costs, stages, int(microbatches), schedule,
+                                        methods, overhead, cores, virtual)
+        count = results[0].cost.microbatches
+        plans = [PipelinePlan(graph, r.cost.bounds, r.cost.schedule, count, r.method,
+                              _simulated(r.cost, model.batch, overhead, cores, measure),
+                              r.cost.virtual, model.blocks)
+                 for r in results]
+        if measure and not interrupted:
+            with console.status(f"running {len(plans)} plans in turns on cpu:{stages} "
+                                "(Ctrl-C stops, keeping the plans)"):
+                try:
+                    measured = measure_pipelines(graph, plans, steps=steps, seed=seed,
+                                                 stop=stop_requested)
+                except Stopped:
+                    interrupted = True
     even = next((r.cost.step_time for r in results if r.method == "even"), None)
-    t = Table(title=f"{graph}: {len(model.layers)} layers into {stages} stages on {c.name}, "
-                    f"{microbatches} microbatches of {model.batch // int(microbatches)}")
+    t = Table(title=f"{graph}: {len(model.blocks)} blocks ({model.blocks[0]} .. "
+                    f"{model.blocks[-1]}) into {stages} stages on {c.name}, {count} "
+                    f"microbatches of {model.batch // count}")
     chunked = any(r.cost.virtual > 1 for r in results)
-    cols = ["method", f"layers per {'chunk' if chunked else 'stage'}", "schedule", "step ms",
+    cols = ["method", f"blocks per {'chunk' if chunked else 'stage'}", "schedule", "step ms",
             "samples/s", "vs even", "peak per stage", "fits"]
     if measured:
-        cols += ["measured ms", "measured samples/s", "measured peak per stage"]
+        cols += ["measured ms", "measured vs even", "measured peak per stage"]
     for col in cols:
         t.add_column(col, justify="left" if col in ("method", "schedule", "fits") else "right")
+    measured_even = next((m.median for m, r in zip(measured or (), results)
+                          if r.method == "even"), None)
     for i, r in enumerate(results):
         cst = r.cost
-        sizes = "/".join(str(b - a) for a, b in zip(cst.bounds, cst.bounds[1:]))
         sched = f"{cst.schedule} x{cst.virtual}" if cst.virtual > 1 else cst.schedule
-        row = [r.method, sizes, sched, f"{cst.step_time * 1e3:.2f}",
+        row = [r.method, _sizes(cst.bounds), sched, f"{cst.step_time * 1e3:.2f}",
                f"{cst.throughput(model.batch):,.1f}",
                f"{even / cst.step_time:.2f}x" if even else "-", _bytes(cst.memory),
                "yes" if cst.fits else "[red]no[/]"]
         if measured:
             m = measured[i]
-            row += [f"{m.median * 1e3:.2f}", f"{m.throughput:,.1f}", _bytes(m.memory)]
+            row += [f"{m.median * 1e3:.2f}",
+                    f"{measured_even / m.median:.2f}x" if measured_even else "-",
+                    _bytes(m.memory)]
         t.add_row(*row)
-    if measure:
-        t.caption = (f"measured: median of {steps} steps, plans in turns; simulated from layers "
+    if measured:
+        t.caption = (f"measured: median of {steps} steps, plans in turns; simulated from blocks "
                      f"profiled here, the runtime's measured {overhead * 1e3:.2f} ms per stage "
                      f"and microbatch, and {cores} shared core(s)")
     console.print(t)
     if out is not None:
-        for p in plans:
-            path = out / p.method / PLAN_FILE
-            check_output(path, "--out")
-            path.parent.mkdir(parents=True, exist_ok=True)
-            p.save(path)
-        console.print(f"plans in {out}/<method>/{PLAN_FILE}; run one with: graphopt run {graph} "
-                      f"--pipeline {out}/exact/{PLAN_FILE} --devices cpu:{stages}")
+        report = {"task": "pipeline", "graph": graph, "cluster": c.name, "stages": stages,
+                  "microbatches": count, "batch": model.batch, "seed": seed,
+                  "blocks": list(model.blocks), "interrupted": interrupted,
+                  "rows": [_row(p, measured[i] if measured else None, even, measured_even)
+                           for i, p in enumerate(plans)]}
+        files = {f"{p.method}/{PLAN_FILE}": (lambda path, p=p: p.save(path)) for p in plans}
+        path = write_all(out, files, report)
+        best = "exact" if "exact" in methods else methods[0]
+        console.print(f"plans in {out}/<method>/{PLAN_FILE}, report {path}; run one with: "
+                      f"graphopt run {graph} --pipeline {out}/{best}/{PLAN_FILE} "
+                      f"--devices cpu:{stages}", highlight=False, soft_wrap=True)
+    if interrupted:
+        console.print("interrupted: the plans are kept, without measured figures")
+        raise typer.Exit(130)
 
 
 def _simulated(cost, batch: int, overhead: float, cores: int | None, profiled: bool) -> dict:
@@ -131,14 +157,31 @@ def _simulated(cost, batch: int, overhead: float, cores: int | None, profiled: b
             "cores": cores, "profiled": profiled}
 
 
+def _row(plan, measured, even: float | None, measured_even: float | None) -> dict:
+    """One method's row of ``report.json``."""
+    sim = plan.simulated
+    row = {"method": plan.method, "bounds": list(plan.bounds), "split_spec": plan.split_spec(),
+           "schedule": plan.schedule, "virtual": plan.virtual,
+           "microbatches": plan.microbatches, "simulated": sim,
+           "speedup_vs_even": even / sim["step_time"] if even else None}
+    if measured is not None:
+        row["measured"] = {"median": measured.median, "step_times": measured.step_times,
+                           "throughput": measured.throughput, "memory": measured.memory,
+                           "busy": measured.busy, "loss": measured.loss,
+                           "speedup_vs_even": measured_even / measured.median
+                           if measured_even else None}
+    return row
+
+
 def run_pipeline(graph: str, plan_path: Path, devices: str, cluster: str | None, steps: int,
                  seed: int) -> None:
     """``graphopt run MODEL --pipeline plan.json``: the plan on K processes, measured
     beside the simulator, the loss beside the unsplit model's."""
     from graphopt.exec.api import parse_devices
-    from graphopt.exec.pipeline import (measure_pipelines, pipeline_problem, reference_loss,
-                                        stage_cluster)
+    from graphopt.exec.pipeline import (measure_pipelines, pipeline_model, pipeline_problem,
+                                        reference_loss, stage_cluster)
     from graphopt.hardware import load_cluster
+    from graphopt.ir.graph import format_bytes
     from graphopt.sim.pipeline import PipelinePlan, split_cost
 
     kind, count = parse_devices(devices)
@@ -150,12 +193,12 @@ def run_pipeline(graph: str, plan_path: Path, devices: str, cluster: str | None,
     if plan.stages != count:
         raise GraphoptError(f"--devices {devices}: {plan_path} has {plan.stages} stages; give "
                             f"cpu:{plan.stages}")
-    model = _model(graph)
-    if plan.bounds[-1] != len(model.layers):
-        raise GraphoptError(f"{plan_path}: bounds end at layer {plan.bounds[-1]}; {graph} has "
-                            f"{len(model.layers)} layers")
+    model = pipeline_model(graph, seed)
+    if plan.bounds[-1] != len(model.blocks) or (plan.blocks and plan.blocks != model.blocks):
+        raise GraphoptError(f"{plan_path}: the plan's blocks are not {graph}'s "
+                            f"({len(model.blocks)} blocks, {model.blocks[0]} .. {model.blocks[-1]})")
     c = stage_cluster(load_cluster(cluster or "cpu"), count)
-    # priced as the plan was made: profiled layers and shared cores where it was measured
+    # priced as the plan was made: profiled blocks and shared cores where it was measured
     prob, costs = pipeline_problem(model, plan.microbatches, c,
                                    profile=plan.simulated.get("profiled") is True)
     overhead = float(plan.simulated.get("overhead", 0.0) or 0.0)
@@ -167,19 +210,17 @@ def run_pipeline(graph: str, plan_path: Path, devices: str, cluster: str | None,
         m = measure_pipelines(graph, [plan], steps=steps, seed=seed)[0]
     ref = reference_loss(model, plan.microbatches)
     sched = f"{plan.schedule} x{plan.virtual}" if plan.virtual > 1 else plan.schedule
-    t = Table(title=f"{graph}: layers {'/'.join(str(b - a) for a, b in zip(plan.bounds, plan.bounds[1:]))} "
-                    f"on {devices}, {sched}, {plan.microbatches} microbatches")
+    t = Table(title=f"{graph}: blocks {_sizes(plan.bounds)} on {devices}, {sched}, "
+                    f"{plan.microbatches} microbatches")
     for col in ("", "step ms", "samples/s", *(f"stage {s} peak" for s in range(count))):
         t.add_column(col, justify="left" if not col else "right")
-    from graphopt.ir.graph import format_bytes
-
     t.add_row("measured", f"{m.median * 1e3:.2f}", f"{m.throughput:,.1f}",
               *(format_bytes(x) for x in m.memory))
     t.add_row(f"simulated ({c.name})", f"{sim.step_time * 1e3:.2f}",
               f"{sim.throughput(model.batch):,.1f}", *(format_bytes(x) for x in sim.memory))
     t.caption = (f"median of {steps} steps after a warm-up; first step's loss "
-                 f"{m.loss:.6f}, unsplit model's {ref:.6f} (difference {abs(m.loss - ref):.2e})")
+                 f"{m.loss:.6g}, unsplit model's {ref:.6g} (difference {abs(m.loss - ref):.2e})")
     console.print(t)
-    if not abs(m.loss - ref) <= 1e-4 * max(1.0, abs(ref)):
-        raise ExecutionError(f"the pipeline's loss {m.loss:.6f} differs from the unsplit "
-                            f"model's {ref:.6f}")
+    if not abs(m.loss - ref) <= 1e-5 * max(1.0, abs(ref)):
+        raise ExecutionError(f"the pipeline's loss {m.loss:.6g} differs from the unsplit "
+                            f"model's {ref:.6g}")

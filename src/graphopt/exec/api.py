@@ -17,7 +17,7 @@ from graphopt.errors import ExecutionError, GraphoptError
 from graphopt.exec.program import Program, compile_program
 from graphopt.exec.runner import AllocationPeak, materialize, pack_copies, run_inprocess
 from graphopt.exec.workers import CPUWorkers
-from graphopt.frontends.source import is_program
+from graphopt.frontends.source import Source
 from graphopt.frontends.torch import TracedProgram, trace_program
 from graphopt._files import atomic_write
 from graphopt.hardware import Cluster
@@ -28,32 +28,19 @@ __all__ = ["PlacedProgram", "StepResult", "apply", "apply_traced", "default_clus
 
 
 def trace_source(spec: str) -> TracedProgram:
-    """The PyTorch program a graph source names: ``zoo:NAME`` (a training step;
-    ``zoo:NAME-quick`` at CPU size), ``hf:MODEL_TYPE[:key=value,...]`` (a ``transformers``
-    model's training step, :mod:`graphopt.zoo.hf`) or a ``torch.export`` file (``.pt2``,
-    forward).
+    """The PyTorch program a graph source names (:meth:`Source.program`): the training
+    step of a model (``zoo:NAME``, ``zoo:NAME-quick`` at CPU size, ``hf:MODEL_TYPE``,
+    ``pipe:NAME``, ``py:FILE.py:FACTORY``) or a ``torch.export`` file's forward program.
 
     The program and its IR graph come from one trace, so a plan made for
     ``graphopt optimize SOURCE`` fits it node for node.
     """
-    if spec.startswith("zoo:"):
-        from graphopt.zoo import get_entry
-
-        entry = get_entry(spec.removeprefix("zoo:"))
-        model, inputs = entry.make()
-        traced = trace_program(model, inputs, training=True, optimizer="sgd", name=entry.name)
-        return traced
-    if spec.startswith("hf:"):
-        from graphopt.zoo.hf import make
-
-        module, inputs, _ = make(spec.removeprefix("hf:"))
-        return trace_program(module, inputs, training=True, optimizer="sgd", name=spec)
-    if is_program(spec):
-        from graphopt.frontends.torch import load_program
-
-        return load_program(spec)
-    raise GraphoptError(f"graph {spec!r}: only PyTorch programs run for real: zoo:NAME (e.g. "
-                        "zoo:rnnlm-2-quick), hf:MODEL_TYPE or a torch.export .pt2 file")
+    source = Source.parse(spec)
+    if not source.runs:
+        raise GraphoptError(f"graph {spec!r}: only PyTorch programs run for real: zoo:NAME (e.g. "
+                            "zoo:rnnlm-2-quick), hf:MODEL_TYPE, pipe:NAME, py:FILE.py:FACTORY "
+                            "or a torch.export .pt2 file")
+    return source.program()
 
 
 #: The op times ``graphopt optimize --out DIR`` timed a program with on a calibrated

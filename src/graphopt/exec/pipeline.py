@@ -1,9 +1,13 @@
 """Pipeline plans run for real: ``torch.distributed.pipelining`` on K CPU processes.
 
 Each chunk of a :class:`~graphopt.sim.pipeline.PipelinePlan` is a run of consecutive
-layers of a ``pipe:`` model (:mod:`graphopt.zoo.pipeline`), given to a manual
-``PipelineStage`` in the process of its rank (chunk ``c`` of ``K·V`` on rank ``c mod
-K``, one chunk a rank but with the interleaved schedule); the processes talk over gloo
+blocks of a model (:class:`~graphopt.frontends.model.Model`: a ``pipe:`` model's layers, a
+``transformers`` stack's layers, a user's ``ModuleList``), cut from the model itself by
+``torch.distributed.pipelining``'s tracer (``pipeline()`` with the plan's ``split_spec``:
+a split at the beginning of each chunk's first block) and built as the stage of its rank
+(chunk ``c`` of ``K·V`` on rank ``c mod K``, one chunk a rank but with the interleaved
+schedule); dropout is off (the model in eval mode) so that the split model's loss can be
+checked against the unsplit one's. The processes talk over gloo
 on a free localhost port and step under ``ScheduleGPipe``, ``Schedule1F1B`` or
 ``ScheduleInterleaved1F1B``, each rank updating its own parameters with SGD after the
 schedule's step. Several plans of one model (one stage
@@ -29,22 +33,24 @@ import socket
 import statistics
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import torch
+from torch import nn
 
 from graphopt.errors import ExecutionError, GraphoptError
 from graphopt.exec.runner import AllocationPeak
+from graphopt.frontends.model import Model
+from graphopt.frontends.source import Source
 from graphopt.hardware import Cluster
 from graphopt.sim import Problem
-from graphopt.sim.pipeline import LayerCosts, PipelinePlan, layer_costs
-from graphopt.zoo.pipeline import PipelineModel, build_pipeline_model
+from graphopt.sim.pipeline import LayerCosts, PipelinePlan, layer_costs, op_layers
 
-__all__ = ["LayerProfile", "PipelineMeasure", "check_microbatches", "measure_pipelines", "pipeline_available",
-           "pipeline_problem", "profile_layers", "reference_loss",
-           "runtime_overhead", "stage_cluster",
-           "trace_microbatch"]
+__all__ = ["LayerProfile", "PipelineMeasure", "Stopped", "measure_pipelines", "pipeline_available",
+           "pipeline_model", "pipeline_problem", "profile_layers", "reference_loss",
+           "runtime_overhead", "sendable", "split_spec", "stage_cluster", "trace_microbatch"]
 
 
 @dataclass
@@ -89,28 +95,37 @@ def pipeline_available() -> bool:
     return dist.is_available() and dist.is_gloo_available()
 
 
-def check_microbatches(model: PipelineModel, microbatches: int) -> None:
-    """Refuse a microbatch count that does not divide the batch (one-line error)."""
-    if microbatches < 1:
-        raise GraphoptError(f"--microbatches {microbatches}: give at least 1")
-    if model.batch % microbatches:
-        raise GraphoptError(f"--microbatches {microbatches} does not divide {model.name}'s batch "
-                            f"of {model.batch} (set its batch with ':batch=N')")
+def pipeline_model(source: str, seed: int = 0) -> Model:
+    """The model ``source`` names, with at least two blocks to split at (one-line errors
+    otherwise: a source with no PyTorch model, a model with no blocks)."""
+    model = Source.parse(source).model(seed)
+    model.require_blocks(1)
+    return model
 
 
-def trace_microbatch(model: PipelineModel, microbatches: int):
+def split_spec(model: Model, bounds) -> dict[str, str]:
+    """``torch.distributed.pipelining``'s ``split_spec`` of a plan's bounds: a split at the
+    beginning of every chunk's first block but the first's.
+
+    >>> from graphopt.zoo.pipeline import build_pipeline_model
+    >>> split_spec(build_pipeline_model("mlp:layers=3,hidden=4,batch=2"), (0, 2, 4))
+    {'2': 'beginning'}
+    """
+    return {model.blocks[b]: "beginning" for b in bounds[1:-1]}
+
+
+def trace_microbatch(model: Model, microbatches: int):
     """The traced training step (forward, loss, backward, SGD update) of one microbatch
-    of ``model`` through ``nn.Sequential(*layers)``."""
+    of ``model``."""
     from graphopt.frontends.torch import trace_program
 
-    check_microbatches(model, microbatches)
-    size = model.batch // microbatches
-    x, y = model.inputs[:size], model.target[:size]
-    return trace_program(model.sequential(), (x,), training=True,
-                         loss=lambda out: model.loss(out, y), name=model.name)
+    model.check_microbatches(microbatches)
+    x, y = model.microbatch(microbatches)
+    return trace_program(model.module, x, training=True,
+                         loss=lambda out: model.loss_of(out, y), name=model.name)
 
 
-def pipeline_problem(model: PipelineModel, microbatches: int, cluster: Cluster,
+def pipeline_problem(model: Model, microbatches: int, cluster: Cluster,
                      profile: bool = False) -> tuple[Problem, LayerCosts]:
     """The simulator's problem of one microbatch's training step on ``cluster``, and the
     cost of each layer (:func:`~graphopt.sim.pipeline.layer_costs`).
@@ -124,7 +139,11 @@ def pipeline_problem(model: PipelineModel, microbatches: int, cluster: Cluster,
 
     traced = trace_microbatch(model, microbatches)
     prob = Problem(traced.graph, cluster)
-    costs = layer_costs(prob, forward_ops(traced))
+    try:
+        layer = op_layers(traced.graph, model.blocks)
+    except ValueError as err:
+        raise GraphoptError(f"{model.name}: {err}") from None
+    costs = layer_costs(prob, forward_ops(traced), layer)
     if profile:
         prof = profile_layers(model, microbatches)
         d = prob.num_devices
@@ -136,7 +155,7 @@ def pipeline_problem(model: PipelineModel, microbatches: int, cluster: Cluster,
 
 @dataclass(frozen=True)
 class LayerProfile:
-    """Each layer of a ``pipe:`` model measured on one microbatch (:func:`profile_layers`).
+    """Each block of a model measured on one microbatch (:func:`profile_layers`).
 
     Attributes
     ----------
@@ -144,7 +163,7 @@ class LayerProfile:
         Seconds of its forward and backward, and of its SGD update (once per step).
     saved : float64 (L,)
         Bytes autograd keeps from its forward for its backward: the tensors its ops save
-        (each storage once, in the first layer that saves it; parameters not counted).
+        (each storage once, in the first block that saves it; parameters not counted).
     """
 
     time: np.ndarray
@@ -152,79 +171,131 @@ class LayerProfile:
     saved: np.ndarray
 
 
-def profile_layers(model: PipelineModel, microbatches: int, reps: int = 5,
-                   threads: int = 1) -> LayerProfile:
-    """Each layer of ``model`` on one microbatch, measured in this process with
-    ``threads`` intra-op threads, as a stage's process runs it.
+def _unit_params(model: Model, first_unit: dict[nn.Module, int]) -> list[list[torch.nn.Parameter]]:
+    """The parameters of each block; one outside every block goes with the block that
+    runs when its module is first called (embeddings with the first, a head with the last)."""
+    owner = {}
+    for mod in model.module.modules():
+        for p in mod.parameters(recurse=False):
+            owner.setdefault(p, mod)
+    units: list[list] = [[] for _ in model.blocks]
+    seen = set()
+    for k, block in enumerate(model.layers):
+        for p in block.parameters():
+            if p not in seen:
+                seen.add(p)
+                units[k].append(p)
+    last = len(units) - 1
+    for p in model.module.parameters():
+        if p not in seen:
+            seen.add(p)
+            units[min(first_unit.get(owner[p], last), last)].append(p)
+    return units
 
-    Per layer, the forward of the microbatch's input to it and the backward of its output
-    (the loss and its gradient with the last layer, as :func:`~graphopt.sim.pipeline.op_layers`
-    puts them), each layer on a detached copy of its predecessor's output; and the SGD
-    update of its parameters: the median of ``reps`` rounds after one untimed. In the
-    untimed round, what autograd saves for the backward (``saved_tensors_hooks``).
+
+def profile_layers(model: Model, microbatches: int, reps: int = 5,
+                   threads: int = 1) -> LayerProfile:
+    """Each block of ``model`` on one microbatch, measured in this process with ``threads``
+    intra-op threads, as a stage's process runs it.
+
+    One whole training step of the microbatch, timed at the blocks' edges: a block's
+    forward runs from its first op to the next block's (the first from the step's start,
+    the last to the loss), its backward from the gradient of the next block's input to
+    the gradient of its own (the last from the loss, the first to the end of the
+    backward), each block's SGD update apart: the median of ``reps`` rounds after one
+    untimed. In the untimed round, what autograd saves for the backward
+    (``saved_tensors_hooks``) and which block each module outside the blocks runs in.
     """
-    check_microbatches(model, microbatches)
-    size = model.batch // microbatches
-    x, y = model.inputs[:size], model.target[:size]
-    layers = model.layers
-    opts = [torch.optim.SGD(list(layer.parameters()), lr=0.0) for layer in layers]
-    params = {p.untyped_storage().data_ptr() for p in model.sequential().parameters()}
+    model.check_microbatches(microbatches)
+    x, y = model.microbatch(microbatches)
+    L = len(model.blocks)
+    params = {p.untyped_storage().data_ptr() for p in model.module.parameters()}
     seen: set[int] = set()
-    saved = np.zeros(len(layers))
-    layer_now = [0]
+    saved = np.zeros(L)
+    unit = [0]
+    fwd_at = np.zeros(L + 1)
+    bwd_at = np.zeros(L + 1)
+    first_unit: dict[nn.Module, int] = {}
 
     def pack(t: torch.Tensor) -> torch.Tensor:
         ptr = t.untyped_storage().data_ptr()
         if ptr not in params and ptr not in seen:
             seen.add(ptr)
-            saved[layer_now[0]] += t.untyped_storage().nbytes()
+            saved[unit[0]] += t.untyped_storage().nbytes()
         return t
 
-    rounds = np.zeros((reps, len(layers)))
-    updates = np.zeros((reps, len(layers)))
+    def enter(k: int):
+        def hook(mod, args, kwargs) -> None:
+            unit[0] = k
+            fwd_at[k] = time.perf_counter()
+            if k == 0:
+                return
+            # the block's hidden state: its gradient is whole once the block's backward is done
+            for t in (*args, *kwargs.values()):
+                if isinstance(t, torch.Tensor) and t.requires_grad:
+                    t.register_hook(lambda g, k=k: bwd_at.__setitem__(k, time.perf_counter()))
+                    break
+        return hook
+
+    handles = [b.register_forward_pre_hook(enter(k), with_kwargs=True)
+               for k, b in enumerate(model.layers)]
+    rounds = np.zeros((reps, L))
+    updates = np.zeros((reps, L))
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
+    opts: list = []
     try:
         for r in range(-1, reps):
-            ins, outs, fwd = [], [], np.zeros(len(layers))
-            h = x
-            for i, layer in enumerate(layers):
-                h = h.detach().requires_grad_(h.is_floating_point())
-                layer_now[0] = i
-                with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t) if r < 0 \
-                        else contextlib.nullcontext():
-                    t0 = time.perf_counter()
-                    out = layer(h)
-                    if i == len(layers) - 1:
-                        out = model.loss(out, y)
-                    fwd[i] = time.perf_counter() - t0
-                ins.append(h)
-                outs.append(out)
-                h = out
-            grad = None
-            for i in range(len(layers) - 1, -1, -1):
+            watch = contextlib.ExitStack()
+            if r < 0:
+                watch.enter_context(torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t))
+                watch.enter_context(torch.nn.modules.module.register_module_forward_pre_hook(
+                    lambda mod, args: None if mod in first_unit else
+                    first_unit.__setitem__(mod, unit[0])))
+            with watch:
+                unit[0] = 0
                 t0 = time.perf_counter()
-                outs[i].backward(grad)
-                t = time.perf_counter() - t0
-                grad = ins[i].grad
-                t1 = time.perf_counter()
-                opts[i].step()
-                u = time.perf_counter() - t1
-                opts[i].zero_grad()
-                if r >= 0:
-                    rounds[r, i], updates[r, i] = fwd[i] + t, u
+                loss = model.loss_of(model.module(*x), y)
+                fwd_at[L] = time.perf_counter()
+            fwd_at[0] = t0
+            bwd_at[1:L] = np.nan
+            bwd_at[L] = time.perf_counter()
+            loss.backward()
+            bwd_at[0] = time.perf_counter()
+            for k in range(L - 1, 0, -1):  # a block whose input needs no gradient: none of its own
+                if np.isnan(bwd_at[k]):
+                    bwd_at[k] = bwd_at[k + 1]
+            if r < 0:
+                opts = [torch.optim.SGD(ps, lr=0.0) if ps else None
+                        for ps in _unit_params(model, first_unit)]
+            u = np.zeros(L)
+            for k, opt in enumerate(opts):
+                if opt is not None:
+                    t1 = time.perf_counter()
+                    opt.step()
+                    u[k] = time.perf_counter() - t1
+            model.module.zero_grad()
+            if r >= 0:
+                rounds[r] = np.diff(fwd_at) + (bwd_at[:-1] - bwd_at[1:])
+                updates[r] = u
     finally:
         torch.set_num_threads(before)
+        for h in handles:
+            h.remove()
     return LayerProfile(np.median(rounds, axis=0), np.median(updates, axis=0), saved)
 
 
-def reference_loss(model: PipelineModel, microbatches: int) -> float:
-    """The unsplit model's loss on the batch cut into ``microbatches``: the mean of the
-    microbatches' losses, as the pipeline's first step computes it."""
-    net = model.sequential()
-    with torch.no_grad():
-        losses = [float(model.loss(net(x), y)) for x, y in
-                  zip(model.inputs.tensor_split(microbatches), model.target.tensor_split(microbatches))]
+def reference_loss(model: Model, microbatches: int) -> float:
+    """The unsplit model's loss on the batch cut into ``microbatches`` (dropout off): the
+    mean of the microbatches' losses, as the pipeline's first step computes it."""
+    was = model.module.training
+    model.module.eval()
+    try:
+        with torch.no_grad():
+            losses = [float(model.loss_of(model.module(*x), y)) for x, y in
+                      (model.microbatch(microbatches, i) for i in range(microbatches))]
+    finally:
+        model.module.train(was)
     return float(np.mean(losses))
 
 
@@ -245,8 +316,23 @@ def _schedule(name: str, stages: list, microbatches: int, loss_fn):
     return cls(stages[0], n_microbatches=microbatches, loss_fn=loss_fn)
 
 
+def _orphan_proof() -> None:
+    """A worker that ends with its parent (a SIGKILL when it dies, Linux), and leaves
+    Ctrl-C to it: the parent stops the workers and keeps what was finished."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the parent's timeout still bounds it
+        pass
+
+
 def _worker(rank: int, world: int, port: int, spec: str, seed: int, plans: list[dict],
             steps: int, warmup: int, threads: int, queue) -> None:
+    _orphan_proof()
     try:
         _work(rank, world, port, spec, seed, plans, steps, warmup, threads, queue)
     except BaseException as err:  # noqa: BLE001 - reported to the parent, one message
@@ -254,28 +340,69 @@ def _worker(rank: int, world: int, port: int, spec: str, seed: int, plans: list[
         raise SystemExit(1) from None
 
 
+def sendable(pipe):
+    """``pipe`` (what ``torch.distributed.pipelining.pipeline`` returns) made to send only
+    contiguous tensors between stages, which gloo requires: each stage returns its
+    outputs contiguous, and receive buffers are made contiguous (torch copies the traced
+    value's strides: an expanded mask, a transposed view). Returns ``pipe``."""
+    from torch.distributed.pipelining import stage
+
+    def make(meta, device):
+        return torch.empty(meta.shape, dtype=meta.dtype, device=device)
+
+    stage._make_tensor_from_meta = make
+    for _, sub in pipe.split_gm.named_children():
+        if isinstance(sub, torch.fx.GraphModule):
+            out = next(iter(sub.graph.find_nodes(op="output")))
+            with sub.graph.inserting_before(out):
+                out.args = torch.fx.node.map_aggregate(out.args, lambda n, g=sub.graph: _contiguous(g, n))
+            sub.recompile()
+    return pipe
+
+
+def _contiguous(graph: torch.fx.Graph, node):
+    if isinstance(node, torch.fx.Node) and isinstance(node.meta.get("val"), torch.Tensor):
+        new = graph.call_method("contiguous", (node,))
+        new.meta = dict(node.meta)
+        return new
+    return node
+
+
+def _stages(model: Model, bounds: list[int], microbatches: int, rank: int, world: int) -> list:
+    """This rank's stages of a plan (chunks rank, rank + K, ..., as torch numbers them),
+    cut from a copy of the model by the pipelining tracer."""
+    from torch.distributed.pipelining import SplitPoint, pipeline
+
+    chunks = len(bounds) - 1
+    module = copy.deepcopy(model.module).eval()
+    x, _ = model.microbatch(microbatches)
+    return dict.fromkeys((model.blocks[b] for b in bounds[1:-1]), "beginning")
+    pipe = sendable(pipeline(module, mb_args=x, split_spec=spec))
+    if pipe.num_stages != chunks:
+        raise ExecutionError(f"{model.name}: the pipelining tracer cut {pipe.num_stages} "
+                             f"stages, not {chunks} (a block that does not run in order)")
+    return [pipe.build_stage(c, torch.device("cpu")) for c in range(rank, chunks, world)]
+
+
 def _work(rank, world, port, spec, seed, plans, steps, warmup, threads, queue) -> None:
     import torch.distributed as dist
-    from torch.distributed.pipelining import PipelineStage
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(threads)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
-        model = build_pipeline_model(spec, seed)
+        model = Source.parse(spec).model(seed)
         runs = []
         for p in plans:
-            b, chunks = p["bounds"], len(p["bounds"]) - 1
-            # this rank's chunks: rank, rank + K, ... (round-robin, as torch numbers stages)
-            pieces = [copy.deepcopy(torch.nn.Sequential(*model.layers[b[c]:b[c + 1]]))
-                      for c in range(rank, chunks, world)]
-            stages = [PipelineStage(piece, c, chunks, torch.device("cpu"))
-                      for piece, c in zip(pieces, range(rank, chunks, world))]
-            sched = _schedule(p["schedule"], stages, p["microbatches"], model.loss)
-            piece = torch.nn.ModuleList(pieces)
+            stages = _stages(model, p["bounds"], p["microbatches"], rank, world)
+            sched = _schedule(p["schedule"], stages, p["microbatches"], model.loss_of)
+            piece = torch.nn.ModuleList(s.submod for s in stages)
             opt = torch.optim.SGD(piece.parameters(), lr=1e-4)
             runs.append((piece, sched, opt))
-        x, y = model.inputs, model.target
+        x = model.inputs
+        # the schedule cuts a target for the loss on the last rank; a loss of the output
+        # alone gets a stand-in
+        y = model.target if model.target is not None else torch.zeros(model.batch)
         times: list[list[float]] = [[] for _ in plans]
         busy: list[list[float]] = [[] for _ in plans]  # this process's CPU seconds a step
         first_loss = [float("nan")] * len(plans)
@@ -286,9 +413,9 @@ def _work(rank, world, port, spec, seed, plans, steps, warmup, threads, queue) -
             dist.barrier()
             t0, c0 = time.perf_counter(), time.process_time()
             if world == 1:
-                sched.step(x, target=y, losses=losses)
+                sched.step(*x, target=y, losses=losses)
             elif rank == 0:
-                sched.step(x)
+                sched.step(*x)
             elif rank == world - 1:
                 sched.step(target=y, losses=losses)
             else:
@@ -320,16 +447,20 @@ def _work(rank, world, port, spec, seed, plans, steps, warmup, threads, queue) -
         dist.destroy_process_group()
 
 
+class Stopped(ExecutionError):
+    """The measuring was stopped (:func:`measure_pipelines`' ``stop``) before it ended."""
+
+
 def measure_pipelines(spec: str, plans: list[PipelinePlan], steps: int = 5, warmup: int = 1,
-                      seed: int = 0, threads: int = 1,
-                      timeout: float = 1800.0) -> list[PipelineMeasure]:
+                      seed: int = 0, threads: int = 1, timeout: float = 1800.0,
+                      stop: Callable[[], bool] | None = None) -> list[PipelineMeasure]:
     """Run every plan of one model on ``K`` CPU processes (``K`` the plans' stage count),
     one step of each plan in turn, ``warmup`` untimed rounds first.
 
     Parameters
     ----------
     spec : str
-        The ``pipe:`` model the plans split.
+        The source of the model the plans split (:meth:`~graphopt.frontends.source.Source.model`).
     plans : list of PipelinePlan
         All with the same number of stages.
     steps, warmup : int
@@ -340,6 +471,9 @@ def measure_pipelines(spec: str, plans: list[PipelinePlan], steps: int = 5, warm
         Intra-op threads per process.
     timeout : float
         Seconds the processes may take in all; then they are stopped.
+    stop : callable, optional
+        Polled twice a second; once it returns True the processes are stopped and
+        :class:`Stopped` is raised (Ctrl-C under :func:`graphopt.dist.local.stop_on_interrupt`).
 
     Raises
     ------
@@ -352,14 +486,14 @@ def measure_pipelines(spec: str, plans: list[PipelinePlan], steps: int = 5, warm
     if not plans:
         raise GraphoptError("no pipeline plan to run")
     world = plans[0].stages
-    model = build_pipeline_model(spec, seed)
+    model = pipeline_model(spec, seed)
     for p in plans:
         if p.stages != world:
             raise GraphoptError(f"plans of {world} and {p.stages} stages: run them apart")
-        if p.bounds[-1] != len(model.layers):
-            raise GraphoptError(f"plan bounds {list(p.bounds)} end at layer {p.bounds[-1]}; "
-                                f"{spec} has {len(model.layers)} layers")
-        check_microbatches(model, p.microbatches)
+        if p.bounds[-1] != len(model.blocks):
+            raise GraphoptError(f"plan bounds {list(p.bounds)} end at block {p.bounds[-1]}; "
+                                f"{spec} has {len(model.blocks)} blocks")
+        model.check_microbatches(p.microbatches)
     if not pipeline_available():
         raise ExecutionError("this PyTorch has no torch.distributed.pipelining with gloo")
     import torch.multiprocessing as mp
@@ -384,6 +518,9 @@ def measure_pipelines(spec: str, plans: list[PipelinePlan], steps: int = 5, warm
             if time.monotonic() > deadline:
                 failed = f": still running after {timeout:g} s, stopped"
                 break
+            if stop is not None and stop():
+                failed = "stopped"
+                break
     except Exception as err:  # noqa: BLE001 - the worker's own message, if any, is in the queue
         failed = f": {str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__}"
     finally:
@@ -391,6 +528,8 @@ def measure_pipelines(spec: str, plans: list[PipelinePlan], steps: int = 5, warm
             if proc.is_alive():
                 proc.terminate()
                 proc.join(5)
+    if failed == "stopped":
+        raise Stopped(f"measuring {spec} stopped before its {steps} steps ended")
     drain()
     got = {}
     for msg in msgs:
@@ -410,7 +549,8 @@ def measure_pipelines(spec: str, plans: list[PipelinePlan], steps: int = 5, warm
     return out
 
 
-def runtime_overhead(stages: int, microbatches: int, steps: int = 5, threads: int = 1) -> float:
+def runtime_overhead(stages: int, microbatches: int, steps: int = 5, threads: int = 1,
+                     stop: Callable[[], bool] | None = None) -> float:
     """Seconds ``torch.distributed.pipelining`` adds per stage and microbatch on this
     machine (per chunk with the interleaved schedule, the model charges it for every
     chunk's actions): the median step of a pipeline of ``stages`` one-unit linear
@@ -421,10 +561,10 @@ def runtime_overhead(stages: int, microbatches: int, steps: int = 5, threads: in
     fixed cost over gloo, at the load the machine has when it is measured.
     """
     spec = f"pipe:mlp:layers={max(stages - 1, 1)},hidden=1,batch={microbatches},classes=2"
-    model = build_pipeline_model(spec)
-    plan = PipelinePlan(spec, tuple(int(b) for b in np.linspace(0, len(model.layers), stages + 1)),
+    model = pipeline_model(spec)
+    plan = PipelinePlan(spec, tuple(int(b) for b in np.linspace(0, len(model.blocks), stages + 1)),
                         "1f1b", microbatches, "overhead")
-    m = measure_pipelines(spec, [plan], steps=steps, threads=threads)[0]
+    m = measure_pipelines(spec, [plan], steps=steps, threads=threads, stop=stop)[0]
     return m.median / (microbatches + stages - 1)
 
 
@@ -452,3 +592,48 @@ def stage_cluster(cluster: Cluster, stages: int) -> Cluster:
     bandwidth, latency = topology.all_to_all(stages, bw, lat)
     return dataclasses.replace(cluster, name=f"{cluster.name}x{stages}", devices=devices,
                                bandwidth=bandwidth, latency=latency)
+
+
+_SCRIPT = '''"""{title}
+Run: torchrun --standalone --nproc-per-node {stages} {name}  (CPU processes over gloo)"""
+import torch
+import torch.distributed as dist
+from torch.distributed.pipelining import SplitPoint, pipeline, {schedule}
+
+from graphopt.exec.pipeline import sendable
+from graphopt.frontends.source import Source
+
+model = Source.parse({source!r}).model()  # yours: .module, .inputs, .target, .loss_of
+split_spec = {split!r}
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+pipe = sendable(pipeline(model.module.eval(), mb_args=model.microbatch({microbatches})[0],
+                         split_spec={{k: SplitPoint.BEGINNING for k in split_spec}}))
+stages = [pipe.build_stage(c, torch.device("cpu")) for c in range(rank, pipe.num_stages, world)]
+schedule = {schedule}({stages_arg}, n_microbatches={microbatches}, loss_fn=model.loss_of)
+target = model.target if model.target is not None else torch.zeros(model.batch)
+losses = []
+args = model.inputs if rank == 0 else ()
+schedule.step(*args, **(dict(target=target, losses=losses) if rank == world - 1 else {{}}))
+if losses:
+    print(f"loss {{torch.stack(losses).mean().item():.6f}}")
+dist.destroy_process_group()
+'''
+
+
+def pipeline_script(plan: PipelinePlan, name: str = "pipeline_step.py") -> str:
+    """A script that runs one step of ``plan`` on the plan's model with
+    ``torch.distributed.pipelining`` (its ``pipeline()`` tracer cut at the plan's
+    ``split_spec``, the plan's schedule and microbatches), printing the loss on the last
+    rank: the plan as a user takes it away (``graphopt export --format pipeline``).
+    Replace the model line with one's own module and batch to run it without graphopt's
+    sources."""
+    schedule = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B",
+                "interleaved": "ScheduleInterleaved1F1B"}[plan.schedule]
+    sizes = "/".join(str(b - a) for a, b in zip(plan.bounds, plan.bounds[1:]))
+    return _SCRIPT.format(
+        title=f"One training step of {plan.model} as graphopt's {plan.method or 'plan'} split "
+              f"it: blocks {sizes}, {plan.schedule}, {plan.microbatches} microbatches.",
+        stages=plan.stages, name=name, schedule=schedule, source=plan.model,
+        split=plan.split_spec(), microbatches=plan.microbatches,
+        stages_arg="stages" if plan.schedule == "interleaved" else "stages[0]")

@@ -11,11 +11,16 @@ from graphopt.dist.local import OBJECTIVES, check_objective
 from graphopt.errors import GraphoptError, check_fields
 from graphopt.sim import Plan, Problem
 
-__all__ = ["TASKS", "OBJECTIVES", "Budget", "Optimizer", "check_objectives", "check_params",
-           "compose", "register", "get_optimizer", "list_optimizers", "optimize", "parse_task"]
+__all__ = ["TASKS", "OBJECTIVES", "PIPELINE", "Budget", "Optimizer", "check_objectives",
+           "check_params", "compose", "register", "get_optimizer", "list_optimizers", "optimize",
+           "parse_task", "tasks_of"]
 
-#: What an optimizer may decide.
+#: What an optimizer of a plan may decide.
 TASKS = frozenset({"placement", "scheduling", "fusion"})
+
+#: The pipeline task: a model's blocks split into contiguous stages
+#: (:mod:`graphopt.optim.partition.pipeline`); its methods ``split`` rather than ``optimize``.
+PIPELINE = "pipeline"
 
 #: The part of a :class:`Plan` each task decides.
 _PART = {"placement": "placement", "scheduling": "priority", "fusion": "fusion"}
@@ -65,6 +70,11 @@ class Optimizer(Protocol):
     a JSON-ready dict with at least ``evals`` (simulations used) and ``seconds``.
     The same seed gives the same plan.
 
+    ``tasks`` (optional class attribute) names the tasks a method serves: without it, the
+    plan's :data:`TASKS`; a method of the pipeline task names :data:`PIPELINE` and has
+    ``split(problem, costs, stages, microbatches, schedule, virtual, overhead, cores) ->
+    bounds`` instead.
+
     ``objectives`` (optional class attribute) names the ``budget.objective`` values a
     method can minimise; without it, every one of :data:`OBJECTIVES` (a method that
     ranks plans through its evaluator minimises whatever the evaluator scores). A method
@@ -97,7 +107,8 @@ def _load_all() -> None:
     # Importing the method packages registers them.
     import importlib
 
-    for mod in ("graphopt.optim.heuristics", "graphopt.optim.search", "graphopt.optim.learned"):
+    for mod in ("graphopt.optim.heuristics", "graphopt.optim.search", "graphopt.optim.partition",
+                "graphopt.optim.learned"):
         try:
             package = importlib.import_module(mod)
             # a package that loads its methods lazily names the modules that register them
@@ -175,6 +186,23 @@ def check_objectives(method: str, objective: str) -> None:
                             f"{', '.join(takes)} only")
 
 
+def tasks_of(method: str) -> frozenset[str]:
+    """The tasks method ``method`` serves (see :class:`Optimizer`).
+
+    >>> sorted(tasks_of("sa")), sorted(tasks_of("exact"))
+    (['fusion', 'placement', 'scheduling'], ['pipeline'])
+
+    Raises
+    ------
+    GraphoptError
+        Unknown name.
+    """
+    _load_all()
+    if method not in _REGISTRY:
+        raise GraphoptError(f"unknown method {method!r}; known methods: {', '.join(sorted(_REGISTRY))}")
+    return frozenset(getattr(_REGISTRY[method], "tasks", TASKS))
+
+
 def parse_task(task: str | frozenset[str] | set[str]) -> frozenset[str]:
     """``"placement,scheduling"`` → frozenset; rejects unknown task names."""
     parts = frozenset(t.strip() for t in task.split(",")) if isinstance(task, str) else frozenset(task)
@@ -198,6 +226,10 @@ def optimize(problem: Problem, method: str = "single", task: str | frozenset[str
     True
     """
     budget = budget or Budget()
+    tasks = parse_task(task)
+    if not tasks <= tasks_of(method):
+        raise GraphoptError(f"method {method} serves the {', '.join(sorted(tasks_of(method)))} "
+                            f"task, not {', '.join(sorted(tasks - tasks_of(method)))}")
     check_objectives(method, budget.objective)
     opt = get_optimizer(method, **kwargs)
     t0 = time.perf_counter()

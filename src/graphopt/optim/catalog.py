@@ -13,7 +13,7 @@ import ast
 import re
 from pathlib import Path
 
-__all__ = ["catalog", "first_sentence"]
+__all__ = ["catalog", "catalog_tasks", "first_sentence"]
 
 _HERE = Path(__file__).resolve().parent
 #: Abbreviations whose full stop does not end a sentence.
@@ -49,17 +49,36 @@ def first_sentence(doc: str | None) -> str:
     return text
 
 
-def _registered(path: Path) -> list[tuple[str, str]]:
-    """(name, docstring) of each class in ``path`` decorated with ``@register("name")``."""
+#: What ``graphopt methods`` says a method serves, by the names its ``tasks`` attribute
+#: reads (:class:`graphopt.optim.base.Optimizer`): the plan's tasks unless it says otherwise.
+_PLAN_TASKS = "placement, scheduling, fusion"
+
+
+def _tasks(node: ast.ClassDef, classes: dict[str, ast.ClassDef]) -> str:
+    """The tasks a class declares (``tasks = ...``), or its base class in the file does."""
+    for stmt in node.body:
+        if isinstance(stmt, ast.Assign) and any(getattr(t, "id", None) == "tasks"
+                                                for t in stmt.targets):
+            text = ast.unparse(stmt.value)
+            said = [_PLAN_TASKS] if "TASKS" in text else []
+            return ", ".join(said + (["pipeline"] if "PIPELINE" in text else []))
+    for base in node.bases:
+        if getattr(base, "id", None) in classes:
+            return _tasks(classes[base.id], classes)
+    return _PLAN_TASKS
+
+
+def _registered(path: Path) -> list[tuple[str, str, str]]:
+    """(name, docstring, tasks) of each class in ``path`` decorated with ``@register("name")``."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    classes = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
     found = []
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.ClassDef):
-            continue
+    for node in classes.values():
         for deco in node.decorator_list:
             if (isinstance(deco, ast.Call) and getattr(deco.func, "id", None) == "register"
                     and deco.args and isinstance(deco.args[0], ast.Constant)):
-                found.append((deco.args[0].value, ast.get_docstring(node) or ""))
+                found.append((deco.args[0].value, ast.get_docstring(node) or "",
+                              _tasks(node, classes)))
     return found
 
 
@@ -70,10 +89,23 @@ def catalog() -> dict[str, str]:
     >>> catalog()["sa"]
     'Parallel-chain simulated annealing (FlexFlow-style MCMC) over single moves.'
     """
-    out: dict[str, str] = {}
+    return {name: first_sentence(doc) for name, (doc, _) in _all().items()}
+
+
+def catalog_tasks() -> dict[str, str]:
+    """Every registered method, by name, with the tasks it serves (as its source declares).
+
+    >>> catalog_tasks()["exact"], catalog_tasks()["sa"]
+    ('pipeline', 'placement, scheduling, fusion')
+    """
+    return {name: tasks for name, (_, tasks) in _all().items()}
+
+
+def _all() -> dict[str, tuple[str, str]]:
+    out = {}
     for path in sorted(_HERE.rglob("*.py")):
         if path.name == "base.py" or "register(" not in path.read_text(encoding="utf-8"):
             continue
-        for name, doc in _registered(path):
-            out[name] = first_sentence(doc)
+        for name, doc, tasks in _registered(path):
+            out[name] = (doc, tasks)
     return dict(sorted(out.items()))

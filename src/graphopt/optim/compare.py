@@ -21,7 +21,7 @@ from graphopt.errors import WriteError
 from graphopt.optim.base import Budget, check_objectives, optimize, parse_task
 from graphopt.sim import Plan, Problem, SimResult, simulate
 
-__all__ = ["STAGING", "MethodResult", "compare", "output_paths", "write_outputs"]
+__all__ = ["STAGING", "MethodResult", "compare", "output_paths", "write_all", "write_outputs"]
 
 
 @dataclass
@@ -117,15 +117,8 @@ STAGING = ".graphopt-staging"
 def write_outputs(problem: Problem, results: list[MethodResult], out: Path,
                   extra: dict | None = None) -> Path:
     """Per method ``plan.json``, ``trace.json`` and ``gantt.png`` under ``out/<method>/``,
-    and ``out/report.json`` with every row (the paths of :func:`output_paths`).
-
-    All or nothing, for a full disk as for a kill at any point: every file is written
-    first under ``out/.graphopt-staging/``, then the old report is removed and the files
-    are renamed into place, the report last. So a ``report.json`` in ``out`` and every
-    file it names are one run's, whole (a failure while writing leaves the previous run's
-    files as they were; a kill while renaming leaves no report); a write that fails
-    removes what this call wrote and the folders it made, then raises naming the file
-    in ``out``.
+    and ``out/report.json`` with every row (the paths of :func:`output_paths`), all or
+    nothing (:func:`write_all`).
     """
     from graphopt.sim.trace import save_chrome_trace
     from graphopt.viz import gantt
@@ -140,22 +133,40 @@ def write_outputs(problem: Problem, results: list[MethodResult], out: Path,
               "cluster": problem.cluster.name, "lower_bound": problem.lower_bound,
               **(extra or {}),
               "rows": [r.row(ref) | {"stats": s} for r, s in zip(results, stats)]}
+    files = {}
+    for r in results:
+        files[f"{r.method}/{plan_file}"] = lambda p, r=r: r.plan.replace(
+            meta={**r.plan.meta, "graph": graph}).save(p)
+        files[f"{r.method}/{trace_file}"] = lambda p, r=r: save_chrome_trace(problem, r.result, p)
+        files[f"{r.method}/{gantt_file}"] = lambda p, r=r: gantt(
+            problem, r.result, p, title=f"{problem.graph.name} on {problem.cluster.name}: {r.method}")
+    return write_all(out, files, report)
+
+
+def write_all(out: Path, files: dict, report: dict) -> Path:
+    """``files`` (``{path under out: write(path)}``) and ``out/report.json`` (``report``
+    as JSON), all or nothing, for a full disk as for a kill at any point.
+
+    Every file is written first under ``out/.graphopt-staging/``, then the old report is
+    removed and the files are renamed into place, the report last. So a ``report.json``
+    in ``out`` and every file it names are one run's, whole (a failure while writing
+    leaves the previous run's files as they were; a kill while renaming leaves no
+    report); a write that fails removes what this call wrote and the folders it made,
+    then raises naming the file in ``out``.
+    """
     text = json.dumps(report, indent=1, default=_plain)
-    made = [d for d in [out, *(out / r.method for r in results)] if not d.exists()]
+    made = [d for d in dict.fromkeys([out, *((out / p).parent for p in files)]) if not d.exists()]
     stage = out / STAGING
     try:
         shutil.rmtree(stage, ignore_errors=True)  # what a killed run left
-        for r in results:
-            d = stage / r.method
-            r.plan.replace(meta={**r.plan.meta, "graph": graph}).save(d / plan_file)
-            save_chrome_trace(problem, r.result, d / trace_file)
-            gantt(problem, r.result, d / gantt_file,
-                  title=f"{problem.graph.name} on {problem.cluster.name}: {r.method}")
+        for path, write in files.items():
+            (stage / path).parent.mkdir(parents=True, exist_ok=True)
+            write(stage / path)
         atomic_write(stage / "report.json", lambda f: f.write(text.encode()))
         # the old report goes first: a folder never holds a report beside another run's plans
         (out / "report.json").unlink(missing_ok=True)
-        for path in output_paths(Path(), [r.method for r in results]):
-            (out / path).parent.mkdir(exist_ok=True)
+        for path in [*files, "report.json"]:
+            (out / path).parent.mkdir(parents=True, exist_ok=True)
             try:
                 os.replace(stage / path, out / path)
             except OSError as err:

@@ -453,26 +453,43 @@ class LayerCosts:
 _UPDATE_OPS = ("sgd_update", "adam_update")
 
 
-def op_layers(graph: Graph) -> np.ndarray:
-    """Layer of every op (int64 (N,)) of a graph traced from ``nn.Sequential(*layers)``:
-    the leading integer of its module path. An op of no layer (the input, the loss and
-    its gradient) takes the last layer of its inputs, or, with none, the first layer of
-    its users (a target goes where the loss is). ``O(N + E)``.
+def op_layers(graph: Graph, blocks: tuple[str, ...] | list[str] | None = None) -> np.ndarray:
+    """Layer of every op (int64 (N,)): the index of the block whose module path holds the
+    op (``blocks``: qualified module names, e.g. ``"model.layers.3"``; default: a graph
+    traced from ``nn.Sequential(*layers)``, where the leading integer of the path is the
+    layer). An op of no block (the embeddings before the first, the head and the loss
+    after the last) takes the last layer of its inputs, or, with none, the first layer of
+    its users (a target goes where the loss is). ``O(N·B + E)``.
 
     Raises
     ------
     ValueError
-        No op's module path begins with a layer index.
+        No op lies in a block, a block holds no op, or the blocks do not run in their
+        order (a pipeline's stages must).
     """
     n = graph.num_nodes
     layer = np.full(n, -1, dtype=np.int64)
-    for i, m in enumerate(graph.module):
-        head = str(m).split(".", 1)[0]
-        if head.isdigit():
-            layer[i] = int(head)
-    if n and (layer < 0).all():
-        raise ValueError(f"graph {graph.name!r}: no op's module path begins with a layer "
-                         "index (trace nn.Sequential(*layers))")
+    if blocks is None:
+        for i, m in enumerate(graph.module):
+            head = str(m).split(".", 1)[0]
+            if head.isdigit():
+                layer[i] = int(head)
+        if n and (layer < 0).all():
+            raise ValueError(f"graph {graph.name!r}: no op's module path begins with a layer "
+                             "index (trace nn.Sequential(*layers))")
+    else:
+        mods = np.array([str(m) for m in graph.module])
+        first = []
+        for k, b in enumerate(blocks):
+            inside = np.flatnonzero((mods == b) | np.char.startswith(mods, b + "."))
+            if not len(inside):
+                raise ValueError(f"graph {graph.name!r}: block {b!r} runs no op")
+            layer[inside] = k
+            first.append(int(inside[0]))
+        late = [k for k in range(1, len(first)) if first[k] < first[k - 1]]
+        if late:
+            raise ValueError(f"graph {graph.name!r}: block {blocks[late[0]]!r} runs before "
+                             f"{blocks[late[0] - 1]!r}; a pipeline splits blocks that run in order")
     ptr, idx = graph.pred[0], graph.pred[1]
     for v in range(n):  # topological order: inputs first
         if layer[v] < 0:
@@ -540,9 +557,9 @@ def layer_costs(problem: Problem, forward: np.ndarray, layer: np.ndarray | None 
     backward = ~forward & ~still & ~upd & (classes != "view")
     workspace = np.zeros(nl)
     np.maximum.at(workspace, layer[backward], g.out_bytes[backward])
-    # the output: what the last layer's own ops hand to the ops outside every layer (the loss)
+    # the output: what the last layer's own ops hand to the ops outside every module (the loss)
     mods = np.array([str(m) for m in g.module])
-    last = np.char.startswith(mods, f"{nl - 1}.") | (mods == str(nl - 1))
+    last = (layer == nl - 1) & (mods != "")
     out_edge = last[g.src] & (mods[g.dst] == "") & forward[g.dst]
     output = float(g.edge_bytes[out_edge].max(initial=0.0))
     return LayerCosts(time, update, weights, grads, state, activations, boundary, layer,
@@ -677,8 +694,9 @@ def split_cost(problem: Problem, costs: LayerCosts, bounds, microbatches: int,
 #: The ``format`` field of a pipeline plan file.
 PIPELINE_FORMAT = "graphopt-pipeline"
 
-#: Its ``version``: 2 added ``virtual`` (chunks per rank; version 1 files have one).
-PIPELINE_VERSION = 2
+#: Its ``version``: 2 added ``virtual`` (chunks per rank; version 1 files have one), 3
+#: ``blocks`` (the blocks' module names; earlier files split ``nn.Sequential`` layers).
+PIPELINE_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -690,9 +708,9 @@ class PipelinePlan:
     Attributes
     ----------
     model : str
-        The model source (``pipe:NAME...``).
+        The model source (``pipe:NAME...``, ``hf:...``, ``py:...``).
     bounds : tuple of int
-        Chunk ``c`` runs layers ``bounds[c]`` to ``bounds[c + 1] - 1`` on rank ``c mod
+        Chunk ``c`` runs blocks ``bounds[c]`` to ``bounds[c + 1] - 1`` on rank ``c mod
         K``; ``K·V + 1`` of them.
     schedule : str
         One of :data:`SCHEDULES`.
@@ -704,6 +722,9 @@ class PipelinePlan:
         ``stage_time`` (s per microbatch per rank), ``memory`` (bytes per rank).
     virtual : int
         Chunks per rank ``V``: 1, or 2 and more with the interleaved schedule.
+    blocks : tuple of str
+        The module name of every block (``model.layers.0``, ...); empty: the layers of an
+        ``nn.Sequential``, named by their index.
     """
 
     model: str
@@ -713,6 +734,7 @@ class PipelinePlan:
     method: str = ""
     simulated: dict = field(default_factory=dict)
     virtual: int = 1
+    blocks: tuple[str, ...] = ()
 
     @property
     def stages(self) -> int:
@@ -720,17 +742,17 @@ class PipelinePlan:
         return (len(self.bounds) - 1) // self.virtual
 
     def split_spec(self) -> dict[str, str]:
-        """``{layer index: "beginning"}`` where each chunk after the first begins, as
-        ``torch.distributed.pipelining.pipeline`` takes split points on
-        ``nn.Sequential(*layers)``."""
-        return {str(b): "beginning" for b in self.bounds[1:-1]}
+        """``{module name: "beginning"}`` where each chunk after the first begins, as
+        ``torch.distributed.pipelining.pipeline`` takes split points."""
+        return {(self.blocks[b] if self.blocks else str(b)): "beginning"
+                for b in self.bounds[1:-1]}
 
     def to_dict(self) -> dict:
         return {"format": PIPELINE_FORMAT, "version": PIPELINE_VERSION, "model": self.model,
                 "bounds": list(self.bounds), "stages": self.stages, "virtual": self.virtual,
                 "schedule": self.schedule, "microbatches": self.microbatches,
                 "method": self.method, "split_spec": self.split_spec(),
-                "simulated": self.simulated}
+                "blocks": list(self.blocks), "simulated": self.simulated}
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write the plan as JSON, atomically."""
@@ -753,9 +775,10 @@ class PipelinePlan:
         if not isinstance(d, dict) or d.get("format") != PIPELINE_FORMAT:
             raise PlanError(f"{path}: not a pipeline plan (graphopt optimize --task pipeline "
                             "--out DIR writes DIR/METHOD/pipeline.json)")
-        if d.get("version", 1) not in (1, PIPELINE_VERSION):
+        version = d.get("version", 1)
+        if type(version) is not int or not 1 <= version <= PIPELINE_VERSION:
             raise PlanError(f"{path}: pipeline plan version {d.get('version')!r}; this graphopt "
-                            f"reads 1 and {PIPELINE_VERSION}")
+                            f"reads 1 to {PIPELINE_VERSION}")
         b, m, sched = d.get("bounds"), d.get("microbatches"), d.get("schedule")
         v = d.get("virtual", 1)
         ok_b = (isinstance(b, list) and len(b) >= 2 and all(type(x) is int for x in b)
@@ -774,5 +797,9 @@ class PipelinePlan:
             raise PlanError(f"{path}: {err}") from None
         if not isinstance(d.get("model"), str):
             raise PlanError(f"{path}: model must be the model's source, got {d.get('model')!r}")
+        blocks = d.get("blocks", [])
+        if not (isinstance(blocks, list) and all(isinstance(x, str) and len(x) <= 1000 for x in blocks)
+                and len(blocks) in (0, b[-1])):
+            raise PlanError(f"{path}: blocks must be the {b[-1]} blocks' module names, or none")
         sim = d.get("simulated") if isinstance(d.get("simulated"), dict) else {}
-        return cls(d["model"], tuple(b), sched, m, str(d.get("method", "")), sim, v)
+        return cls(d["model"], tuple(b), sched, m, str(d.get("method", "")), sim, v, tuple(blocks))

@@ -34,7 +34,7 @@ from graphopt.errors import GraphoptError
 from graphopt.ir.graph import Graph
 from graphopt.zoo.registry import parse_overrides
 
-__all__ = ["INSTALL_HINT", "SHAPE_KEYS", "build", "make", "parse_spec"]
+__all__ = ["INSTALL_HINT", "SHAPE_KEYS", "build", "make", "model", "parse_spec"]
 
 #: What to run when ``transformers`` is missing.
 INSTALL_HINT = "pip install 'graphopt[hf]'"
@@ -180,3 +180,13 @@ def build(spec: str) -> Graph:
     graph = from_torch(module, inputs, training=True, optimizer="sgd", name=f"hf:{spec}")
     return graph.replace(meta={**graph.meta, "hf": info})
 
+
+
+def model(spec: str, seed: int = 0):
+    """``hf:spec`` as a runnable :class:`~graphopt.frontends.model.Model` (weights drawn
+    from seed 0 whatever ``seed``, as :func:`build` draws them, so that the model and
+    the graph agree)."""
+    from graphopt.frontends.model import Model
+
+    module, inputs, _ = make(spec)
+    return Model(f"hf:{spec}", module, inputs)

@@ -35,8 +35,8 @@ Overrides: ``layers``, ``hidden``, ``batch``, ``seq``, ``vocab``, ``heads``, ``g
 names the known ones).
 
 >>> m = build_pipeline_model("mlp:layers=3,hidden=8,batch=4")
->>> len(m.layers), tuple(m.inputs.shape)
-(4, (4, 8))
+>>> m.blocks, tuple(m.inputs[0].shape)
+(('0', '1', '2', '3'), (4, 8))
 """
 
 from __future__ import annotations
@@ -44,52 +44,20 @@ from __future__ import annotations
 import copy
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from graphopt.errors import GraphoptError
+from graphopt.frontends.model import Model
+from graphopt.ir.graph import Graph
 from graphopt.zoo.registry import parse_overrides
 
-__all__ = ["PIPELINE_MODELS", "PipelineModel", "build_pipeline_model", "is_pipeline_source"]
+__all__ = ["PIPELINE_MODELS", "build", "build_pipeline_model", "model"]
 
 #: The prefix of a pipeline model's source.
 PREFIX = "pipe:"
-
-
-@dataclass
-class PipelineModel:
-    """A model as consecutive layers, one batch, and its loss.
-
-    Attributes
-    ----------
-    name : str
-        The source it was built from, e.g. ``"pipe:gpt2:layers=4"``.
-    layers : list of nn.Module
-        Consecutive layers: each takes one tensor and returns one.
-    inputs, target : Tensor
-        One batch (the first layer's input) and what the loss compares the output with.
-    loss : callable
-        ``loss(output, target) -> scalar``: the mean over the batch, so that the mean of
-        the microbatches' losses is the batch's.
-    """
-
-    name: str
-    layers: list[nn.Module]
-    inputs: Tensor
-    target: Tensor
-    loss: Callable[[Tensor, Tensor], Tensor]
-
-    @property
-    def batch(self) -> int:
-        """Examples per step."""
-        return int(self.inputs.shape[0])
-
-    def sequential(self) -> nn.Sequential:
-        """The layers as one ``nn.Sequential`` (sharing their parameters)."""
-        return nn.Sequential(*self.layers)
 
 
 def _cross_entropy(out: Tensor, target: Tensor) -> Tensor:
@@ -275,12 +243,7 @@ _KEYS = {"mlp": {"layers", "hidden", "batch", "classes"},
          "vit": {"layers", "hidden", "heads", "image", "patch", "batch", "classes"}}
 
 
-def is_pipeline_source(spec: str) -> bool:
-    """Whether ``spec`` names a pipeline model (``pipe:NAME...``)."""
-    return spec.startswith(PREFIX)
-
-
-def build_pipeline_model(spec: str, seed: int = 0) -> PipelineModel:
+def build_pipeline_model(spec: str, seed: int = 0) -> Model:
     """The model ``spec`` names (``NAME[:key=value,...]``, with or without ``pipe:``),
     its weights and batch drawn from ``seed``.
 
@@ -291,7 +254,7 @@ def build_pipeline_model(spec: str, seed: int = 0) -> PipelineModel:
         ``patch`` above ``image``, or (gpt2, bert, t5, vit) ``transformers`` missing;
         the message names the source.
     """
-    source = spec if is_pipeline_source(spec) else PREFIX + spec
+    source = spec if spec.startswith(PREFIX) else PREFIX + spec
     name, _, text = source[len(PREFIX):].partition(":")
     if name not in PIPELINE_MODELS:
         raise GraphoptError(f"graph {source!r}: unknown pipeline model {name!r}; known: "
@@ -318,6 +281,20 @@ def build_pipeline_model(spec: str, seed: int = 0) -> PipelineModel:
                             f"image={sizes['image']}")
     torch.manual_seed(seed)
     layers, inputs, target = PIPELINE_MODELS[name](**overrides)
-    for layer in layers:
-        layer.train()
-    return PipelineModel(source, layers, inputs, target, _cross_entropy)
+    module = nn.Sequential(*layers).train()
+    return Model(source, module, (inputs,), target, _cross_entropy,
+                 tuple(str(i) for i in range(len(layers))))
+
+
+def model(spec: str, seed: int = 0) -> Model:
+    """``pipe:spec`` (:func:`build_pipeline_model`)."""
+    return build_pipeline_model(PREFIX + spec, seed)
+
+
+def build(spec: str) -> Graph:
+    """The training-step graph of ``pipe:spec`` over its whole batch."""
+    from graphopt.frontends.torch import from_torch
+
+    m = model(spec)
+    return from_torch(m.module, m.inputs, training=True, optimizer="sgd",
+                      loss=lambda out: m.loss_of(out, m.target), name=m.name)

@@ -18,6 +18,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from graphopt.errors import GraphoptError
+from graphopt.frontends.source import parse_overrides
 from graphopt.zoo.models import FAMILIES
 
 __all__ = ["HELD_OUT_FAMILIES", "QUICK", "ReportedStepTimes", "ZooEntry", "get_entry", "list_models",
@@ -169,44 +170,6 @@ def list_models(train_split: bool | None = None) -> list[str]:
     return [e.name for e in _ENTRIES if train_split is None or e.train_split == train_split]
 
 
-def _parse_value(text: str) -> Any:
-    """``"2"`` → 2, ``"0.1"`` → 0.1, ``"true"`` → True, ``"none"`` → None, else the text."""
-    low = text.lower()
-    if low in ("true", "false"):
-        return low == "true"
-    if low in ("none", "null"):
-        return None
-    for kind in (int, float):
-        try:
-            return kind(text) if text.isascii() else text
-        except ValueError:
-            pass
-    return text
-
-
-def parse_overrides(source: str, text: str) -> dict[str, Any]:
-    """``"layers=2,batch=4"`` → ``{"layers": 2, "batch": 4}``; ``source`` names the graph in errors.
-
-    >>> parse_overrides("zoo:gnmt-2", "layers=3,hidden=0.5,x=none")
-    {'layers': 3, 'hidden': 0.5, 'x': None}
-
-    Raises
-    ------
-    GraphoptError
-        A part not written ``key=value``, an empty value, or a key given twice.
-    """
-    overrides: dict[str, Any] = {}
-    for part in filter(None, text.split(",")):
-        key, eq, value = (t.strip() for t in part.partition("="))
-        if not eq or not key.isidentifier() or not value:
-            raise GraphoptError(f"graph {source!r}: override {part!r} is not key=value, "
-                                "e.g. layers=2")
-        if key in overrides:
-            raise GraphoptError(f"graph {source!r}: override {key!r} given twice")
-        overrides[key] = _parse_value(value)
-    return overrides
-
-
 def get_entry(name: str) -> ZooEntry:
     """The entry called ``name``; ``NAME-quick`` is NAME at the sizes of :data:`QUICK`;
     ``NAME:key=value,...`` is NAME with some of its ``make`` keywords replaced (integers,
@@ -241,3 +204,22 @@ def get_entry(name: str) -> ZooEntry:
         return _BY_NAME[name]
     except KeyError:
         raise GraphoptError(f"unknown zoo model {name!r}; known: {', '.join(_BY_NAME)}") from None
+
+
+def model(name: str, seed: int = 0):
+    """``zoo:name`` as a runnable :class:`~graphopt.frontends.model.Model` (the zoo's
+    models are seeded by themselves: ``seed`` is not used)."""
+    from graphopt.frontends.model import Model
+
+    entry = get_entry(name)
+    module, inputs = entry.make()
+    return Model(entry.name, module, tuple(inputs))
+
+
+def default_cluster(name: str) -> str:
+    """dgx1-v100 with ``name``'s device count in GO's Table 2.
+
+    >>> default_cluster("gnmt-2")
+    'dgx1-v100:2'
+    """
+    return f"dgx1-v100:{get_entry(name).num_devices}"

@@ -37,16 +37,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from graphopt.errors import GraphoptError
+from graphopt.optim.base import PIPELINE, get_optimizer, register, tasks_of
 from graphopt.sim import Problem
 from graphopt.sim.pipeline import (SCHEDULES, LayerCosts, SplitCost, boundary_time,
                                    check_schedule, in_flight, split_cost)
 
-__all__ = ["DEFAULT_SPLIT_METHODS", "MAX_INTERLEAVED_SPLITS", "SPLIT_METHODS", "PipelineResult",
-           "contiguous_split", "exact_split", "even_split", "microbatch_candidates",
-           "params_split", "plan_pipeline",
+__all__ = ["DEFAULT_SPLIT_METHODS", "MAX_INTERLEAVED_SPLITS", "SPLIT_METHODS", "EvenSplit",
+           "ExactSplit", "ParamsSplit", "PipelineResult", "contiguous_split", "exact_split",
+           "even_split", "microbatch_candidates", "params_split", "plan_pipeline",
            "plan_pipeline_auto"]
 
-#: The methods of the pipeline task, in the order they are reported.
+#: The methods of the pipeline task, in the order they are reported (``mcm`` is the
+#: multi-chip method :class:`graphopt.optim.learned.mcm.method.MCM`, which serves it too).
 SPLIT_METHODS = ("even", "params", "exact", "mcm")
 #: Those run when none are named: ``mcm`` loads torch and the policy, so it is asked for.
 DEFAULT_SPLIT_METHODS = ("even", "params", "exact")
@@ -68,7 +70,7 @@ def _check(num_layers: int, stages: int, microbatches: int) -> None:
     if stages < 1:
         raise GraphoptError(f"--stages {stages}: give at least 1")
     if stages > num_layers:
-        raise GraphoptError(f"--stages {stages}: the model has only {num_layers} layers to split")
+        raise GraphoptError(f"--stages {stages}: the model has only {num_layers} blocks to split")
     if microbatches < 1:
         raise GraphoptError(f"--microbatches {microbatches}: give at least 1")
 
@@ -254,7 +256,7 @@ def _exact_interleaved(problem, costs, stages, microbatches, schedule, capacity,
     count = math.comb(nl - 1, chunks - 1)
     if count > MAX_INTERLEAVED_SPLITS:
         raise GraphoptError(f"--virtual-stages {virtual}: the exact split prices every one of "
-                            f"{count:,} splits of {nl} layers into {chunks} chunks, more than "
+                            f"{count:,} splits of {nl} blocks into {chunks} chunks, more than "
                             f"{MAX_INTERLEAVED_SPLITS:,}; give fewer, or --methods even,params")
     cap = problem.capacity[:stages] if capacity is None else np.asarray(capacity)[:stages]
     best, best_bounds = np.inf, None
@@ -287,8 +289,51 @@ def _schedules(schedule: str, stages: int, microbatches: int, virtual: int,
         raise GraphoptError(str(err)) from None
     if stages * v > num_layers:
         raise GraphoptError(f"--virtual-stages {v}: {stages} stages of {v} chunks need "
-                            f"{stages * v} layers; the model has {num_layers}")
+                            f"{stages * v} blocks; the model has {num_layers}")
     return ((schedule, v),)
+
+
+@register("even")
+class EvenSplit:
+    """Even split: as many blocks on every stage as can be, the first stages one more
+    where they do not divide (what a user writes first; ``torch.distributed.pipelining``'s habit)."""
+
+    tasks = frozenset({PIPELINE})
+    #: whether it cuts ``K·V`` chunks for the interleaved schedule
+    chunked = True
+
+    def split(self, problem: Problem, costs: LayerCosts, stages: int, microbatches: int,
+              schedule: str, virtual: int = 1, overhead: float = 0.0,
+              cores: int | None = None) -> tuple[int, ...]:
+        """``stages · virtual + 1`` rising block indices from 0 to the number of blocks."""
+        return even_split(costs.num_layers, stages * virtual)
+
+
+@register("params")
+class ParamsSplit(EvenSplit):
+    """Parameter-balanced split: stages of about equal parameter bytes (accelerate's habit
+    for device maps)."""
+
+    def split(self, problem, costs, stages, microbatches, schedule, virtual=1, overhead=0.0,
+              cores=None) -> tuple[int, ...]:
+        return params_split(costs.weights, stages * virtual)
+
+
+@register("exact")
+class ExactSplit(EvenSplit):
+    """Exact split: dynamic programming over every contiguous split, the least simulated
+    step time among those whose stages fit their devices' memory (the fastest when none
+    fits)."""
+
+    def split(self, problem, costs, stages, microbatches, schedule, virtual=1, overhead=0.0,
+              cores=None) -> tuple[int, ...]:
+        bounds = exact_split(problem, costs, stages, microbatches, schedule,
+                             overhead=overhead, cores=cores, virtual=virtual)
+        if bounds is None:  # nothing fits: the fastest split, memory ignored
+            bounds = exact_split(problem, costs, stages, microbatches, schedule,
+                                 capacity=np.full(stages, np.inf), overhead=overhead,
+                                 cores=cores, virtual=virtual)
+        return bounds
 
 
 def plan_pipeline(problem: Problem, costs: LayerCosts, stages: int, microbatches: int,
@@ -317,44 +362,28 @@ def plan_pipeline(problem: Problem, costs: LayerCosts, stages: int, microbatches
         raise GraphoptError(f"--stages {stages}: the cluster {problem.cluster.name} has "
                             f"{problem.num_devices} devices; give one with as many as stages")
     scheds = _schedules(schedule, stages, microbatches, virtual, nl)
-    unknown = [m for m in methods if m not in SPLIT_METHODS]
-    if unknown:
-        raise GraphoptError(f"--methods: {unknown[0]!r} is no pipeline method; give "
-                            f"{', '.join(SPLIT_METHODS)}")
+    for m in methods:
+        if PIPELINE not in tasks_of(m):
+            raise GraphoptError(f"--methods: {m!r} is no pipeline method; give "
+                                f"{', '.join(SPLIT_METHODS)}")
+    splitters = [get_optimizer(m) for m in methods]
 
     def better(a: SplitCost, b: SplitCost | None) -> bool:
         return b is None or (a.fits, -a.step_time) > (b.fits, -b.step_time)
 
-    if "mcm" in methods and all(v > 1 for _, v in scheds):
-        raise GraphoptError("--methods mcm: its policy places one chunk a stage; give --schedule "
-                            "1f1b, gpipe or auto")
     out = []
-    for method in methods:
-        if method == "mcm":
-            # torch and the policy are loaded for this method alone
-            from graphopt.optim.learned.mcm.pipeline import mcm_split
-
-            bounds = mcm_split(problem, costs, stages)
-            scheds_of = [(sched, v) for sched, v in scheds if v == 1]
-        else:
-            scheds_of = scheds
+    for method, splitter in zip(methods, splitters):
+        scheds_of = [(sched, v) for sched, v in scheds if splitter.chunked or v == 1]
+        if not scheds_of:
+            raise GraphoptError(f"--methods {method}: it places one chunk a stage; give "
+                                "--schedule 1f1b, gpipe or auto")
         best: SplitCost | None = None
         for sched, v in scheds_of:
-            if method == "even":
-                bounds = even_split(nl, stages * v)
-            elif method == "params":
-                bounds = params_split(costs.weights, stages * v)
-            elif method == "exact":
-                bounds = exact_split(problem, costs, stages, microbatches, sched,
-                                     overhead=overhead, cores=cores, virtual=v)
-                if bounds is None:  # nothing fits: the fastest split, memory ignored
-                    bounds = exact_split(problem, costs, stages, microbatches, sched,
-                                         capacity=np.full(stages, np.inf), overhead=overhead,
-                                         cores=cores, virtual=v)
+            bounds = splitter.split(problem, costs, stages, microbatches, sched, v, overhead,
+                                    cores)
             cost = split_cost(problem, costs, bounds, microbatches, sched, overhead, cores, v)
             if better(cost, best):
                 best = cost
-        assert best is not None  # scheds is never empty
         out.append(PipelineResult(method, best))
     return out
 

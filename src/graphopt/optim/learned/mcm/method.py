@@ -45,7 +45,7 @@ import torch
 from graphopt.errors import MAX_THREADS, GraphoptError
 from graphopt.ir.ops import OP_VOCAB
 from graphopt.optim.learned.mcm.chiplet import ChipletPolicy, ChipletPolicyConfig
-from graphopt.optim.base import Budget, register
+from graphopt.optim.base import PIPELINE, TASKS, Budget, register
 from graphopt.optim.partition.constraints import pipeline_units, valid_partitions
 from graphopt.dist.local import BudgetExhausted
 from graphopt.optim.partition.methods import (
@@ -217,6 +217,11 @@ class MCM:
     (4, 1.0)
     """
 
+    #: the pipeline task too: :meth:`split`
+    tasks = TASKS | {PIPELINE}
+    #: one chunk a stage: not for the interleaved schedule
+    chunked = False
+
     checkpoint: str | None = field(default=None, metadata={
         "help": "Folder of a saved MCM policy (None: the one shipped in the package)."})
     samples: int = field(default=16, metadata={"min": 1, "limit": 10_000,
@@ -253,6 +258,14 @@ class MCM:
         except BudgetExhausted:
             pass
         return s.result(inference_seconds=time.perf_counter() - t0)
+
+    def split(self, problem: Problem, costs, stages: int, microbatches: int, schedule: str,
+              virtual: int = 1, overhead: float = 0.0, cores: int | None = None) -> tuple[int, ...]:
+        """The pipeline task: the policy's split of the blocks into ``stages`` contiguous
+        stages (:func:`graphopt.optim.learned.mcm.pipeline.mcm_split`)."""
+        from graphopt.optim.learned.mcm.pipeline import mcm_split
+
+        return mcm_split(problem, costs, stages, self.checkpoint)
 
 
 @register("mcm-one")
