@@ -111,7 +111,7 @@ def split_spec(model: Model, bounds) -> dict[str, str]:
     >>> split_spec(build_pipeline_model("mlp:layers=3,hidden=4,batch=2"), (0, 2, 4))
     {'2': 'beginning'}
     """
-    return {model.blocks[b]: "beginning" for b in bounds[1:-1]}
+    return dict.fromkeys((model.blocks[b] for b in bounds[1:-1]), "beginning")
 
 
 def trace_microbatch(model: Model, microbatches: int):
@@ -376,7 +376,7 @@ def _stages(model: Model, bounds: list[int], microbatches: int, rank: int, world
     chunks = len(bounds) - 1
     module = copy.deepcopy(model.module).eval()
     x, _ = model.microbatch(microbatches)
-    return dict.fromkeys((model.blocks[b] for b in bounds[1:-1]), "beginning")
+    spec = dict.fromkeys(split_spec(model, bounds), SplitPoint.BEGINNING)
     pipe = sendable(pipeline(module, mb_args=x, split_spec=spec))
     if pipe.num_stages != chunks:
         raise ExecutionError(f"{model.name}: the pipelining tracer cut {pipe.num_stages} "
