@@ -15,6 +15,16 @@ Overrides are configuration fields (``num_hidden_layers=2``) plus the batch's sh
 - ``samples`` (default 4,000) — audio samples per example for waveform models
   (``input_values``).
 
+A field whose default is a list (a staged model's ``depths``) takes ``a/b/c``, one item
+per stage, or one number for every stage (``depths=1``).
+
+Fields the user leaves alone follow the ones set where the default configuration ties
+them (:func:`_followers`: ``head_dim``, key-value heads, a partial rotary dimension, a
+decoder's sizes, token ids inside a smaller vocabulary, a window inside a smaller image),
+and the step is made static (:func:`_static_step`: no LayerDrop or SpecAugment, experts
+as ``batched_mm``); ``meta["hf"]["derived"]`` lists what was set so. An override always
+wins.
+
 The loss is the frontend's default: the sum of the means of the model's floating-point
 outputs. Needs the optional ``transformers`` package: ``pip install 'graphopt[hf]'``.
 
@@ -84,6 +94,9 @@ def _transformers():
 _TIED = (("encoder_layers", "decoder_layers"), ("encoder_attention_heads", "decoder_attention_heads"),
          ("encoder_ffn_dim", "decoder_ffn_dim"), ("num_layers", "num_decoder_layers"))
 
+#: Choices a configuration takes when it is made, though they are not fields of it.
+_IMPLEMENTATIONS = ("attn_implementation", "experts_implementation")
+
 #: Probabilities of per-step random structure (LayerDrop, SpecAugment), zero in a trace.
 _RANDOM_PER_STEP = ("layerdrop", "encoder_layerdrop", "decoder_layerdrop", "mask_time_prob",
                     "mask_feature_prob")
@@ -116,8 +129,10 @@ def _followers(default: Any, fields: dict[str, Any]) -> dict[str, Any]:
     ``head_dim`` stays hidden / heads where it was; key-value heads keep their grouping
     and divide the heads; a partial rotary dimension keeps its share of the head; a
     decoder keeps its encoder's sizes where they were equal; a per-layer pattern of
-    attention kinds repeats to the new depth; and token ids stay inside a smaller
-    vocabulary (an embedding's padding row must exist).
+    attention kinds repeats to the new depth; token ids stay inside a smaller vocabulary
+    (an embedding's padding row must exist); and a windowed vision model's window is no
+    larger than its last stage's feature map (Swin makes its position table for the
+    configured window, then shrinks the window to a smaller map at run time).
     """
     stored = default.to_dict()
 
@@ -144,6 +159,13 @@ def _followers(default: Any, fields: dict[str, Any]) -> dict[str, Any]:
     if isinstance(layers, int) and free("attention_types") and isinstance(pattern, list) \
             and len(pattern) == 1 and layers % len(pattern[0][0]) == 0:
         out["attention_types"] = [[pattern[0][0], layers // len(pattern[0][0])]]
+    image, patch, window, depths = (now("image_size"), now("patch_size"), stored.get("window_size"),
+                                    now("depths"))
+    if free("window_size") and all(isinstance(x, int) for x in (image, patch, window)) \
+            and isinstance(depths, list) and depths:
+        last = image // patch >> (len(depths) - 1)  # the last stage's feature map
+        if 0 < last < window:
+            out["window_size"] = last
     h0, a0 = getattr(default, "hidden_size", None), getattr(default, "num_attention_heads", None)
     h, a = now("hidden_size"), now("num_attention_heads")
     if not all(isinstance(x, int) and x > 0 for x in (h0, a0, h, a)) or (h, a) == (h0, a0) \
@@ -178,7 +200,8 @@ def _static_step(default: Any, fields: dict[str, Any]) -> dict[str, Any]:
     """
     stored = default.to_dict()
     out: dict[str, Any] = {k: 0.0 for k in _RANDOM_PER_STEP if k in stored and k not in fields}
-    out["experts_implementation"] = "batched_mm"
+    if "experts_implementation" not in fields:
+        out["experts_implementation"] = "batched_mm"
     return out
 
 
@@ -264,15 +287,17 @@ def make(spec: str) -> tuple[nn.Module, tuple[Tensor, ...], dict[str, Any]]:
                             "gpt2, t5, vit") from None
     fields = {}
     for key, value in overrides.items():
-        if not hasattr(default, key):
+        if not hasattr(default, key) and key not in _IMPLEMENTATIONS:
             raise GraphoptError(f"graph 'hf:{spec}': {key!r} is not a field of "
                                 f"{type(default).__name__} (nor one of "
-                                f"{', '.join(SHAPE_KEYS)})")
+                                f"{', '.join([*SHAPE_KEYS, *_IMPLEMENTATIONS])})")
         fields[default.attribute_map.get(key, key)] = _field_value(spec, key, value,
-                                                                   getattr(default, key))
+                                                                   getattr(default, key, None))
     if shape["image"] is not None and isinstance(getattr(default, "image_size", None), int):
         fields.setdefault("image_size", shape["image"])  # vision models check their input
-    fields = {**_static_step(default, fields), **_followers(default, fields), **fields}
+    derived = {k: v for k, v in {**_static_step(default, fields),
+                                 **_followers(default, fields)}.items() if k not in fields}
+    fields = {**derived, **fields}
     try:
         with _quiet(), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # transformers' advice to its own users
@@ -294,6 +319,7 @@ def make(spec: str) -> tuple[nn.Module, tuple[Tensor, ...], dict[str, Any]]:
     inputs = _inputs(config, getattr(model, "main_input_name", "input_ids"), shape, gen)
     info = {"model_type": model_type, "class": type(model).__name__,
             "overrides": json.loads(json.dumps(overrides, default=str)),
+            "derived": json.loads(json.dumps(derived, default=str)),
             "shape": {k: v for k, v in shape.items() if v is not None},
             "transformers": tf.__version__,
             "parameters": sum(p.numel() for p in model.parameters())}

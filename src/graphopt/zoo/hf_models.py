@@ -44,10 +44,10 @@ class HFSize:
     vocab: int = 1024
 
 
-#: The two sizes: a tiny one, and one at hidden 256 with 4 heads.
+#: The two sizes: a tiny one, and one at hidden 256 with 4 heads and twice the blocks.
 SIZES: dict[str, HFSize] = {
     "tiny": HFSize(hidden=64, heads=2, layers=2, seq=32, image=64, samples=4000),
-    "small": HFSize(hidden=256, heads=4, layers=2, seq=64, image=128, samples=16000),
+    "small": HFSize(hidden=256, heads=4, layers=4, seq=64, image=128, samples=16000),
 }
 
 _D, _M, _E, _S, _V, _A = "decoder", "moe", "encoder", "encoder-decoder", "vision", "speech"
@@ -133,8 +133,8 @@ _ONE = ("n_group", "topk_group", "first_k_dense_replace")  # DeepSeek's routing 
 def overrides(model_type: str, size: str | HFSize) -> dict[str, Any]:
     """The ``hf:`` overrides of ``model_type`` at ``size`` (a name of :data:`SIZES`).
 
-    Staged vision models (a ``depths`` list) get ``layers`` blocks per stage at most and
-    stage widths scaled so that the last is ``hidden``; waveform models' feature
+    Staged vision models (a ``depths`` list) get ``layers`` blocks per stage at most,
+    and stage widths scaled so that the last is ``hidden``; waveform models' feature
     convolutions are ``hidden`` wide. A field whose default is missing or None is left
     alone, as is a vocabulary already smaller than the size's.
     """
