@@ -15,6 +15,16 @@ Overrides are configuration fields (``num_hidden_layers=2``) plus the batch's sh
 - ``samples`` (default 4,000) — audio samples per example for waveform models
   (``input_values``).
 
+A field whose default is a list (a staged model's ``depths``) takes ``a/b/c``, one item
+per stage, or one number for every stage (``depths=1``).
+
+Fields the user leaves alone follow the ones set where the default configuration ties
+them (:func:`_followers`: ``head_dim``, key-value heads, a partial rotary dimension, a
+decoder's sizes, token ids inside a smaller vocabulary, a window inside a smaller image),
+and the step is made static (:func:`_static_step`: no LayerDrop or SpecAugment, experts
+as ``batched_mm``); ``meta["hf"]["derived"]`` lists what was set so. An override always
+wins.
+
 The loss is the frontend's default: the sum of the means of the model's floating-point
 outputs. Needs the optional ``transformers`` package: ``pip install 'graphopt[hf]'``.
 
@@ -24,13 +34,17 @@ outputs. Needs the optional ``transformers`` package: ``pip install 'graphopt[hf
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from graphopt.errors import GraphoptError
+from graphopt.errors import FrontendError, GraphoptError
 from graphopt.ir.graph import Graph
 from graphopt.zoo.registry import parse_overrides
 
@@ -73,6 +87,136 @@ def _transformers():
             from None
     transformers.logging.set_verbosity_error()
     return transformers
+
+
+#: Pairs of fields whose second follows the first when the user sets only the first and
+#: the default configuration has them equal (a decoder sized like its encoder).
+_TIED = (("encoder_layers", "decoder_layers"), ("encoder_attention_heads", "decoder_attention_heads"),
+         ("encoder_ffn_dim", "decoder_ffn_dim"), ("num_layers", "num_decoder_layers"))
+
+#: Choices a configuration takes when it is made, though they are not fields of it.
+_IMPLEMENTATIONS = ("attn_implementation", "experts_implementation")
+
+#: Probabilities of per-step random structure (LayerDrop, SpecAugment), zero in a trace.
+_RANDOM_PER_STEP = ("layerdrop", "encoder_layerdrop", "decoder_layerdrop", "mask_time_prob",
+                    "mask_feature_prob")
+
+
+def _one_line(err: BaseException) -> str:
+    lines = [x for x in str(err).strip().splitlines() if x.strip()]
+    return lines[0].strip() if lines else type(err).__name__
+
+
+def _field_value(spec: str, key: str, value: Any, default: Any) -> Any:
+    """``value`` for a field whose default is ``default``: a list field takes ``a/b/c``
+    (one item per stage) or one number for every stage."""
+    if not isinstance(default, (list, tuple)) or not default or isinstance(default[0], (list, str)):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return [value] * len(default)
+    try:
+        return [int(x) if x.strip().lstrip("-").isdigit() else float(x)
+                for x in str(value).split("/")]
+    except ValueError:
+        raise GraphoptError(f"graph 'hf:{spec}': {key}={value!r}: a list field takes numbers "
+                            f"written a/b/c (its default is {'/'.join(map(str, default))}) "
+                            "or one number for every item") from None
+
+
+def _followers(default: Any, fields: dict[str, Any]) -> dict[str, Any]:
+    """Fields left unset that must follow set ones, as the default configuration ties them.
+
+    ``head_dim`` stays hidden / heads where it was; key-value heads keep their grouping
+    and divide the heads; a partial rotary dimension keeps its share of the head; a
+    decoder keeps its encoder's sizes where they were equal; a per-layer pattern of
+    attention kinds repeats to the new depth; token ids stay inside a smaller vocabulary
+    (an embedding's padding row must exist); and a windowed vision model's window is no
+    larger than its last stage's feature map (Swin makes its position table for the
+    configured window, then shrinks the window to a smaller map at run time).
+    """
+    stored = default.to_dict()
+
+    def name(key: str) -> str:
+        return default.attribute_map.get(key, key)
+
+    def now(key: str) -> Any:
+        return fields.get(name(key), getattr(default, key, None))
+
+    def free(key: str) -> bool:  # a stored field the user left alone
+        return name(key) not in fields and name(key) in stored
+
+    out: dict[str, Any] = {}
+    for first, second in _TIED:
+        if first in fields and free(second) and stored.get(first) == stored[second]:
+            out[second] = fields[first]
+    vocab = fields.get(name("vocab_size"))
+    if isinstance(vocab, int) and vocab > 0:
+        for key, value in stored.items():
+            if key.endswith("_token_id") and key not in fields and isinstance(value, int) \
+                    and value >= vocab:
+                out[key] = vocab - 1
+    layers, pattern = now("num_hidden_layers"), stored.get("attention_types")
+    if isinstance(layers, int) and free("attention_types") and isinstance(pattern, list) \
+            and len(pattern) == 1 and layers % len(pattern[0][0]) == 0:
+        out["attention_types"] = [[pattern[0][0], layers // len(pattern[0][0])]]
+    image, patch, window, depths = (now("image_size"), now("patch_size"), stored.get("window_size"),
+                                    now("depths"))
+    if free("window_size") and all(isinstance(x, int) for x in (image, patch, window)) \
+            and isinstance(depths, list) and depths:
+        last = image // patch >> (len(depths) - 1)  # the last stage's feature map
+        if 0 < last < window:
+            out["window_size"] = last
+    h0, a0 = getattr(default, "hidden_size", None), getattr(default, "num_attention_heads", None)
+    h, a = now("hidden_size"), now("num_attention_heads")
+    if not all(isinstance(x, int) and x > 0 for x in (h0, a0, h, a)) or (h, a) == (h0, a0) \
+            or h % a:
+        return out
+    if free("head_dim") and stored[name("head_dim")] == h0 // a0:
+        out[name("head_dim")] = h // a
+    rotary = stored.get("rotary_dim")
+    if free("rotary_dim") and isinstance(rotary, int) and (h0 // a0) % rotary == 0:
+        out["rotary_dim"] = max(1, (h // a) * rotary // (h0 // a0))
+    kv0 = stored.get(name("num_key_value_heads"))
+    if free("num_key_value_heads") and name("num_key_value_heads") != name(
+            "num_attention_heads") and isinstance(kv0, int) and 0 < kv0 <= a0 and a0 % kv0 == 0:
+        kv = max(1, a * kv0 // a0)
+        while a % kv:
+            kv -= 1
+        out[name("num_key_value_heads")] = kv
+    return out
+
+
+def _static_step(default: Any, fields: dict[str, Any]) -> dict[str, Any]:
+    """Settings under which one training step is one static graph, where the user set none.
+
+    LayerDrop draws whether to skip each layer from a random number at every step, which
+    a trace on fake tensors cannot branch on; the traced step keeps every layer. Experts
+    of mixture-of-experts layers run as ``batched_mm`` (each routed token's expert weights
+    gathered and multiplied in ATen ops, in float32): the default ``grouped_mm`` kernel
+    takes bfloat16 only under fake tensors, and the ``eager`` loop asks which experts got
+    tokens (data-dependent). SpecAugment (speech encoders) masks a random set of frames
+    by boolean indexing, a size known only at run time; the traced step masks none (the
+    masking is one cheap fill).
+    """
+    stored = default.to_dict()
+    out: dict[str, Any] = {k: 0.0 for k in _RANDOM_PER_STEP if k in stored and k not in fields}
+    if "experts_implementation" not in fields:
+        out["experts_implementation"] = "batched_mm"
+    return out
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Logging off while a model is built and traced: on a failure torch logs its own
+    traceback (fake tensors, symbolic shapes) before it raises, and graphopt's error is
+    one line. torch makes its loggers lazily, so no list of names covers them: logging is
+    off process-wide, for the build only."""
+    was = logging.root.manager.disable
+    logging.disable(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logging.disable(was)
 
 
 class _TrainingStep(nn.Module):
@@ -136,30 +280,46 @@ def make(spec: str) -> tuple[nn.Module, tuple[Tensor, ...], dict[str, Any]]:
                                 f"1..{_MAX_SHAPE[key]:,}")
     tf = _transformers()
     try:
-        config = tf.AutoConfig.for_model(model_type)
+        default = tf.AutoConfig.for_model(model_type)
     except ValueError:
         raise GraphoptError(f"graph 'hf:{spec}': unknown transformers model type "
                             f"{model_type!r} (transformers {tf.__version__}); e.g. bert, "
                             "gpt2, t5, vit") from None
+    fields = {}
     for key, value in overrides.items():
-        if not hasattr(config, key):
+        if not hasattr(default, key) and key not in _IMPLEMENTATIONS:
             raise GraphoptError(f"graph 'hf:{spec}': {key!r} is not a field of "
-                                f"{type(config).__name__} (nor one of "
-                                f"{', '.join(SHAPE_KEYS)})")
-        setattr(config, key, value)
-    if shape["image"] is not None and isinstance(getattr(config, "image_size", None), int):
-        config.image_size = shape["image"]  # vision models check their input against it
+                                f"{type(default).__name__} (nor one of "
+                                f"{', '.join([*SHAPE_KEYS, *_IMPLEMENTATIONS])})")
+        fields[default.attribute_map.get(key, key)] = _field_value(spec, key, value,
+                                                                   getattr(default, key, None))
+    if shape["image"] is not None and isinstance(getattr(default, "image_size", None), int):
+        fields.setdefault("image_size", shape["image"])  # vision models check their input
+    derived = {k: v for k, v in {**_static_step(default, fields),
+                                 **_followers(default, fields)}.items() if k not in fields}
+    fields = {**derived, **fields}
+    try:
+        with _quiet(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # transformers' advice to its own users
+            # made from the fields rather than set after: a configuration derives some
+            # fields from others when it is made (Swin's hidden_size from embed_dim)
+            config = tf.AutoConfig.for_model(model_type, **fields)
+    except Exception as err:  # noqa: BLE001 - a configuration's validators raise anything
+        raise GraphoptError(f"graph 'hf:{spec}': transformers refuses these settings: "
+                            f"{_one_line(err)}") from None
     torch.manual_seed(0)
     try:
-        model = tf.AutoModel.from_config(config)
+        with _quiet(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model = tf.AutoModel.from_config(config)
     except Exception as err:  # noqa: BLE001 - transformers raises anything on a bad config
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise GraphoptError(f"graph 'hf:{spec}': transformers cannot build {model_type} "
-                            f"with these settings: {first}") from None
+                            f"with these settings: {_one_line(err)}") from None
     gen = torch.Generator().manual_seed(0)
     inputs = _inputs(config, getattr(model, "main_input_name", "input_ids"), shape, gen)
     info = {"model_type": model_type, "class": type(model).__name__,
             "overrides": json.loads(json.dumps(overrides, default=str)),
+            "derived": json.loads(json.dumps(derived, default=str)),
             "shape": {k: v for k, v in shape.items() if v is not None},
             "transformers": tf.__version__,
             "parameters": sum(p.numel() for p in model.parameters())}
@@ -177,7 +337,13 @@ def build(spec: str) -> Graph:
     from graphopt.frontends.torch import from_torch
 
     module, inputs, info = make(spec)
-    graph = from_torch(module, inputs, training=True, optimizer="sgd", name=f"hf:{spec}")
+    try:
+        with _quiet():
+            graph = from_torch(module, inputs, training=True, optimizer="sgd",
+                               name=f"hf:{spec}")
+    except FrontendError as err:
+        reason = str(err).replace(type(module).__name__, info["class"])
+        raise FrontendError(f"graph 'hf:{spec}': {reason}") from None
     return graph.replace(meta={**graph.meta, "hf": info})
 
 
