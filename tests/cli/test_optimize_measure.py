@@ -20,6 +20,22 @@ def test_measure_adds_measured_columns_and_report_fields(tmp_path):
         m = row["measured"]
         assert m["steps"] == 1 and m["devices"] == "cpu:1" and 0 < m["min"] <= m["median"] <= m["max"]
     assert rows[0]["measured"]["speedup_vs_single"] == 1.0
+    rec = json.loads((tmp_path / "report.json").read_text())["recommended"]
+    assert rec["default"] == "single" and rec["method"] in ("single", "expert")
+    assert "recommended:" in r.output
+
+
+def test_measure_runs_one_device_beside_the_methods_asked_for(tmp_path):
+    r = runner.invoke(app, ["optimize", "zoo:rnnlm-2-quick", "-c", "cpu:1", "--methods",
+                            "expert", "--budget", "5", "--measure", "--devices", "cpu:1",
+                            "--measure-steps", "2", "--out", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert [row["method"] for row in report["rows"]] == ["single", "expert"]
+    # one device against one device's plan on one worker: no margin beyond the noise
+    # can make the run recommend anything but the default, unless it measured faster
+    rec = report["recommended"]
+    assert rec["beyond_noise"] == (rec["method"] != "single")
 
 
 def test_measure_refuses_before_searching(tmp_path):

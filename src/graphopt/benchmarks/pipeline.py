@@ -34,7 +34,8 @@ import statistics
 import time
 
 from graphopt.benchmarks import geomean, say
-from graphopt.exec.pipeline import measure_pipelines, pipeline_model, pipeline_problem, runtime_overhead
+from graphopt.exec.pipeline import (measure_pipelines, pipeline_model, pipeline_problem,
+                                    reference_loss, runtime_overhead)
 from graphopt.optim.partition.pipeline import (even_split, microbatch_candidates,
                                                plan_pipeline, plan_pipeline_auto)
 from graphopt.sim.pipeline import PipelinePlan, split_cost
@@ -101,6 +102,8 @@ def _row(spec: str, stages: int, microbatches: int | None, steps: int, cluster,
     load = os.getloadavg()[0]
     t0 = time.perf_counter()
     measured = measure_pipelines(spec, plans, steps=steps)
+    # the first step's loss against the unsplit model's on the same microbatches
+    ref = {m: reference_loss(model, m) for m in {p.microbatches for p in plans}}
     out = {"model": spec, "stages": stages, "layers": len(model.blocks), "batch": model.batch,
            "load_before": load, "load_after": os.getloadavg()[0],
            "seconds": time.perf_counter() - t0, "plans": []}
@@ -114,7 +117,7 @@ def _row(spec: str, stages: int, microbatches: int | None, steps: int, cluster,
             "roofline_step": r,
             "measured_busy": m.busy, "simulated_busy": [float(x) for x in sim.busy],
             "measured_memory": m.memory, "simulated_memory": [float(x) for x in sim.memory],
-            "loss": m.loss})
+            "loss": m.loss, "loss_error": abs(m.loss - ref[p.microbatches])})
     even_m = out["plans"][0]["measured_throughput"]
     even_s = out["plans"][0]["simulated_throughput"]
     for p in out["plans"]:
@@ -209,6 +212,17 @@ def _sizes(bounds) -> str:
     return "/".join(str(b - a) for a, b in zip(bounds, bounds[1:]))
 
 
+def _name(source: str) -> str:
+    """A table's short name of a source: ``gpt2`` for ``pipe:gpt2:...``, ``hf:llama``,
+    ``py:user_model.py``."""
+    scheme, _, rest = source.partition(":")
+    if scheme == "pipe":
+        return rest.split(":")[0]
+    if scheme == "py":
+        return "py:" + rest.split(".py:")[0].rsplit("/", 1)[-1] + ".py"
+    return f"{scheme}:{rest.split(':')[0]}"
+
+
 def to_markdown(res: dict) -> str:
     """The results as Markdown: one table of every plan, then the summary."""
     lines = ["| model | K | method | layers | schedule, M | measured samples/s | simulated "
@@ -216,7 +230,7 @@ def to_markdown(res: dict) -> str:
              "(simulated) | peak MiB per stage, measured (simulated) | load |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in res["rows"]:
-        name = row["model"].removeprefix("pipe:").split(":")[0]
+        name = _name(row["model"])
         for p in row["plans"]:
             mem = " / ".join(f"{m / 2**20:.1f} ({s / 2**20:.1f})"
                              for m, s in zip(p["measured_memory"], p["simulated_memory"]))
@@ -252,7 +266,9 @@ def to_markdown(res: dict) -> str:
               f"median); peak memory per stage: median error "
               f"{pct(s['median_abs_memory_error'])}; the "
               f"simulator's first split within 3% of the measured best in "
-              f"{s['simulator_first_within_3pct']} rows",
+              f"{s['simulator_first_within_3pct']} rows; the first step's loss against the "
+              f"unsplit model's: largest difference "
+              f"{max(p.get('loss_error', 0.0) for r in res['rows'] for p in r['plans']):.1e}",
               "runtime overhead per stage and microbatch (ms): "
               + ", ".join(f"K={k}: {v * 1e3:.2f}" for k, v in res["overhead"].items())
               + "; calibrated before each row: matmul "

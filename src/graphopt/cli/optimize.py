@@ -140,6 +140,8 @@ def optimize(
         if not names:
             raise GraphoptError(f"--methods {methods!r}: no method named; 'graphopt methods' "
                                 "lists them")
+        if measure and "single" not in names:  # what a user has without us: measured beside
+            names = ["single", *names]
         check_output(out, "--out", folder=True)
         for path in output_paths(out, names) if out else ():  # a file where a method's folder goes
             check_output(path, "--out")
@@ -207,11 +209,13 @@ def optimize(
                   f"{st.get('seconds', 0):.1f}", f"{st.get('evals', 0):,}",
                   *_measured_cells(r.measured) if measure else ())
     console.print(t)
+    rec = _recommend(results, c) if measure and results and results[0].measured else None
     interrupted = len(results) < len(names) or any(r.stats.get("interrupted") for r in results)
     if out and results:
         path = write_outputs(prob, results, out, {"task": task, "budget": budget, "seed": seed,
                                                   "objective": objective,
-                                                  "params": params, "interrupted": interrupted})
+                                                  "params": params, "interrupted": interrupted,
+                                                  "recommended": rec and rec.to_dict()})
         console.print(f"plans, traces and Gantt charts in {out}/<method>/; report: {path}")
         if traced is not None and c.calibration is not None:  # for `graphopt run --plan`
             from graphopt.exec.api import save_program_timing
@@ -255,11 +259,39 @@ def _measure(traced, results: list, devices: str, steps: int, seed: int) -> None
             if pool is not None:
                 pool.close()
     for r, timing in zip(results, timings):
-        r.measured = {k: timing[k] for k in ("median", "min", "max", "steps")} | {
+        r.measured = {k: timing[k] for k in ("median", "min", "max", "steps", "times")} | {
             "devices": devices}
     single = next((r.measured["median"] for r in results if r.method == "single"), None)
     for r in results:
         r.measured["speedup_vs_single"] = single / r.measured["median"] if single else None
+
+
+#: How far the simulated speed-up over one device may stray from the measured one before
+#: ``optimize --measure`` says why (the placement simulator's stated error on calibrated
+#: CPU workers is about 10%, docs/execution.md).
+STATED_ERROR = 0.15
+
+
+def _recommend(results: list, cluster):
+    """Print and return what the measurement recommends (:func:`graphopt.exec.decide.recommend`)
+    over one device, and say why where the simulator's speed-up and the measured one disagree."""
+    from graphopt.exec.decide import recommend
+
+    sim = {r.method: r.step_time for r in results}
+    rec = recommend({r.method: r.measured["times"] for r in results}, "single")
+    console.print(rec.sentence("one device"), highlight=False)
+    for r in results:
+        predicted = sim["single"] / sim[r.method]
+        got = r.measured["speedup_vs_single"]
+        if r.method != "single" and got and abs(predicted / got - 1) > STATED_ERROR:
+            how = ("calibrated on a worker of this machine" if cluster.calibration is not None
+                   else "a preset's datasheet figures, not this machine's")
+            console.print(f"{r.method}: simulated {predicted:.2f}x one device, measured "
+                          f"{got:.2f}x: the plan was priced on {cluster.name} ({how}); to "
+                          f"price this host: graphopt calibrate --devices "
+                          f"{r.measured['devices']} -o cluster.toml, then -c cluster.toml",
+                          highlight=False, soft_wrap=True)
+    return rec
 
 
 def _measured_cells(measured: dict | None) -> tuple[str, str]:

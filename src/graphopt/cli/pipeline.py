@@ -20,6 +20,11 @@ DEFAULT_METHODS = ",".join(DEFAULT_SPLIT_METHODS)
 #: The plan file each method's folder gets.
 PLAN_FILE = "pipeline.json"
 
+#: The step error of the pipeline model beyond which ``run --pipeline`` says why figures
+#: disagree: above the medians ``bench/pipeline_real.py`` measured on profiled plans
+#: (10.8% to 17.3%, docs/benchmarks.md).
+STATED_ERROR = 0.20
+
 
 def _bytes(values) -> str:
     from graphopt.ir.graph import format_bytes
@@ -221,6 +226,15 @@ def run_pipeline(graph: str, plan_path: Path, devices: str, cluster: str | None,
     t.caption = (f"median of {steps} steps after a warm-up; first step's loss "
                  f"{m.loss:.6g}, unsplit model's {ref:.6g} (difference {abs(m.loss - ref):.2e})")
     console.print(t)
+    ratio = sim.step_time / m.median
+    if abs(ratio - 1) > STATED_ERROR:
+        how = ("from blocks profiled on this host" if plan.simulated.get("profiled") is True
+               else f"by the {c.name} preset's roofline, not this host's measured figures")
+        console.print(f"the simulated step is {ratio:.2f}x the measured one, beyond the "
+                      f"model's stated {STATED_ERROR:.0%}: the plan was priced {how}, at "
+                      f"{'its own load' if plan.simulated.get('profiled') is True else 'no load'};"
+                      f" to price this host now: graphopt optimize {graph} --task pipeline "
+                      f"--stages {count} --measure", highlight=False, soft_wrap=True)
     if not abs(m.loss - ref) <= 1e-5 * max(1.0, abs(ref)):
         raise ExecutionError(f"the pipeline's loss {m.loss:.6g} differs from the unsplit "
                             f"model's {ref:.6g}")
