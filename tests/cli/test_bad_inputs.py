@@ -40,8 +40,24 @@ def make_bad_files(d: Path) -> Path:
             "microbatches": 2}
     for name, change in (("virtual0", {"virtual": 0}), ("virtual3", {"virtual": 3}),
                          ("virtual_str", {"virtual": "2"}),
-                         ("inter_m1", {"virtual": 2, "microbatches": 1})):
+                         ("inter_m1", {"virtual": 2, "microbatches": 1}),
+                         ("blocks_short", {"version": 3, "virtual": 2, "blocks": ["0", "1"]}),
+                         ("blocks_int", {"version": 3, "virtual": 2, "blocks": [0, 1, 2, 3]}),
+                         ("blocks_other", {"version": 3, "virtual": 2,
+                                           "blocks": ["a", "b", "c", "d"]}),
+                         ("version_true", {"version": True})):
         (d / f"pipe_{name}.json").write_text(json.dumps({**pipe, **change}))
+    # a user's own model files (py:FILE.py:FACTORY)
+    (d / "raises.py").write_text("raise RuntimeError('cannot import here')\n")
+    (d / "user.py").write_text(
+        "import torch\n"
+        "def none():\n    return None\n"
+        "def flat():\n    return torch.nn.Linear(4, 4), torch.randn(2, 4)\n"
+        "def text_inputs():\n    return torch.nn.Linear(4, 4), 'x'\n"
+        "def raises():\n    raise KeyError('width')\n"
+        "def two():\n    return torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)), "
+        "torch.randn(2, 4)\n"
+        "not_callable = 3\n")
     (d / "digits_plan.json").write_text('{"format": "graphopt.plan", "version": 1, "placement": ['
                                         + "9" * 5000 + "]}")
     g = graph_to_dict(mlp_training_graph(layers=1, hidden=8, batch=2))
@@ -726,6 +742,45 @@ CASES = [
      "--stages 17"),
     ("optimize pipe:mlp:layers=4,hidden=16,batch=8 --task pipeline --stages 2 --methods nosuch",
      "'nosuch' is no pipeline method"),
+    # any model into the pipeline task: a user's file, its factory, its blocks, its plans
+    ("optimize py:{d}/raises.py:make --task pipeline", "importing"),
+    ("optimize py:{d}/none.py:make --task pipeline", "no file"),
+    ("optimize py:{d}/user.py:absent --task pipeline", "has no function 'absent'"),
+    ("optimize py:{d}/user.py:not_callable --task pipeline", "has no function 'not_callable'"),
+    ("optimize py:{d}/user.py:none --task pipeline", "must return (module, inputs"),
+    ("optimize py:{d}/user.py:text_inputs --task pipeline", "inputs must be a tensor"),
+    ("optimize py:{d}/user.py:raises --task pipeline", "raises() raised KeyError"),
+    ("optimize py:{d}/user.py:flat --task pipeline", "no blocks to split"),
+    ("optimize py:{d}/user.py:two --task pipeline --stages 3", "only 2 blocks"),
+    ("optimize py:{d}/user.py:flat:width=8 --task pipeline", "raised TypeError"),
+    ("optimize py:{d}/user.py --task pipeline", "expected py:FILE.py:FACTORY"),
+    ("optimize py:{d}/user.py:make:__class__=x --task pipeline", "does not begin with '_'"),
+    ("info py:{d}/raises.py:make", "RuntimeError: cannot import here"),
+    ("optimize example:mlp --task pipeline", "a generated graph"),
+    ("optimize {d}/file --task pipeline", "no PyTorch code behind it"),
+    ("optimize pipe:mlp:layers=4,hidden=16,batch=8 --task pipeline --init even", "--init"),
+    ("optimize pipe:mlp:layers=4,hidden=16,batch=8 --task pipeline -p exact.x=1", "-p: not an"),
+    ("optimize pipe:mlp:layers=4,hidden=16,batch=8 --task pipeline --objective memory",
+     "--objective: not an option of --task pipeline"),
+    ("optimize pipe:mlp:layers=4,hidden=16,batch=8 --task pipeline --time 5", "--time"),
+    ("optimize pipe:mlp:layers=4,hidden=16,batch=8 --task pipeline --virtual-stages 3",
+     "--virtual-stages: not an option"),
+    ("optimize pipe:mlp:layers=4,hidden=16,batch=8 --task pipeline --methods sa",
+     "'sa' is no pipeline method"),
+    ("optimize example:mlp --methods even", "method even serves the pipeline task"),
+    ("run pipe:mlp:layers=4,hidden=16,batch=8 --pipeline {d}/pipe_blocks_short.json "
+     "--devices cpu:2", "blocks must be the 4 blocks' module names"),
+    ("run pipe:mlp:layers=4,hidden=16,batch=8 --pipeline {d}/pipe_blocks_int.json "
+     "--devices cpu:2", "blocks must be"),
+    ("run pipe:mlp:layers=4,hidden=16,batch=8 --pipeline {d}/pipe_blocks_other.json "
+     "--devices cpu:2", "the plan's blocks are not"),
+    ("run pipe:mlp:layers=4,hidden=16,batch=8 --pipeline {d}/pipe_version_true.json "
+     "--devices cpu:2", "pipeline plan version True"),
+    ("export {d}/pipe_virtual3.json --format pipeline --out {d}/e.py", "virtual must be"),
+    ("export {d}/pipe_blocks_other.json --format device-map --out {d}/e.py",
+     "is a pipeline plan; give --format pipeline"),
+    ("export {d}/pipe_blocks_other.json --format pipeline --graph example:mlp --out {d}/e.py",
+     "--graph example:mlp"),
     # learning from search: corpora, target folders and policies that are not what they claim
     ("corpus search {d}/emptydir", "emptydir: not a corpus (no manifest.json)"),
     ("corpus regal-targets {d}/emptydir", "emptydir: not a corpus (no manifest.json)"),

@@ -130,3 +130,8 @@ def test_measure_prices_what_this_host_measures(tmp_path):
     assert r.exit_code == 0, r.output
     sim = json.loads((out / "exact" / "pipeline.json").read_text())["simulated"]
     assert sim["profiled"] is True and sim["cores"] == host_cores() and sim["overhead"] > 0
+    report = json.loads((out / "report.json").read_text())
+    rec = report["recommended"]
+    assert rec["default"] == "even" and rec["method"] in ("even", "exact")
+    assert all("measured" in row and row["measured"]["median"] > 0 for row in report["rows"])
+    assert "recommended:" in r.output

@@ -68,6 +68,8 @@ def optimize_pipeline(graph: str, cluster: str | None, stages: int, microbatches
             raise GraphoptError(f"--methods: {m!r} is no pipeline method; give "
                                 f"{', '.join(SPLIT_METHODS)} ('graphopt methods' lists each "
                                 "method's tasks)")
+    if measure and "even" not in methods:  # what a user writes first: measured beside
+        methods = ["even", *methods]
     model = pipeline_model(graph, seed)
     model.require_blocks(stages)
     c = stage_cluster(load_cluster(cluster or "cpu"), stages)
@@ -138,15 +140,22 @@ def optimize_pipeline(graph: str, cluster: str | None, stages: int, microbatches
                      f"profiled here, the runtime's measured {overhead * 1e3:.2f} ms per stage "
                      f"and microbatch, and {cores} shared core(s)")
     console.print(t)
+    rec = None
+    if measured:
+        from graphopt.exec.decide import recommend
+
+        rec = recommend({p.method: m.step_times for p, m in zip(plans, measured)}, "even")
+        console.print(rec.sentence("the even split"), highlight=False)
     if out is not None:
         report = {"task": "pipeline", "graph": graph, "cluster": c.name, "stages": stages,
                   "microbatches": count, "batch": model.batch, "seed": seed,
                   "blocks": list(model.blocks), "interrupted": interrupted,
+                  "recommended": rec and rec.to_dict(),
                   "rows": [_row(p, measured[i] if measured else None, even, measured_even)
                            for i, p in enumerate(plans)]}
         files = {f"{p.method}/{PLAN_FILE}": (lambda path, p=p: p.save(path)) for p in plans}
         path = write_all(out, files, report)
-        best = "exact" if "exact" in methods else methods[0]
+        best = rec.method if rec else "exact" if "exact" in methods else methods[0]
         console.print(f"plans in {out}/<method>/{PLAN_FILE}, report {path}; run one with: "
                       f"graphopt run {graph} --pipeline {out}/{best}/{PLAN_FILE} "
                       f"--devices cpu:{stages}", highlight=False, soft_wrap=True)
