@@ -1,6 +1,6 @@
 """The package's layering, stated once: which subpackage may import which.
 
-Arrows point one way (DESIGN.md): a package imports only packages of lower layers or
+Arrows point one way (docs/design.md): a package imports only packages of lower layers or
 the ones named beside it. Imports inside functions count too: a lazy import is still a
 dependency.
 """

@@ -1,9 +1,8 @@
 """Where the real measurement files live.
 
-The TpuGraphs tuning records shipped with the project sit in ``shared/data/tpugraphs``
-beside the repository (``../shared`` from the repository root), which only a source
-checkout has; set ``GRAPHOPT_TPUGRAPHS_DIR`` to point elsewhere (e.g. at a downloaded
-copy), as an installed package must.
+The TpuGraphs tuning records shipped with the project sit in ``data/tpugraphs`` at the
+repository's root, which only a source checkout has; set ``GRAPHOPT_TPUGRAPHS_DIR`` to
+point elsewhere (e.g. at a downloaded copy), as an installed package must.
 """
 
 from __future__ import annotations
@@ -16,8 +15,8 @@ from graphopt.errors import GraphoptError
 __all__ = ["tpugraphs_dir"]
 
 #: The records' folder in a source checkout: ``src/graphopt/data.py`` → repository root
-#: → ``../shared/data/tpugraphs``. An installed package has no such folder.
-_CHECKOUT_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "tpugraphs"
+#: → ``data/tpugraphs``. An installed package has no such folder.
+_CHECKOUT_DIR = Path(__file__).resolve().parents[2] / "data" / "tpugraphs"
 
 
 def tpugraphs_dir() -> Path:

@@ -1,4 +1,4 @@
-"""The simulator: DESIGN.md "Simulator semantics" checked as properties on random DAGs,
+"""The simulator: docs/design.md "Simulator semantics" checked as properties on random DAGs,
 on tiny hand-built graphs whose figures are computed by hand, and on bad input."""
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def kernel_members(prob: Problem, tl) -> dict[int, list[int]]:
 
 
 def check_timeline(prob: Problem, plan: Plan, r: SimResult) -> None:
-    """Every timing rule of DESIGN.md §1, §3 and §6 on one simulated plan."""
+    """Every timing rule of docs/design.md §1, §3 and §6 on one simulated plan."""
     tl = r.timeline
     g, place = prob.graph, placement_of(prob, plan)
     bw, lat = prob.cluster.bandwidth, prob.cluster.latency
@@ -152,7 +152,7 @@ def check_timeline(prob: Problem, plan: Plan, r: SimResult) -> None:
 
 def check_fusion(prob: Problem, plan: Plan, tl) -> None:
     """Fused kernels respect devices, op classes, size and shape, and never make a cycle
-    (DESIGN.md §5, docs/simulator.md "Fusion")."""
+    (docs/design.md §5, docs/simulator.md "Fusion")."""
     g, place, group, dup = prob.graph, placement_of(prob, plan), tl.group, tl.duplicated
     n = g.num_nodes
     assert ((group >= np.arange(n)) & (group < n)).all(), "a root comes last in its group"
@@ -304,7 +304,7 @@ def test_peak_memory_covers_persistent_bytes_and_every_live_output(pp):
 
 
 def reference_peak(prob: Problem, plan: Plan, r: SimResult) -> np.ndarray:
-    """Peak memory per device recomputed from the timeline by DESIGN.md §4.
+    """Peak memory per device recomputed from the timeline by docs/design.md §4.
 
     Each tensor is an interval [allocated, released) on one device: a kernel's output from
     its start until its last local consumer and its outgoing transfers have finished; its

@@ -4,7 +4,7 @@ A :class:`Profile` maps an op's *signature* — ``(op, dtype, in_shapes, out_sha
 the input shapes being the output shapes of its predecessors in
 ``graph.predecessors(i)`` order — to the median seconds a proxy kernel of that op took
 on one device kind. :func:`graphopt.cost.op_costs` uses it in place of the roofline
-for the nodes it covers (DESIGN.md §2). Nodes with equal signatures share one entry,
+for the nodes it covers (docs/design.md §2). Nodes with equal signatures share one entry,
 so a profile measured on one graph also prices the same ops in another.
 
 The proxy of an op is a PyTorch kernel of its op class built from its shapes (a

@@ -1,4 +1,4 @@
-"""Per-op compute time on each device: the roofline of DESIGN.md §2.
+"""Per-op compute time on each device: the roofline of docs/design.md §2.
 
 ``time = dispatch + launch_overhead + max(flops / (peak * eff_flop), bytes / (mem_bw * eff_mem))``
 

@@ -475,7 +475,7 @@ def map_memory(graph: Graph, device_map: dict[str, Device],
 
     A device holds the weights (parameters and buffers) of the modules mapped to it for
     the whole forward, and the simulator's peak of the activations its ops keep alive
-    (DESIGN.md "Memory": an output from its op's start until its last consumer ends, a
+    (docs/design.md "Memory": an output from its op's start until its last consumer ends, a
     tensor received from another device until its last consumer there ends), each
     tensor kept as long as eager PyTorch keeps it (:func:`_eager_lifetimes`). Modules
     mapped to ``"cpu"`` beside GPUs, or to ``"disk"``, run on the main device

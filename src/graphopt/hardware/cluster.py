@@ -1,7 +1,7 @@
 """Devices, clusters and the links between them.
 
 A :class:`Cluster` is a list of :class:`Device` plus, for every ordered pair of
-devices, the bandwidth and latency of the path between them (DESIGN.md: one directed
+devices, the bandwidth and latency of the path between them (docs/design.md: one directed
 link per pair, carrying one transfer at a time). Topology builders in
 :mod:`graphopt.hardware.topology` fill those matrices; presets in TOML files name
 whole machines.
@@ -225,7 +225,7 @@ class Cluster:
     latency : float array, shape (D, D)
         Seconds of latency from device i to device j.
     overlap_latency : bool
-        False (DESIGN.md, every preset): a link carries one transfer at a time for
+        False (docs/design.md, every preset): a link carries one transfer at a time for
         ``latency + bytes / bandwidth``. True: it is busy for ``bytes / bandwidth`` only,
         and the tensor arrives ``latency`` later, so the latencies of transfers in
         flight overlap, as messages queued on one socket do (worker processes).

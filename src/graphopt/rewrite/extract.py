@@ -229,7 +229,7 @@ class Costs:
     Parameters
     ----------
     cluster : Cluster
-        Whose first device prices the ops (roofline, DESIGN.md §2).
+        Whose first device prices the ops (roofline, docs/design.md §2).
     profile : Profile, optional
         Measured times that replace the roofline where they cover an op (its
         ``device_kind`` must be the cluster's).

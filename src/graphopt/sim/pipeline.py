@@ -6,11 +6,11 @@ through: while chip 1 works on input *i*, chip 0 already works on input *i + 1*.
 steady state one input leaves every ``interval`` seconds, the time the busiest resource
 needs per input:
 
-- a chip's **compute**: the sum of its ops' times (DESIGN.md §2, fusion off, as
+- a chip's **compute**: the sum of its ops' times (docs/design.md §2, fusion off, as
   :class:`~graphopt.sim.Problem` prices each op on each device);
 - a directed **link**'s occupancy: every output an op sends to another chip crosses the
   link once per destination chip, carrying the largest of its edges to that chip, for
-  ``latency + bytes / bandwidth`` (DESIGN.md §3: one transfer at a time per link).
+  ``latency + bytes / bandwidth`` (docs/design.md §3: one transfer at a time per link).
 
 **Weights are stationary** (:func:`stationary`): a weight is loaded once into the SRAM
 of every chip that reads it and never crosses a link per input, as an MCM compiler

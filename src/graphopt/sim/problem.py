@@ -219,7 +219,7 @@ class Problem:
 
     def transfer_time(self, nbytes, src=None, dst=None) -> np.ndarray:
         """Seconds to send ``nbytes`` from device ``src`` to device ``dst``: ``latency +
-        bytes / bandwidth`` over the directed link (DESIGN.md §3), 0 where ``src == dst``
+        bytes / bandwidth`` over the directed link (docs/design.md §3), 0 where ``src == dst``
         (a cluster's diagonal has no latency and infinite bandwidth). Without ``src`` and
         ``dst``: over the mean link, latency and seconds per byte averaged over ordered
         pairs of distinct devices, the one uniform network that HEFT's ``c̄`` and Baechi's
@@ -253,7 +253,7 @@ class Problem:
     @cached_property
     def lower_bound(self) -> float:
         """``max(critical path, total work / D)`` with each op on its fastest device and no
-        communication (DESIGN.md §7). An op that fusion could absorb counts only its FLOP
+        communication (docs/design.md §7). An op that fusion could absorb counts only its FLOP
         time, since a fused kernel saves launches and memory traffic: so the bound holds
         for every plan, fused or not."""
         c = self.costs
@@ -405,7 +405,7 @@ def _reason(problem: Problem, code: int, arg: int, peak: np.ndarray) -> str:
 
 
 def simulate(problem: Problem, plan: Plan | None = None, timeline: bool = False) -> SimResult:
-    """Simulate ``plan`` on ``problem`` (DESIGN.md "Simulator semantics").
+    """Simulate ``plan`` on ``problem`` (docs/design.md "Simulator semantics").
 
     Pure and deterministic, and safe to call from several threads at once: each thread
     simulates in work arrays of its own, and the result shares no array with them. With

@@ -8,7 +8,7 @@ arrived. They differ only in which (op, device) pair they pick; that choice live
 - **time**: a device runs one op at a time (no insertion into idle gaps); an input
   from another device arrives :meth:`~graphopt.sim.Problem.transfer_time` after its
   producer ends, over the directed link, one transfer per link at a time, sent once
-  per destination device (DESIGN.md's transfer model).
+  per destination device (docs/design.md's transfer model).
 - **followers**: inputs and parameters (no inputs of their own, no compute time) are
   not scheduled on their own; each goes to the device of its first consumer, or of its
   colocation group once the group is placed, as a placer colocates a variable with its

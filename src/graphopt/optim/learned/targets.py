@@ -242,7 +242,7 @@ def prior_moves(folder: str | Path, targets: list[Target], priors: list[Plan],
             gains = move_gains(t.problem, prior, unit)
             buf = io.BytesIO()
             np.save(buf, gains, allow_pickle=False)
-            atomic_write(path, lambda f: f.write(buf.getvalue()))
+            atomic_write(path, lambda f, data=buf.getvalue(): f.write(data))
         out.append(gains)
         if progress:
             progress(done, len(targets), t.key)

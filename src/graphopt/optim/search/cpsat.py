@@ -1,6 +1,6 @@
 """Exact joint placement and scheduling of small graphs with OR-Tools CP-SAT.
 
-The model follows DESIGN.md's simulator semantics with fusion off, in integer time:
+The model follows docs/design.md's simulator semantics with fusion off, in integer time:
 
 - **placement**: a Boolean ``x[u, d]`` per colocation unit and device, exactly one per unit;
 - **ops**: one optional interval per op and device, present where the op runs, of the
