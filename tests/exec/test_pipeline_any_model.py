@@ -161,7 +161,7 @@ def test_user_module_optimize_report_run_and_exported_script(user_file, tmp_path
     assert r.exit_code == 0, r.output
     report = json.loads((out / "report.json").read_text())
     assert report["task"] == "pipeline" and report["blocks"][0] == "blocks.0"
-    assert [row["method"] for row in report["rows"]] == ["even", "params", "exact"]
+    assert [row["method"] for row in report["rows"]] == ["even", "params", "exact", "even-first"]
     even = next(row for row in report["rows"] if row["method"] == "even")
     assert even["split_spec"] == {"blocks.2": "beginning"} and even["speedup_vs_even"] == 1.0
     plan = out / "exact" / "pipeline.json"

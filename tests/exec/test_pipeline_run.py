@@ -132,6 +132,6 @@ def test_measure_prices_what_this_host_measures(tmp_path):
     assert sim["profiled"] is True and sim["cores"] == host_cores() and sim["overhead"] > 0
     report = json.loads((out / "report.json").read_text())
     rec = report["recommended"]
-    assert rec["default"] == "even" and rec["method"] in ("even", "exact")
+    assert rec["default"] == "even-first" and rec["method"] in ("even", "exact", "even-first")
     assert all("measured" in row and row["measured"]["median"] > 0 for row in report["rows"])
     assert "recommended:" in r.output

@@ -86,19 +86,24 @@ def optimize_pipeline(graph: str, cluster: str | None, stages: int, microbatches
                 except Stopped:
                     interrupted = True
         with console.status(f"{'profiling' if measure else 'tracing'} one microbatch of {graph}"):
+            problems: dict[int, tuple] = {}
+
+            def problem(m: int):  # each microbatch count traced (and profiled) once
+                if m not in problems:
+                    problems[m] = pipeline_problem(model, m, c, profile=measure)
+                return problems[m]
+
             if microbatches == "auto":
-                results = plan_pipeline_auto(
-                    lambda m: pipeline_problem(model, m, c, profile=measure),
-                    microbatch_candidates(model.batch, stages), stages, schedule, methods,
-                    overhead, cores, virtual)
+                results = plan_pipeline_auto(problem, microbatch_candidates(model.batch, stages),
+                                             stages, schedule, methods, overhead, cores, virtual)
             else:
                 model.check_microbatches(int(microbatches))
-                prob, costs = pipeline_problem(model, int(microbatches), c, profile=measure)
-                results = plan_pipeline(prob, costs, stages, int(microbatches), schedule,
-                                        methods, overhead, cores, virtual)
+                results = plan_pipeline(*problem(int(microbatches)), stages, int(microbatches),
+                                        schedule, methods, overhead, cores, virtual)
+            results += _first_choice(model, problem, stages, overhead, cores)
         count = results[0].cost.microbatches
-        plans = [PipelinePlan(graph, r.cost.bounds, r.cost.schedule, count, r.method,
-                              _simulated(r.cost, model.batch, overhead, cores, measure),
+        plans = [PipelinePlan(graph, r.cost.bounds, r.cost.schedule, r.cost.microbatches,
+                              r.method, _simulated(r.cost, model.batch, overhead, cores, measure),
                               r.cost.virtual, model.blocks)
                  for r in results]
         if measure and not interrupted:
@@ -114,7 +119,7 @@ def optimize_pipeline(graph: str, cluster: str | None, stages: int, microbatches
                     f"{model.blocks[-1]}) into {stages} stages on {c.name}, {count} "
                     f"microbatches of {model.batch // count}")
     chunked = any(r.cost.virtual > 1 for r in results)
-    cols = ["method", f"blocks per {'chunk' if chunked else 'stage'}", "schedule", "step ms",
+    cols = ["method", f"blocks per {'chunk' if chunked else 'stage'}", "schedule, M", "step ms",
             "samples/s", "vs even", "peak per stage", "fits"]
     if measured:
         cols += ["measured ms", "measured vs even", "measured peak per stage"]
@@ -125,7 +130,8 @@ def optimize_pipeline(graph: str, cluster: str | None, stages: int, microbatches
     for i, r in enumerate(results):
         cst = r.cost
         sched = f"{cst.schedule} x{cst.virtual}" if cst.virtual > 1 else cst.schedule
-        row = [r.method, _sizes(cst.bounds), sched, f"{cst.step_time * 1e3:.2f}",
+        row = [r.method, _sizes(cst.bounds), f"{sched}, {cst.microbatches}",
+               f"{cst.step_time * 1e3:.2f}",
                f"{cst.throughput(model.batch):,.1f}",
                f"{even / cst.step_time:.2f}x" if even else "-", _bytes(cst.memory),
                "yes" if cst.fits else "[red]no[/]"]
@@ -144,8 +150,10 @@ def optimize_pipeline(graph: str, cluster: str | None, stages: int, microbatches
     if measured:
         from graphopt.exec.decide import recommend
 
-        rec = recommend({p.method: m.step_times for p, m in zip(plans, measured)}, "even")
-        console.print(rec.sentence("the even split"), highlight=False)
+        first = FIRST_CHOICE if any(p.method == FIRST_CHOICE for p in plans) else "even"
+        rec = recommend({p.method: m.step_times for p, m in zip(plans, measured)}, first)
+        console.print(rec.sentence("what a user writes first" if first == FIRST_CHOICE
+                                   else "the even split"), highlight=False)
     if out is not None:
         report = {"task": "pipeline", "graph": graph, "cluster": c.name, "stages": stages,
                   "microbatches": count, "batch": model.batch, "seed": seed,
@@ -162,6 +170,24 @@ def optimize_pipeline(graph: str, cluster: str | None, stages: int, microbatches
     if interrupted:
         console.print("interrupted: the plans are kept, without measured figures")
         raise typer.Exit(130)
+
+
+#: The row of what a user writes first: even blocks, 1F1B, as many microbatches as stages.
+FIRST_CHOICE = "even-first"
+
+
+def _first_choice(model, problem, stages: int, overhead: float, cores: int | None) -> list:
+    """:data:`FIRST_CHOICE`, priced as the methods are (none where the stages do not
+    divide the batch, or 1F1B cannot run them)."""
+    from graphopt.optim.partition.pipeline import PipelineResult, even_split
+    from graphopt.sim.pipeline import split_cost
+
+    if stages < 2 or model.batch % stages:
+        return []
+    prob, costs = problem(stages)
+    cost = split_cost(prob, costs, even_split(costs.num_layers, stages), stages, "1f1b",
+                      overhead, cores)
+    return [PipelineResult(FIRST_CHOICE, cost)]
 
 
 def _simulated(cost, batch: int, overhead: float, cores: int | None, profiled: bool) -> dict:
