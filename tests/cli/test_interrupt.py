@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 from graphopt.dist.local import LocalEvaluator, stop_on_interrupt, stop_requested
 from graphopt.hardware import load_cluster
@@ -59,3 +60,62 @@ def test_ctrl_c_in_optimize_writes_the_report_and_exits_130(tmp_path):
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["interrupted"] and "metis" not in [r["method"] for r in report["rows"]]
     assert (tmp_path / report["rows"][-1]["method"] / "plan.json").is_file()
+
+
+def test_sigterm_in_the_pipeline_task_keeps_the_plans_and_exits_130(tmp_path):
+    # wherever the signal lands once the task runs (building, planning or measuring on
+    # worker processes), the plans are written without measured figures
+    p = subprocess.Popen([sys.executable, "-m", "graphopt.cli", "optimize",
+                          "pipe:mlp:layers=4,hidden=16,batch=8", "--task", "pipeline",
+                          "--stages", "2", "--measure", "--measure-steps", "50", "--out",
+                          str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True)
+    deadline = time.monotonic() + 120
+    while not _children(p.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)  # worker processes: the runtime's overhead or the plans measured
+    p.send_signal(signal.SIGTERM)
+    out, _ = p.communicate(timeout=120)
+    assert "Traceback" not in out and p.returncode == 130, out
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["interrupted"] and report["task"] == "pipeline"
+    assert all("measured" not in row for row in report["rows"])
+    assert (tmp_path / "exact" / "pipeline.json").is_file()
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (Linux's /proc)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def test_kill_9_of_the_pipeline_task_leaves_no_worker(tmp_path):
+    p = subprocess.Popen([sys.executable, "-m", "graphopt.cli", "optimize",
+                          "pipe:mlp:layers=4,hidden=16,batch=8", "--task", "pipeline",
+                          "--stages", "2", "--measure", "--measure-steps", "50", "--out",
+                          str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not _children(p.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    workers = _children(p.pid)
+    assert workers
+    p.kill()
+    p.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while any(Path(f"/proc/{w}").exists() and "Z" not in _state(w) for w in workers) \
+            and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [w for w in workers if Path(f"/proc/{w}").exists() and "Z" not in _state(w)]
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "Z"

@@ -68,17 +68,17 @@ def optimize_pipeline(graph: str, cluster: str | None, stages: int, microbatches
             raise GraphoptError(f"--methods: {m!r} is no pipeline method; give "
                                 f"{', '.join(SPLIT_METHODS)} ('graphopt methods' lists each "
                                 "method's tasks)")
-    if measure and "even" not in methods:  # what a user writes first: measured beside
-        methods = ["even", *methods]
-    model = pipeline_model(graph, seed)
-    model.require_blocks(stages)
-    c = stage_cluster(load_cluster(cluster or "cpu"), stages)
-    # --measure prices what this host measures: each block profiled here, the runtime's
-    # overhead, and the stages' processes sharing this host's cores
-    overhead, cores = 0.0, host_cores() if measure else None
     interrupted = False
     measured = None
-    with stop_on_interrupt():
+    with stop_on_interrupt():  # from here a signal asks to stop: the plans are then kept
+        if measure and "even" not in methods:  # what a user writes first: measured beside
+            methods = ["even", *methods]
+        model = pipeline_model(graph, seed)
+        model.require_blocks(stages)
+        c = stage_cluster(load_cluster(cluster or "cpu"), stages)
+        # --measure prices what this host measures: each block profiled here, the runtime's
+        # overhead, and the stages' processes sharing this host's cores
+        overhead, cores = 0.0, host_cores() if measure else None
         if measure:
             with console.status(f"measuring the pipeline runtime's overhead on {stages} processes"):
                 try:
