@@ -3,16 +3,28 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+DEV_STAMP := $(VENV)/.installed-dev
 
 .PHONY: run test install bench clean
 
+# What the main job needs, and no more (the extras onnx, jax, rewrite, ray, hf and
+# accelerate come with `make test` or `pip install -e '.[NAME]'`).
 $(STAMP): pyproject.toml
+	@echo "make: creating $(VENV) and installing graphopt (torch's CPU wheel first; a few minutes on a fresh machine)"
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# torch is pinned to the CPU wheel this machine carries; install it first so nothing pulls CUDA builds.
+	@echo "make: installing torch==2.13.0"
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev]'
+	@echo "make: installing graphopt and its dependencies"
+	$(BIN)/pip install -q -e .
 	touch $(STAMP)
+
+# The test suite's set: every extra, pytest and its plugins.
+$(DEV_STAMP): $(STAMP)
+	@echo "make: installing the test set (pytest, onnx, jax, egglog, ray, transformers, accelerate)"
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(DEV_STAMP)
 
 install: $(STAMP)
 
@@ -30,7 +42,7 @@ run: $(STAMP)
 # The simulator is compiled once first (about a minute on a fresh clone), so that the
 # workers load it from numba's cache rather than both compiling it.
 TEST_WORKERS ?= 2
-test: $(STAMP)
+test: $(DEV_STAMP)
 	$(BIN)/python -c "from graphopt.sim import ensure_compiled; ensure_compiled()"
 	# pytest exits 5 when it collects no test: not a failure of the code
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile; rc=$$?; [ $$rc -eq 5 ] && exit 0; exit $$rc
