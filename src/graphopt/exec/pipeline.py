@@ -336,7 +336,9 @@ def _worker(rank: int, world: int, port: int, spec: str, seed: int, plans: list[
     try:
         _work(rank, world, port, spec, seed, plans, steps, warmup, threads, queue)
     except BaseException as err:  # noqa: BLE001 - reported to the parent, one message
-        queue.put(("error", rank, f"{type(err).__name__}: {err}", traceback.format_exc()))
+        lines = [line for line in str(err).splitlines() if line.strip()]
+        queue.put(("error", rank, f"{type(err).__name__}: {lines[0] if lines else ''}",
+                   traceback.format_exc()))
         raise SystemExit(1) from None
 
 
@@ -534,6 +536,8 @@ def measure_pipelines(spec: str, plans: list[PipelinePlan], steps: int = 5, warm
     got = {}
     for msg in msgs:
         if msg[0] == "error":
+            if os.environ.get("GRAPHOPT_DEBUG"):
+                print(msg[3])
             raise ExecutionError(f"pipeline stage {msg[1]} failed: {msg[2]}".splitlines()[0])
         got[msg[1]] = msg
     if len(got) != world:
