@@ -244,7 +244,8 @@ CASES = [
     ("info {d}/emptydir/x.json", "x.json: no such file"),
     ("simulate example:mlp -c {d}/zero.toml", "zero.toml: not a regular file"),
     ("simulate example:mlp --plan {d}/zero_plan.json", "zero_plan.json: not a regular file"),
-    ("simulate example:mlp --json {d}/null_out.json", "null_out.json: not a regular file"),
+    ("simulate example:mlp --json {d}/null_out.json --trace /dev/fd/987",
+     "--trace /dev/fd/987: descriptor 987 is not open"),  # /dev/null is written in place
     ("run zoo:rnnlm-2-quick --devices cpu:2 --trace {d}/outdir/t.json",
      "t.sim.json: is a folder, expected a file"),
     ("costmodel train --data {d}/tiles --run-name ../x --out {d}/cm",

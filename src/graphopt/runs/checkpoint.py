@@ -25,6 +25,7 @@ same way.
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import os
@@ -215,12 +216,18 @@ def _check_hash(folder: Path, weights: str, meta_file: str, meta: dict, blob: by
 
 
 def _remove_stale(folder: Path) -> None:
-    """Remove the temporary files a killed :func:`atomic_write` left in ``folder``
-    (``.NAME.<random>.tmp``: of the checkpoint, and of the log and chart a trainer writes
-    beside it); only this run writes there."""
+    """Remove the temporary files a killed :func:`atomic_write` left in ``folder`` for
+    the files a trainer writes there (``.NAME.<random>.tmp``, NAME one of the checkpoint's,
+    the policy's, their pending weights, the log and the chart:
+    :data:`graphopt.runs.run.RUN_FILES`); another tool's temporary files in the same
+    folder are not ours to delete, and stay."""
+    from graphopt.runs.run import RUN_FILES
+
     if folder.is_dir():
-        for tmp in folder.glob(".*.tmp"):
-            tmp.unlink(missing_ok=True)
+        for name in (*RUN_FILES, _pending(WEIGHTS), _pending(POLICY_WEIGHTS)):
+            for tmp in folder.glob(f".{glob.escape(name)}.*.tmp"):
+                if tmp.is_file() and not tmp.is_symlink():
+                    tmp.unlink(missing_ok=True)
 
 
 def load_checkpoint(folder: str | os.PathLike, config: dict, modules: dict[str, nn.Module],
