@@ -28,8 +28,8 @@ import numpy as np
 from graphopt.errors import GraphFormatError, GraphoptError, WriteError
 
 __all__ = ["MAX_JSON_BYTES", "MAX_NPZ_BYTES", "atomic_write", "check_output", "env_limit", "fd_alias",
-           "npz_arrays", "read_index", "read_json", "regular_file", "save_figure", "write_error",
-           "write_json"]
+           "check_record", "inside", "npz_arrays", "read_index", "read_json", "regular_file",
+           "safe_name", "save_figure", "write_error", "write_json"]
 
 #: The largest JSON file graphopt reads (graphs, plans, profiles, policies): a bound on
 #: what an outside file can make us allocate, about 5x its size once loaded (a 128 MB plan
@@ -257,6 +257,102 @@ def read_index(path: str | os.PathLike, fmt: str, version: int, key: str, what: 
         raise GraphoptError(f"{path}: field 'version': format version {doc.get('version')!r}; "
                             f"this graphopt reads version {version}: make it anew")
     return doc
+
+
+#: A name graphopt makes a file name of (a corpus item id, a graph's name in a targets
+#: folder): letters, digits and ``_.+=,:@-``, not starting with a dot, no ``..``.
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+=,:@-]{0,199}")
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def safe_name(value: Any, where: str) -> str:
+    """``value`` when it is a name graphopt would make a file of (an item id read back from
+    an index), else :class:`GraphoptError`, one line naming ``where``: a name that would
+    leave its folder (``../../x``, ``/etc/x``), hold a NUL, a newline or a separator, or is
+    not text.
+
+    >>> safe_name("bert-0123abcd", "m.json: items")
+    'bert-0123abcd'
+    >>> safe_name("../../x", "m.json: items")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    graphopt.errors.GraphoptError: m.json: items: '../../x' is not a name graphopt makes (...)
+    """
+    if not isinstance(value, str) or not _SAFE_NAME.fullmatch(value) or ".." in value:
+        raise GraphoptError(f"{where}: {_shown(value)} is not a name graphopt makes (letters, "
+                            "digits and _.+=,:@-; no '/', '..' or NUL)")
+    return value
+
+
+def inside(folder: str | os.PathLike, rel: Any, where: str) -> Path:
+    """``folder / rel`` for a relative path ``rel`` read from an index in ``folder``, which
+    must stay inside it: text, not absolute, no ``..`` part, no NUL or backslash; else
+    :class:`GraphoptError` naming ``where``.
+
+    >>> inside("corpus", "graphs/a.npz", "f")
+    PosixPath('corpus/graphs/a.npz')
+    >>> inside("corpus", "/etc/passwd", "corpus/m.json: field 'file'")
+    Traceback (most recent call last):
+    graphopt.errors.GraphoptError: corpus/m.json: field 'file': '/etc/passwd' is not a path inside corpus
+    """
+    if not isinstance(rel, str) or not rel or "\0" in rel or "\\" in rel or os.path.isabs(rel) \
+            or ".." in Path(rel).parts or any(c in rel for c in "\n\r"):
+        raise GraphoptError(f"{where}: {_shown(rel)} is not a path inside {folder}")
+    return Path(folder) / rel
+
+
+def _kind_ok(kind: Any, value: Any) -> str | None:
+    """None when ``value`` is of ``kind`` (see :func:`check_record`), else what was expected."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(kind, (set, frozenset, tuple)):
+        return None if isinstance(value, str) and value in kind else f"one of {', '.join(sorted(kind))}"
+    checks = {
+        "str": (isinstance(value, str) and "\0" not in value, "text"),
+        "str?": (value is None or isinstance(value, str), "text or null"),
+        "count": (isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 2**62,
+                  "a whole number from 0 to 2**62"),
+        "seconds": (number and math.isfinite(value) and value >= 0, "a finite number >= 0"),
+        "number": (number and math.isfinite(value), "a finite number"),
+        "real": (number, "a number"),
+        "time?": (value is None or (number and math.isfinite(value) and value > 0),
+                  "a finite number > 0 or null"),
+        "list": (isinstance(value, list), "a list"),
+        "dict": (isinstance(value, dict), "an object"),
+    }
+    ok, expected = checks[kind]
+    return None if ok else expected
+
+
+def check_record(record: Any, where: str, fields: dict[str, Any]) -> dict:
+    """``record`` (an entry of an index graphopt wrote, read back from disk) when each of
+    ``fields`` holds a value of its kind, else :class:`GraphoptError`, one line naming
+    ``where`` and the field. A name ending in ``?`` may be missing. Kinds: ``"str"``,
+    ``"str?"`` (or null), ``"count"`` (a whole number 0..2**62, not ``true``),
+    ``"seconds"`` (finite, >= 0), ``"number"`` (finite), ``"real"`` (any number, not
+    ``true``), ``"time?"`` (finite, > 0, or null), ``"list"``,
+    ``"dict"``, or a set of allowed strings.
+
+    >>> check_record({"status": "built", "nodes": True}, "m.json: items['a']",
+    ...              {"status": {"built", "skipped"}, "nodes": "count"})  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    graphopt.errors.GraphoptError: m.json: items['a']: field 'nodes': expected a whole number ..., got True
+    """
+    if not isinstance(record, dict):
+        raise GraphoptError(f"{where}: expected an object, got {_shown(record)}")
+    for name, kind in fields.items():
+        key, optional = name.rstrip("?"), name.endswith("?")
+        if key not in record:
+            if optional:
+                continue
+            raise GraphoptError(f"{where}: field {key!r} is missing")
+        expected = _kind_ok(kind, record[key])
+        if expected is not None:
+            raise GraphoptError(f"{where}: field {key!r}: expected {expected}, got "
+                                f"{_shown(record[key])}")
+    return record
 
 
 def write_json(path: str | os.PathLike, doc: Any) -> None:

@@ -88,7 +88,105 @@ def make_bad_files(d: Path) -> Path:
     with zipfile.ZipFile(d / "bomb.npz", "w") as z:
         z.writestr("names.npy", head.getvalue())
     _more_bad_files(d, g, base)
+    _hostile_indexes(d)
     return d
+
+
+#: Issue 49: corpus manifests and the targets indexes read back from disk, hand-edited:
+#: ids and paths that would leave their folder, wrong types, missing keys.
+#: name -> (change to one record, or to the document with "doc:"), the index it is in
+_ITEM = {"source": "example:layered-60-s0", "family": "layered", "split": "train",
+         "status": "built", "file": "graphs/layered-0123456789ab.npz", "nodes": 60, "edges": 80,
+         "bytes": 100, "seconds": 0.5}
+_ENTRY = {"item": "layered-0123456789ab", "cluster": "p100:2",
+          "file": "targets/layered-0123456789ab@p100:2.json",
+          "step_time": 0.001, "method": "sa", "budget": 10, "seed": 0, "evals": 10, "rounds": 1,
+          "policy": None, "seconds": 0.1}
+_MCM = {"graph": "bert-base", "preset": "mcm-ring4", "source": "zoo:bert-base", "chips": [0, 1],
+        "interval": 1e-5, "method": "mcm-sa", "budget": 8, "seed": 0, "seconds": 1.0}
+_REGAL = {"family": "layered", "nodes": 60, "graph": "graphs/layered-0123456789ab.npz",
+          "file": "targets/layered-0123456789ab.npz", "value": 1.0, "evals": 5, "source": "x"}
+MANIFESTS = {
+    "id_up": {"key": "../../x"}, "id_abs": {"key": "/etc/x"}, "id_nul": {"key": "a\0b"},
+    "id_dot": {"key": ".hidden"}, "id_newline": {"key": "a\nb"},
+    "file_up": {"file": "../../etc/passwd"}, "file_abs": {"file": "/etc/passwd"},
+    "file_other": {"file": "graphs/other.npz"}, "file_int": {"file": 5},
+    "no_status": {"status": None}, "status_bogus": {"status": "weird"}, "nodes_text": {"nodes": "12"},
+    "nodes_true": {"nodes": True}, "nodes_neg": {"nodes": -1}, "record_list": {"record": [1]},
+    "split_int": {"split": 7}, "no_source": {"source": None}, "family_int": {"family": 7},
+    "skipped_no_reason": {"status": "skipped"}, "seconds_nan": {"seconds": float("nan")},
+    "builds_text": {"doc:builds": "x"}, "build_seconds_neg": {"doc:builds": [{"seconds": -1, "built": 1,
+                                                                               "skipped": 0, "reused": 0}]},
+}
+TARGETS = {
+    "item_up": {"item": "../../x", "key": "../../x@p100:2"}, "file_up": {"file": "../../../etc/x.json"},
+    "file_abs": {"file": "/etc/passwd"}, "cluster_up": {"cluster": "/../../../tmp/x",
+                                                         "key": "layered-0123456789ab@/../../../tmp/x"},
+    "key_other": {"key": "layered-0123456789ab@p100:8"}, "budget_text": {"budget": "2000"},
+    "no_rounds": {"rounds": None}, "step_nan": {"step_time": float("nan")}, "step_neg": {"step_time": -1},
+    "entry_list": {"record": []}, "method_int": {"method": 7}, "policy_int": {"policy": 5},
+}
+MCM_TARGETS = {
+    "graph_up": {"graph": "../../x", "key": "../../x@mcm-ring4"}, "chips_text": {"chips": ["a", "b"]},
+    "chips_str": {"chips": "01"}, "chips_neg": {"chips": [0, -1]}, "interval_nan": {"interval": float("nan")},
+    "key_other": {"key": "gpt2@mcm-ring4"}, "budget_true": {"budget": True}, "no_preset": {"preset": None},
+}
+REGAL_TARGETS = {
+    "key_up": {"key": "../x"}, "file_abs": {"file": "/etc/passwd"},
+    "graph_up": {"graph": "../../../etc/passwd"}, "nodes_text": {"nodes": "5"},
+    "value_text": {"value": "low"},
+    "corpus_int": {"doc:corpus": 5}, "no_family": {"family": None},
+}
+
+
+_KEY = "layered-0123456789ab"
+
+
+def _at(field: str, change: dict, key: str, needle: str) -> str:
+    """The message's start naming the record (its key as the index gives it), then ``needle``."""
+    if needle.startswith(("items:", "field 'corpus'", "builds")) or "doc:builds" in change:
+        return needle
+    return f"{field}[{change.get('key', key)!r}]: {needle}"
+
+
+def _index_doc(header: dict, field: str, key: str, record: dict, change: dict) -> dict:
+    record = {k: v for k, v in {**record, **change}.items() if v is not None and k != "key"}
+    if "record" in change:
+        record = change["record"]
+    doc = {**header, field: {change.get("key", key): record}}
+    doc.update({k[4:]: v for k, v in change.items() if k.startswith("doc:")})
+    if isinstance(record, dict):
+        for k in [k for k in record if k.startswith("doc:")]:
+            del record[k]
+    return doc
+
+
+def _hostile_indexes(d: Path) -> None:
+    manifest = {"format": "graphopt-corpus", "version": 1, "builds": []}
+    key = "layered-0123456789ab"
+    for name, change in MANIFESTS.items():
+        (d / f"m_{name}").mkdir()
+        (d / f"m_{name}" / "manifest.json").write_text(
+            json.dumps(_index_doc(manifest, "items", key, _ITEM, change)))
+    good = json.dumps(_index_doc(manifest, "items", key, _ITEM, {}))
+    targets = {"format": "graphopt-corpus-targets", "version": 1}
+    for name, change in TARGETS.items():
+        (d / f"t_{name}").mkdir()
+        (d / f"t_{name}" / "manifest.json").write_text(good)
+        (d / f"t_{name}" / "targets.json").write_text(
+            json.dumps(_index_doc(targets, "entries", f"{key}@p100:2", _ENTRY, change)))
+    mcm = {"format": "graphopt-mcm-targets", "version": 1}
+    for name, change in MCM_TARGETS.items():
+        (d / f"mt_{name}").mkdir()
+        (d / f"mt_{name}" / "targets.json").write_text(
+            json.dumps(_index_doc(mcm, "entries", "bert-base@mcm-ring4", _MCM, change)))
+    regal = {"format": "graphopt-regal-targets", "version": 1, "corpus": str(d / "t_item_up"),
+             "evals": 5, "seed": 0, "cluster": "p100:2", "objective": "memory",
+             "prior": "layer-split", "builds": []}
+    for name, change in REGAL_TARGETS.items():
+        (d / f"rt_{name}").mkdir()
+        (d / f"rt_{name}" / "index.json").write_text(
+            json.dumps(_index_doc(regal, "items", key, _REGAL, change)))
 
 
 def _more_bad_files(d: Path, g: dict, base: str) -> None:
@@ -741,6 +839,58 @@ CASES = [
      "-p go.heuristics=nope", "unknown method 'nope'"),
     ("train mcm-imitate {d}/emptydir --out {d}/tm", "emptydir: no MCM targets"),
     ("train regal-imitate {d}/emptydir --out {d}/tr", "emptydir: no REGAL targets (no index.json)"),
+    # issue 49: hand-edited corpus manifests and targets indexes, one line naming file and field
+    *[(f"corpus list {{d}}/m_{name}",
+       f"m_{name}/manifest.json: " + _at("items", MANIFESTS[name], _KEY, needle))
+      for name, needle in {
+        "id_up": "items: '../../x' is not a name graphopt makes",
+        "id_abs": "items: '/etc/x' is not a name", "id_nul": "items: 'a\\x00b' is not a name",
+        "id_dot": "items: '.hidden' is not a name", "id_newline": "items: 'a\\nb' is not a name",
+        "file_up": "field 'file': '../../etc/passwd' is not a path inside",
+        "file_abs": "field 'file': '/etc/passwd' is not a path inside",
+        "file_other": "field 'file': expected 'graphs/layered-0123456789ab.npz', got 'graphs/other.npz'",
+        "file_int": "field 'file': expected text, got 5", "no_status": "field 'status' is missing",
+        "status_bogus": "field 'status': expected one of built, skipped, got 'weird'",
+        "nodes_text": "field 'nodes': expected a whole number",
+        "nodes_true": "field 'nodes': expected a whole",
+        "nodes_neg": "field 'nodes': expected a whole number from 0", "record_list": "expected an object",
+        "split_int": "field 'split': expected one of held-out, train, got 7",
+        "no_source": "field 'source' is missing", "family_int": "field 'family': expected text, got 7",
+        "skipped_no_reason": "field 'reason' is missing", "seconds_nan": "field 'seconds': expected a finite",
+        "builds_text": "field 'builds': expected a list", "build_seconds_neg": "builds[0]: field 'seconds'",
+    }.items()],
+    *[(f"train imitate {{d}}/t_{name} --out {{d}}/ti_{name}",
+       f"t_{name}/targets.json: " + _at("entries", TARGETS[name], f"{_KEY}@p100:2", needle))
+      for name, needle in {
+        "item_up": "field 'item': '../../x' is not a name",
+        "file_up": "field 'file': '../../../etc/x.json' is "
+        "not a path inside", "file_abs": "field 'file': '/etc/passwd' is not a path inside",
+        "cluster_up": "field 'cluster': 'priors/layered-0123456789ab@/../../../tmp/x.json' is not a path",
+        "key_other": "the key is not its item@cluster", "budget_text": "field 'budget': expected a whole",
+        "no_rounds": "field 'rounds' is missing",
+        "step_nan": "field 'step_time': expected a finite number > 0",
+        "step_neg": "field 'step_time': expected a finite number > 0", "entry_list": "expected an object",
+        "method_int": "field 'method': expected text, got 7",
+        "policy_int": "field 'policy': expected text or null",
+    }.items()],
+    *[(f"train mcm-imitate {{d}}/mt_{name} --out {{d}}/tmi_{name}",
+       f"mt_{name}/targets.json: " + _at("entries", MCM_TARGETS[name], "bert-base@mcm-ring4", needle))
+      for name, needle in {
+        "graph_up": "field 'graph': '../../x' is not a name", "chips_text": "field 'chips': expected chip",
+        "chips_str": "field 'chips': expected a list", "chips_neg": "field 'chips': expected chip indices",
+        "interval_nan": "field 'interval': expected a finite number > 0",
+        "key_other": "the key is not its graph@preset", "budget_true": "field 'budget': expected a whole",
+        "no_preset": "field 'preset' is missing",
+    }.items()],
+    *[(f"train regal-imitate {{d}}/rt_{name} --out {{d}}/tri_{name}",
+       f"rt_{name}/index.json: " + _at("items", REGAL_TARGETS[name], _KEY, needle))
+      for name, needle in {
+        "key_up": "items: '../x' is not a name",
+        "file_abs": "field 'file': '/etc/passwd' is not a path inside",
+        "graph_up": "field 'graph': '../../../etc/passwd' is not a path inside",
+        "nodes_text": "field 'nodes': expected a whole", "value_text": "field 'value': expected a number",
+        "corpus_int": "field 'corpus': expected text, got 5", "no_family": "field 'family' is missing",
+    }.items()],
     ("train mcm --init {d}/emptydir --corpus bert-base@mcm-ring4 --out {d}/tmi",
      "emptydir/policy.json: no such file"),
 ]

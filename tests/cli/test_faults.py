@@ -812,3 +812,53 @@ def test_every_out_folder_is_claimed_a_second_run_refused(tmp_path, command):
     assert line.endswith(f"{out}: another graphopt run (pid {os.getpid()}) is writing there; wait "
                          "for it to end or choose another folder"), line
     assert sorted(p.name for p in out.iterdir()) == [".graphopt.lock", "manifest.json"]
+
+
+# -- issue 49: a full disk during 'corpus build' is the machine's fault, not the item's -----------
+@pytest.mark.parametrize("where", ["save_graph", "load_source"])
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS],
+                         ids=["ENOSPC", "EDQUOT", "EFBIG", "EROFS"])
+def test_a_full_disk_in_corpus_build_is_not_recorded_as_a_skipped_item(tmp_path, monkeypatch, code, where):
+    import graphopt.frontends
+    import graphopt.ir
+    from graphopt.corpus import CorpusItem, build_corpus, load_manifest
+
+    items = [CorpusItem("example:layered-60-s0", "layered"), CorpusItem("example:layered-60-s1", "layered")]
+    real, calls = getattr(graphopt.ir if where == "save_graph" else graphopt.frontends, where), []
+
+    def full(*args, **kw):
+        calls.append(1)
+        if len(calls) == 2:
+            err = OSError(code, os.strerror(code))
+            raise (err if where == "load_source" else WriteError(f"x: cannot write ({err.strerror})"))
+        return real(*args, **kw)
+    monkeypatch.setattr(graphopt.ir if where == "save_graph" else graphopt.frontends, where, full)
+    with pytest.raises(WriteError, match=os.strerror(code) if where == "load_source" else "cannot write"):
+        build_corpus(tmp_path, items)
+    records = load_manifest(tmp_path)["items"]
+    assert [r["status"] for r in records.values()] == ["built"] and items[1].id not in records
+    monkeypatch.undo()
+    again = build_corpus(tmp_path, items)  # the space is back: the item is built, not kept skipped
+    assert [r["status"] for r in again["items"].values()] == ["built", "built"]
+
+
+def test_an_item_that_fails_otherwise_is_still_recorded_as_skipped(tmp_path, monkeypatch):
+    import graphopt.frontends
+    from graphopt.corpus import CorpusItem, build_corpus
+
+    def missing(source):
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory", source)
+    monkeypatch.setattr(graphopt.frontends, "load_source", missing)
+    doc = build_corpus(tmp_path, [CorpusItem("example:layered-60-s0", "layered")])
+    assert [r["status"] for r in doc["items"].values()] == ["skipped"]
+
+
+def test_corpus_build_on_a_full_disk_is_one_line(tmp_path):
+    r = graphopt("corpus", "build", "--quick", "--families", "layered", "--out", str(tmp_path / "c"),
+                 fsize=LIMIT * 8)
+    out = r.stdout + r.stderr
+    assert r.returncode == 2 and "Traceback" not in out, out
+    assert out.strip().splitlines()[-1].startswith(f"error: {tmp_path}/c/") and \
+        out.strip().endswith("cannot write (File too large)"), out
+    manifest = tmp_path / "c" / "manifest.json"
+    assert not manifest.exists() or '"skipped"' not in manifest.read_text()
