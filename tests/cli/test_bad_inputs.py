@@ -40,7 +40,14 @@ def make_bad_files(d: Path) -> Path:
             "microbatches": 2}
     for name, change in (("virtual0", {"virtual": 0}), ("virtual3", {"virtual": 3}),
                          ("virtual_str", {"virtual": "2"}),
-                         ("inter_m1", {"virtual": 2, "microbatches": 1})):
+                         ("inter_m1", {"virtual": 2, "microbatches": 1}),
+                         # issue 49: the figures 'run --pipeline' prices the plan with
+                         ("version_true", {"virtual": 2, "version": True}),
+                         ("overhead_str", {"virtual": 2, "simulated": {"overhead": "abc"}}),
+                         ("overhead_neg", {"virtual": 2, "simulated": {"overhead": -1}}),
+                         ("overhead_inf", {"virtual": 2, "simulated": {"overhead": float("inf")}}),
+                         ("cores_half", {"virtual": 2, "simulated": {"cores": 1.5}}),
+                         ("simulated_list", {"virtual": 2, "simulated": [1]})):
         (d / f"pipe_{name}.json").write_text(json.dumps({**pipe, **change}))
     (d / "digits_plan.json").write_text('{"format": "graphopt.plan", "version": 1, "placement": ['
                                         + "9" * 5000 + "]}")
@@ -798,6 +805,11 @@ CASES = [
      "--out {d}/e.json", "'-1GiB' is not a size of at least 0 bytes"),
     ("export {d}/short_plan.json --graph example:mlp --format device-map --max-memory 0=1e400 "
      "--out {d}/e.json", "'1e400' is not a size"),
+    # issue 49: digits of other scripts were read as GPU indices and sizes
+    ("export {d}/short_plan.json --graph example:mlp --format device-map --max-memory \u0660=1GiB "
+     "--out {d}/e.json", "DEVICE a GPU index (ASCII digits, 0..1023)"),
+    ("export {d}/short_plan.json --graph example:mlp --format device-map --max-memory 0=\u0662GiB "
+     "--out {d}/e.json", "device 0: '\u0662GiB' is not a size (ASCII digits"),
     ("export {d}/short_plan.json --graph example:mlp --format device-map --max-memory gpu=1GiB "
      "--out {d}/e.json", "expected DEVICE=SIZE entries"),
     ("export {d}/short_plan.json --graph example:mlp --format device-map "
@@ -813,6 +825,13 @@ CASES = [
      "divides the 4 chunks of bounds, got 3"),
     ("run pipe:mlp:layers=4,hidden=16,batch=8 --pipeline {d}/pipe_virtual_str.json "
      "--devices cpu:2", "got '2'"),
+    *[(f"run pipe:mlp:layers=4,hidden=16,batch=8 --pipeline {{d}}/pipe_{name}.json --devices cpu:2",
+       f"pipe_{name}.json: {needle}") for name, needle in {
+        "version_true": "pipeline plan version True", "overhead_str": "simulated.overhead must be seconds",
+        "overhead_neg": "simulated.overhead must be seconds, 0 to 3600, got '-1'",
+        "overhead_inf": "simulated.overhead must be seconds, 0 to 3600, got 'inf'",
+        "cores_half": "simulated.cores must be a core count", "simulated_list": "simulated must be an object",
+    }.items()],
     ("run pipe:mlp:layers=4,hidden=16,batch=8 --pipeline {d}/pipe_inter_m1.json --devices cpu:2",
      "pipe_inter_m1.json: "),
     ("optimize pipe:mlp:layers=4,hidden=16,batch=8 --task pipeline --stages 2 "

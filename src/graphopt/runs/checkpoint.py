@@ -182,7 +182,21 @@ def _read_pair(folder: Path, meta_file: str, weights: str, fmt: str, what: str,
         tensors = load_tensors(blob)
     except SafetensorError as err:
         raise CheckpointError(f"{folder}: {unreadable} ({err})") from err
+    _check_finite(folder / weights, tensors)
     return meta, tensors
+
+
+def _check_finite(path: Path, tensors: dict[str, torch.Tensor]) -> None:
+    """Refuse weights (or optimizer state) holding NaN or an infinity: a policy built from
+    them samples from NaN logits (every plan the same, or a crash deep in the sampler),
+    and a run resumed from them never recovers. A file's SHA-256 matching its metadata
+    says only that the two were saved together (issue 49)."""
+    for name, t in tensors.items():
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            kind = "NaN" if bool(torch.isnan(t).any()) else "an infinity"
+            raise CheckpointError(f"{path}: tensor {name!r} holds {kind}; weights must be finite "
+                                  "(a run that diverged, or an edited file): train again or use "
+                                  "an earlier copy")
 
 
 def _committed_pending(folder: Path, weights: str, meta: dict) -> bytes | None:
