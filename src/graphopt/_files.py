@@ -43,8 +43,9 @@ MAX_JSON_BYTES = 2**28
 MAX_NPZ_BYTES = 2**31
 
 
-def env_limit(name: str, default: int) -> int:
-    """The byte limit in environment variable ``name``, or ``default`` where it is unset:
+def env_limit(name: str, default: int, unit: str = "bytes") -> int:
+    """The limit in environment variable ``name`` (a number of ``unit``), or ``default``
+    where it is unset:
     a whole number from 1 to 2**62 (``1e9`` is refused, not read as 1), else
     :class:`GraphoptError` naming the variable.
 
@@ -58,7 +59,7 @@ def env_limit(name: str, default: int) -> int:
     # ASCII digits only: int() also reads '٢', '+2' and ' 2'
     value = int(digits) if digits.isascii() and digits.isdigit() else 0
     if not 1 <= value <= 2**62:
-        raise GraphoptError(f"${name}={text!r}: expected a whole number of bytes from 1 to 2**62")
+        raise GraphoptError(f"${name}={text!r}: expected a whole number of {unit} from 1 to 2**62")
     return value
 
 
