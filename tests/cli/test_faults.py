@@ -788,6 +788,7 @@ LOCKED_OUTS = {
                                 "-c p100:2 --stages 2 --out {o}",
     "train": "train --corpus example:mlp@p100:2 --updates 1 --out {o}",
     "train imitate": "train imitate {c} --out {o}",
+    "train imitate --prior (the corpus)": "train imitate {o} --prior --out {c}/run",
     "train regal": "train regal --corpus example:mlp@p100:2 --updates 1 --out {o}",
     "train regal-imitate": "train regal-imitate {c} --out {o}",
     "train mcm": "train mcm --corpus bert-base@mcm-ring4 --updates 1 --out {o}",
