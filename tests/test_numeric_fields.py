@@ -305,3 +305,108 @@ def test_a_bad_field_through_the_command_line_is_one_line_exit_2(tmp_path, what)
     lines = r.output.strip().splitlines()
     assert r.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: "), r.output
     assert {"graph": "flops", "plan": "placement", "cluster": "mem_gbps"}[what] in lines[0]
+
+
+# -- issue 49: numbers in the other files graphopt reads ----------------------------------------------
+def _weights_ok(v) -> bool:
+    return _finite(v)  # any finite weight; NaN and infinities refused (float32 holds 2^63 as finite)
+
+
+WEIGHT_CASES = [(what, name) for what in ("policy", "checkpoint") for name in VALUES]
+
+
+@pytest.mark.parametrize("what, value", WEIGHT_CASES, ids=[f"{w}={v}" for w, v in WEIGHT_CASES])
+def test_weights_file_value(tmp_path, what, value):
+    import torch
+
+    from graphopt.runs.checkpoint import load_policy, read_checkpoint, save_checkpoint, save_policy
+
+    net = torch.nn.Linear(2, 2)
+    with torch.no_grad():
+        net.weight[1, 0] = float(VALUES[value])
+    if what == "policy":
+        save_policy(tmp_path, net, {"out": 2}, {})
+        path = tmp_path / "policy.safetensors"
+
+        def load(p):
+            load_policy(p.parent, lambda cfg: torch.nn.Linear(2, cfg["out"]))
+    else:
+        save_checkpoint(tmp_path, {}, {"net": net}, torch.optim.SGD(net.parameters(), lr=0.1), None, {})
+        path = tmp_path / "weights.safetensors"
+
+        def load(p):
+            read_checkpoint(p.parent)
+    got = _outcome(load, path, ("weight",))
+    assert got == ("accepted" if _weights_ok(VALUES[value]) else "refused")
+
+
+GAIN_CASES = list(VALUES)
+
+
+@pytest.mark.parametrize("value", GAIN_CASES)
+def test_prior_move_gain_value(tmp_path, value):
+    from graphopt.optim.learned.targets import _read_gains
+
+    v = VALUES[value]
+    gains = np.ones((3, 2))
+    gains[1, 1] = float(v)
+    path = tmp_path / "k.0123.moves.npy"
+    np.save(path, gains, allow_pickle=False)
+    got = _outcome(lambda p: _read_gains(p, (3, 2)), path, ("move gain",))
+    assert got == ("accepted" if _finite(float(v)) and v >= 0 else "refused")
+
+
+#: a pipeline plan's figures, each at every value and at true and text
+PIPE_VALUES = {**VALUES, "true": True, "text": "3", "null": None}
+PIPE_CASES = [(f, name) for f in ("version", "simulated.overhead", "simulated.cores",
+                                  "simulated.step_time", "simulated.profiled") for name in PIPE_VALUES]
+
+
+def _pipe_ok(field: str, v) -> bool:
+    number = isinstance(v, (int, float)) and not isinstance(v, bool) and _finite(v)
+    return {"version": type(v) is int and 1 <= v <= 3,
+            "simulated.overhead": number and 0 <= v <= 3600,
+            "simulated.cores": v is None or (type(v) is int and 1 <= v <= 1 << 16),
+            "simulated.step_time": number and v > 0,
+            "simulated.profiled": type(v) is bool}[field]
+
+
+@pytest.mark.parametrize("field, value", PIPE_CASES, ids=[f"{f}={v}" for f, v in PIPE_CASES])
+def test_pipeline_plan_field(tmp_path, field, value):
+    from graphopt.sim.pipeline import PipelinePlan
+
+    v = PIPE_VALUES[value]
+    plan = {"format": "graphopt-pipeline", "version": 3, "schedule": "1f1b",
+            "model": "pipe:mlp:layers=4,hidden=16,batch=8", "bounds": [0, 2, 4], "microbatches": 4,
+            "simulated": {"step_time": 0.01, "overhead": 0.0, "cores": None, "profiled": False}}
+    if field == "version":
+        plan["version"] = v
+    else:
+        plan["simulated"][field.split(".")[1]] = v
+    path = tmp_path / "pipeline.json"
+    path.write_text(json.dumps(plan))
+    got = _outcome(PipelinePlan.load, path, (field.split(".")[-1],))
+    assert got == ("accepted" if _pipe_ok(field, v) else "refused")
+
+
+#: ``--max-memory DEVICE=SIZE``: GPU indices and sizes in digits of other scripts, with
+#: separators, out of range; (text, accepted)
+MAX_MEMORY = [("0=2GiB", True), ("1023=1", True), ("cpu=1GB", True), ("disk=0", True),
+              (f"0={2**62}", True), ("\u0660=2GiB", False), ("\u06f1=2GiB", False),
+              ("\uff10=2GiB", False), ("\u00b2=2GiB", False), ("\u0967=2GiB", False), ("1_0=1GiB", False),
+              ("00000=1GiB", False), ("1024=1GiB", False), ("-1=1GiB", False), ("+1=1GiB", False),
+              ("0=\u0662GiB", False), ("0=\uff12GiB", False), ("0=1_000", False), ("0=1e300", False),
+              ("0=nan", False), ("0=infGiB", False), ("0=-1", False), (f"0={2**62 + 1}", False),
+              ("0=1GiB,0=2GiB", False), ("gpu=1GiB", False)]
+
+
+@pytest.mark.parametrize("text, ok", MAX_MEMORY, ids=[t for t, _ in MAX_MEMORY])
+def test_max_memory_value(text, ok):
+    from graphopt.exec.export import parse_max_memory
+
+    try:
+        parse_max_memory(text)
+    except GraphoptError as err:
+        assert not ok and str(err).startswith("--max-memory ") and "\n" not in str(err), err
+        return
+    assert ok, f"{text!r} accepted"

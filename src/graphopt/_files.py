@@ -7,10 +7,14 @@ files (``ir``, ``hardware``, ``sim``, checkpoints, reports) uses the same code.
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import io
 import json
 import math
 import os
+import re
 import stat
 import sys
 import tempfile
@@ -23,8 +27,9 @@ import numpy as np
 
 from graphopt.errors import GraphFormatError, GraphoptError, WriteError
 
-__all__ = ["MAX_JSON_BYTES", "MAX_NPZ_BYTES", "atomic_write", "check_output", "env_limit", "npz_arrays",
-           "read_index", "read_json", "regular_file", "save_figure", "write_error", "write_json"]
+__all__ = ["MAX_JSON_BYTES", "MAX_NPZ_BYTES", "atomic_write", "check_output", "env_limit", "fd_alias",
+           "check_record", "inside", "npz_arrays", "read_index", "read_json", "regular_file",
+           "safe_name", "save_figure", "write_error", "write_json"]
 
 #: The largest JSON file graphopt reads (graphs, plans, profiles, policies): a bound on
 #: what an outside file can make us allocate, about 5x its size once loaded (a 128 MB plan
@@ -38,8 +43,9 @@ MAX_JSON_BYTES = 2**28
 MAX_NPZ_BYTES = 2**31
 
 
-def env_limit(name: str, default: int) -> int:
-    """The byte limit in environment variable ``name``, or ``default`` where it is unset:
+def env_limit(name: str, default: int, unit: str = "bytes") -> int:
+    """The limit in environment variable ``name`` (a number of ``unit``), or ``default``
+    where it is unset:
     a whole number from 1 to 2**62 (``1e9`` is refused, not read as 1), else
     :class:`GraphoptError` naming the variable.
 
@@ -53,7 +59,7 @@ def env_limit(name: str, default: int) -> int:
     # ASCII digits only: int() also reads '٢', '+2' and ' 2'
     value = int(digits) if digits.isascii() and digits.isdigit() else 0
     if not 1 <= value <= 2**62:
-        raise GraphoptError(f"${name}={text!r}: expected a whole number of bytes from 1 to 2**62")
+        raise GraphoptError(f"${name}={text!r}: expected a whole number of {unit} from 1 to 2**62")
     return value
 
 
@@ -79,22 +85,98 @@ def regular_file(path: str | os.PathLike, error: type[Exception] = GraphFormatEr
     return st.st_size
 
 
+_FD_PATH = re.compile(r"/(?:dev/fd|proc/self/fd|proc/thread-self/fd|proc/(\d+)/fd)/(\d+)")
+
+
+def fd_alias(path: str | os.PathLike) -> int | None:
+    """The descriptor of this process that ``path`` names, links followed, or None:
+    ``/dev/stdout`` (a link to ``/proc/self/fd/1``), ``/dev/stderr``, ``/dev/fd/N``,
+    ``/proc/self/fd/N``, ``/proc/PID/fd/N`` of this process, or a link to one of them.
+    Such a name is the open file itself (a log opened for appending, a pipe, a
+    terminal): a writer writes to that descriptor, never renames over what it points at.
+
+    >>> fd_alias("/dev/stdout"), fd_alias("/dev/fd/2"), fd_alias("/tmp/x.json")
+    (1, 2, None)
+    """
+    p = os.path.abspath(os.fspath(path))
+    for _ in range(40):  # the kernel's own bound on a chain of links
+        for q in (p, os.path.join(os.path.realpath(os.path.dirname(p)), os.path.basename(p))):
+            m = _FD_PATH.fullmatch(q)
+            if m and (m.group(1) is None or int(m.group(1)) == os.getpid()):
+                return int(m.group(2))
+        if not os.path.islink(p):
+            return None
+        p = os.path.normpath(os.path.join(os.path.dirname(p), os.readlink(p)))
+    return None
+
+
+def _in_place(path: str | os.PathLike) -> tuple[int | None, str | None]:
+    """``(fd, None)`` when ``path`` is one of this process's descriptors, ``(None, real)``
+    when it is (a link to) a device, pipe or socket, whose name a rename would replace;
+    ``(None, None)`` for a regular file, a folder or a name not there yet."""
+    fd = fd_alias(path)
+    if fd is not None:
+        return fd, None
+    real = os.path.realpath(path)
+    try:
+        mode = os.stat(real).st_mode
+    except OSError:
+        return None, None
+    return None, (None if stat.S_ISREG(mode) or stat.S_ISDIR(mode) else real)
+
+
+def _write_in_place(path: str | os.PathLike, fd: int | None, real: str | None, write) -> None:
+    """``write(fileobj)`` on descriptor ``fd`` (a duplicate: the caller's stays open, and a
+    log opened for appending is appended to), or on the special file ``real`` opened for
+    writing as it is (not truncated, not made; a pipe with no reader is refused, not
+    waited on)."""
+    try:
+        if fd is not None:
+            for stream in (sys.stdout, sys.stderr):  # what was printed comes first
+                with contextlib.suppress(Exception):
+                    stream.flush()
+            out = os.dup(fd)
+        else:
+            mode = os.stat(real).st_mode
+            if stat.S_ISSOCK(mode) or stat.S_ISBLK(mode):
+                raise GraphoptError(f"{path}: a {'socket' if stat.S_ISSOCK(mode) else 'block device'}"
+                                    ", which graphopt does not write")
+            try:
+                out = os.open(real, os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY)
+            except OSError as err:
+                if err.errno == errno.ENXIO:
+                    raise GraphoptError(f"{path}: a pipe with no reader") from None
+                raise
+            os.set_blocking(out, True)
+        with os.fdopen(out, "wb") as f:
+            write(f)
+    except OSError as err:
+        if isinstance(err, GraphoptError):
+            raise
+        raise write_error(path, err) from None
+
+
 def atomic_write(path: str | os.PathLike, write) -> None:
     """Call ``write(fileobj)`` on a temporary file beside ``path``, then rename it into place.
 
-    A link is followed, as ``open()`` would, and kept; a device, pipe or socket is never
-    replaced (the rename would delete it): :class:`GraphoptError`. A write the file system
-    refuses (a full disk, a quota, ``ulimit -f``, a read-only mount) leaves the old file
-    whole and no temporary file, and raises :class:`WriteError`, one line:
-    ``PATH: cannot write (No space left on device)``.
+    A link is followed, as ``open()`` would, and kept. A name that is not a regular file
+    is written in place, never renamed over (the rename would delete it, or replace the
+    file behind it): one of this process's descriptors (``/dev/stdout``, ``/dev/fd/N``,
+    ``/proc/self/fd/N``: ``export -o /dev/stdout >> log`` appends to the log), a device
+    (``/dev/null``, a terminal) or a pipe with a reader; a socket or a block device is
+    refused. A write the file system refuses (a full disk, a quota, ``ulimit -f``, a
+    read-only mount) leaves the old file whole and no temporary file, and raises
+    :class:`WriteError`, one line: ``PATH: cannot write (No space left on device)``.
 
     >>> atomic_write("/proc/graphopt.json", lambda f: f.write(b"{}"))  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     graphopt.errors.WriteError: /proc/graphopt.json: cannot write (...)
     """
+    fd, special = _in_place(path)
+    if fd is not None or special is not None:
+        _write_in_place(path, fd, special, write)
+        return
     path = Path(os.path.realpath(path)) if os.path.islink(path) else Path(path)
-    if path.exists() and not path.is_file() and not path.is_dir():
-        raise GraphoptError(f"{path}: not a regular file (a device, pipe or socket)")
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -178,6 +260,102 @@ def read_index(path: str | os.PathLike, fmt: str, version: int, key: str, what: 
     return doc
 
 
+#: A name graphopt makes a file name of (a corpus item id, a graph's name in a targets
+#: folder): letters, digits and ``_.+=,:@-``, not starting with a dot, no ``..``.
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+=,:@-]{0,199}")
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def safe_name(value: Any, where: str) -> str:
+    """``value`` when it is a name graphopt would make a file of (an item id read back from
+    an index), else :class:`GraphoptError`, one line naming ``where``: a name that would
+    leave its folder (``../../x``, ``/etc/x``), hold a NUL, a newline or a separator, or is
+    not text.
+
+    >>> safe_name("bert-0123abcd", "m.json: items")
+    'bert-0123abcd'
+    >>> safe_name("../../x", "m.json: items")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    graphopt.errors.GraphoptError: m.json: items: '../../x' is not a name graphopt makes (...)
+    """
+    if not isinstance(value, str) or not _SAFE_NAME.fullmatch(value) or ".." in value:
+        raise GraphoptError(f"{where}: {_shown(value)} is not a name graphopt makes (letters, "
+                            "digits and _.+=,:@-; no '/', '..' or NUL)")
+    return value
+
+
+def inside(folder: str | os.PathLike, rel: Any, where: str) -> Path:
+    """``folder / rel`` for a relative path ``rel`` read from an index in ``folder``, which
+    must stay inside it: text, not absolute, no ``..`` part, no NUL or backslash; else
+    :class:`GraphoptError` naming ``where``.
+
+    >>> inside("corpus", "graphs/a.npz", "f")
+    PosixPath('corpus/graphs/a.npz')
+    >>> inside("corpus", "/etc/passwd", "corpus/m.json: field 'file'")
+    Traceback (most recent call last):
+    graphopt.errors.GraphoptError: corpus/m.json: field 'file': '/etc/passwd' is not a path inside corpus
+    """
+    if not isinstance(rel, str) or not rel or "\0" in rel or "\\" in rel or os.path.isabs(rel) \
+            or ".." in Path(rel).parts or any(c in rel for c in "\n\r"):
+        raise GraphoptError(f"{where}: {_shown(rel)} is not a path inside {folder}")
+    return Path(folder) / rel
+
+
+def _kind_ok(kind: Any, value: Any) -> str | None:
+    """None when ``value`` is of ``kind`` (see :func:`check_record`), else what was expected."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(kind, (set, frozenset, tuple)):
+        return None if isinstance(value, str) and value in kind else f"one of {', '.join(sorted(kind))}"
+    checks = {
+        "str": (isinstance(value, str) and "\0" not in value, "text"),
+        "str?": (value is None or isinstance(value, str), "text or null"),
+        "count": (isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 2**62,
+                  "a whole number from 0 to 2**62"),
+        "seconds": (number and math.isfinite(value) and value >= 0, "a finite number >= 0"),
+        "number": (number and math.isfinite(value), "a finite number"),
+        "real": (number, "a number"),
+        "time?": (value is None or (number and math.isfinite(value) and value > 0),
+                  "a finite number > 0 or null"),
+        "list": (isinstance(value, list), "a list"),
+        "dict": (isinstance(value, dict), "an object"),
+    }
+    ok, expected = checks[kind]
+    return None if ok else expected
+
+
+def check_record(record: Any, where: str, fields: dict[str, Any]) -> dict:
+    """``record`` (an entry of an index graphopt wrote, read back from disk) when each of
+    ``fields`` holds a value of its kind, else :class:`GraphoptError`, one line naming
+    ``where`` and the field. A name ending in ``?`` may be missing. Kinds: ``"str"``,
+    ``"str?"`` (or null), ``"count"`` (a whole number 0..2**62, not ``true``),
+    ``"seconds"`` (finite, >= 0), ``"number"`` (finite), ``"real"`` (any number, not
+    ``true``), ``"time?"`` (finite, > 0, or null), ``"list"``,
+    ``"dict"``, or a set of allowed strings.
+
+    >>> check_record({"status": "built", "nodes": True}, "m.json: items['a']",
+    ...              {"status": {"built", "skipped"}, "nodes": "count"})  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    graphopt.errors.GraphoptError: m.json: items['a']: field 'nodes': expected a whole number ..., got True
+    """
+    if not isinstance(record, dict):
+        raise GraphoptError(f"{where}: expected an object, got {_shown(record)}")
+    for name, kind in fields.items():
+        key, optional = name.rstrip("?"), name.endswith("?")
+        if key not in record:
+            if optional:
+                continue
+            raise GraphoptError(f"{where}: field {key!r} is missing")
+        expected = _kind_ok(kind, record[key])
+        if expected is not None:
+            raise GraphoptError(f"{where}: field {key!r}: expected {expected}, got "
+                                f"{_shown(record[key])}")
+    return record
+
+
 def write_json(path: str | os.PathLike, doc: Any) -> None:
     """``doc`` as indented JSON with sorted keys (a stable diff between versions),
     written atomically."""
@@ -259,7 +437,10 @@ def check_output(path: Path | None, option: str, *, folder: bool = False) -> Non
     A file must not be a folder and a folder not a file; every part of the name must
     fit the file system's limits; the nearest existing folder above must be a folder
     (not a file) that this user may write in. Missing folders are fine: writing makes
-    them. None (the option not given) passes. Does not check free space.
+    them. None (the option not given) passes. Does not check free space. A file that
+    :func:`atomic_write` writes in place passes when it can be written: one of this
+    process's descriptors open for writing (``/dev/stdout``), a device or a pipe (not a
+    socket or a block device).
 
     Raises
     ------
@@ -276,6 +457,24 @@ def check_output(path: Path | None, option: str, *, folder: bool = False) -> Non
         return
     path = Path(path)
     where = f"{option} {path}"
+    if not folder:  # written in place (atomic_write): the descriptor or the special file
+        fd, special = _in_place(path)
+        if fd is not None:
+            try:
+                mode = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE
+            except OSError:
+                raise GraphoptError(f"{where}: descriptor {fd} is not open") from None
+            if mode == os.O_RDONLY:
+                raise GraphoptError(f"{where}: descriptor {fd} is open for reading only")
+            return
+        if special is not None:
+            mode = os.stat(special).st_mode
+            if stat.S_ISSOCK(mode) or stat.S_ISBLK(mode):
+                raise GraphoptError(f"{where}: a {'socket' if stat.S_ISSOCK(mode) else 'block device'}"
+                                    ", which graphopt does not write")
+            if not os.access(special, os.W_OK):
+                raise GraphoptError(f"{where}: cannot write {special} (permission denied)")
+            return
     existing = path.absolute()
     while not os.path.lexists(existing) and existing != existing.parent:
         existing = existing.parent

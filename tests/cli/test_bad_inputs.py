@@ -45,7 +45,13 @@ def make_bad_files(d: Path) -> Path:
                          ("blocks_int", {"version": 3, "virtual": 2, "blocks": [0, 1, 2, 3]}),
                          ("blocks_other", {"version": 3, "virtual": 2,
                                            "blocks": ["a", "b", "c", "d"]}),
-                         ("version_true", {"version": True})):
+                         # issue 49: the figures 'run --pipeline' prices the plan with
+                         ("version_true", {"virtual": 2, "version": True}),
+                         ("overhead_str", {"virtual": 2, "simulated": {"overhead": "abc"}}),
+                         ("overhead_neg", {"virtual": 2, "simulated": {"overhead": -1}}),
+                         ("overhead_inf", {"virtual": 2, "simulated": {"overhead": float("inf")}}),
+                         ("cores_half", {"virtual": 2, "simulated": {"cores": 1.5}}),
+                         ("simulated_list", {"virtual": 2, "simulated": [1]})):
         (d / f"pipe_{name}.json").write_text(json.dumps({**pipe, **change}))
     # a user's own model files (py:FILE.py:FACTORY)
     (d / "raises.py").write_text("raise RuntimeError('cannot import here')\n")
@@ -104,7 +110,105 @@ def make_bad_files(d: Path) -> Path:
     with zipfile.ZipFile(d / "bomb.npz", "w") as z:
         z.writestr("names.npy", head.getvalue())
     _more_bad_files(d, g, base)
+    _hostile_indexes(d)
     return d
+
+
+#: Issue 49: corpus manifests and the targets indexes read back from disk, hand-edited:
+#: ids and paths that would leave their folder, wrong types, missing keys.
+#: name -> (change to one record, or to the document with "doc:"), the index it is in
+_ITEM = {"source": "example:layered-60-s0", "family": "layered", "split": "train",
+         "status": "built", "file": "graphs/layered-0123456789ab.npz", "nodes": 60, "edges": 80,
+         "bytes": 100, "seconds": 0.5}
+_ENTRY = {"item": "layered-0123456789ab", "cluster": "p100:2",
+          "file": "targets/layered-0123456789ab@p100:2.json",
+          "step_time": 0.001, "method": "sa", "budget": 10, "seed": 0, "evals": 10, "rounds": 1,
+          "policy": None, "seconds": 0.1}
+_MCM = {"graph": "bert-base", "preset": "mcm-ring4", "source": "zoo:bert-base", "chips": [0, 1],
+        "interval": 1e-5, "method": "mcm-sa", "budget": 8, "seed": 0, "seconds": 1.0}
+_REGAL = {"family": "layered", "nodes": 60, "graph": "graphs/layered-0123456789ab.npz",
+          "file": "targets/layered-0123456789ab.npz", "value": 1.0, "evals": 5, "source": "x"}
+MANIFESTS = {
+    "id_up": {"key": "../../x"}, "id_abs": {"key": "/etc/x"}, "id_nul": {"key": "a\0b"},
+    "id_dot": {"key": ".hidden"}, "id_newline": {"key": "a\nb"},
+    "file_up": {"file": "../../etc/passwd"}, "file_abs": {"file": "/etc/passwd"},
+    "file_other": {"file": "graphs/other.npz"}, "file_int": {"file": 5},
+    "no_status": {"status": None}, "status_bogus": {"status": "weird"}, "nodes_text": {"nodes": "12"},
+    "nodes_true": {"nodes": True}, "nodes_neg": {"nodes": -1}, "record_list": {"record": [1]},
+    "split_int": {"split": 7}, "no_source": {"source": None}, "family_int": {"family": 7},
+    "skipped_no_reason": {"status": "skipped"}, "seconds_nan": {"seconds": float("nan")},
+    "builds_text": {"doc:builds": "x"}, "build_seconds_neg": {"doc:builds": [{"seconds": -1, "built": 1,
+                                                                               "skipped": 0, "reused": 0}]},
+}
+TARGETS = {
+    "item_up": {"item": "../../x", "key": "../../x@p100:2"}, "file_up": {"file": "../../../etc/x.json"},
+    "file_abs": {"file": "/etc/passwd"}, "cluster_up": {"cluster": "/../../../tmp/x",
+                                                         "key": "layered-0123456789ab@/../../../tmp/x"},
+    "key_other": {"key": "layered-0123456789ab@p100:8"}, "budget_text": {"budget": "2000"},
+    "no_rounds": {"rounds": None}, "step_nan": {"step_time": float("nan")}, "step_neg": {"step_time": -1},
+    "entry_list": {"record": []}, "method_int": {"method": 7}, "policy_int": {"policy": 5},
+}
+MCM_TARGETS = {
+    "graph_up": {"graph": "../../x", "key": "../../x@mcm-ring4"}, "chips_text": {"chips": ["a", "b"]},
+    "chips_str": {"chips": "01"}, "chips_neg": {"chips": [0, -1]}, "interval_nan": {"interval": float("nan")},
+    "key_other": {"key": "gpt2@mcm-ring4"}, "budget_true": {"budget": True}, "no_preset": {"preset": None},
+}
+REGAL_TARGETS = {
+    "key_up": {"key": "../x"}, "file_abs": {"file": "/etc/passwd"},
+    "graph_up": {"graph": "../../../etc/passwd"}, "nodes_text": {"nodes": "5"},
+    "value_text": {"value": "low"},
+    "corpus_int": {"doc:corpus": 5}, "no_family": {"family": None},
+}
+
+
+_KEY = "layered-0123456789ab"
+
+
+def _at(field: str, change: dict, key: str, needle: str) -> str:
+    """The message's start naming the record (its key as the index gives it), then ``needle``."""
+    if needle.startswith(("items:", "field 'corpus'", "builds")) or "doc:builds" in change:
+        return needle
+    return f"{field}[{change.get('key', key)!r}]: {needle}"
+
+
+def _index_doc(header: dict, field: str, key: str, record: dict, change: dict) -> dict:
+    record = {k: v for k, v in {**record, **change}.items() if v is not None and k != "key"}
+    if "record" in change:
+        record = change["record"]
+    doc = {**header, field: {change.get("key", key): record}}
+    doc.update({k[4:]: v for k, v in change.items() if k.startswith("doc:")})
+    if isinstance(record, dict):
+        for k in [k for k in record if k.startswith("doc:")]:
+            del record[k]
+    return doc
+
+
+def _hostile_indexes(d: Path) -> None:
+    manifest = {"format": "graphopt-corpus", "version": 1, "builds": []}
+    key = "layered-0123456789ab"
+    for name, change in MANIFESTS.items():
+        (d / f"m_{name}").mkdir()
+        (d / f"m_{name}" / "manifest.json").write_text(
+            json.dumps(_index_doc(manifest, "items", key, _ITEM, change)))
+    good = json.dumps(_index_doc(manifest, "items", key, _ITEM, {}))
+    targets = {"format": "graphopt-corpus-targets", "version": 1}
+    for name, change in TARGETS.items():
+        (d / f"t_{name}").mkdir()
+        (d / f"t_{name}" / "manifest.json").write_text(good)
+        (d / f"t_{name}" / "targets.json").write_text(
+            json.dumps(_index_doc(targets, "entries", f"{key}@p100:2", _ENTRY, change)))
+    mcm = {"format": "graphopt-mcm-targets", "version": 1}
+    for name, change in MCM_TARGETS.items():
+        (d / f"mt_{name}").mkdir()
+        (d / f"mt_{name}" / "targets.json").write_text(
+            json.dumps(_index_doc(mcm, "entries", "bert-base@mcm-ring4", _MCM, change)))
+    regal = {"format": "graphopt-regal-targets", "version": 1, "corpus": str(d / "t_item_up"),
+             "evals": 5, "seed": 0, "cluster": "p100:2", "objective": "memory",
+             "prior": "layer-split", "builds": []}
+    for name, change in REGAL_TARGETS.items():
+        (d / f"rt_{name}").mkdir()
+        (d / f"rt_{name}" / "index.json").write_text(
+            json.dumps(_index_doc(regal, "items", key, _REGAL, change)))
 
 
 def _more_bad_files(d: Path, g: dict, base: str) -> None:
@@ -260,7 +364,8 @@ CASES = [
     ("info {d}/emptydir/x.json", "x.json: no such file"),
     ("simulate example:mlp -c {d}/zero.toml", "zero.toml: not a regular file"),
     ("simulate example:mlp --plan {d}/zero_plan.json", "zero_plan.json: not a regular file"),
-    ("simulate example:mlp --json {d}/null_out.json", "null_out.json: not a regular file"),
+    ("simulate example:mlp --json {d}/null_out.json --trace /dev/fd/987",
+     "--trace /dev/fd/987: descriptor 987 is not open"),  # /dev/null is written in place
     ("run zoo:rnnlm-2-quick --devices cpu:2 --trace {d}/outdir/t.json",
      "t.sim.json: is a folder, expected a file"),
     ("costmodel train --data {d}/tiles --run-name ../x --out {d}/cm",
@@ -715,6 +820,11 @@ CASES = [
      "--out {d}/e.json", "'-1GiB' is not a size of at least 0 bytes"),
     ("export {d}/short_plan.json --graph example:mlp --format device-map --max-memory 0=1e400 "
      "--out {d}/e.json", "'1e400' is not a size"),
+    # issue 49: digits of other scripts were read as GPU indices and sizes
+    ("export {d}/short_plan.json --graph example:mlp --format device-map --max-memory \u0660=1GiB "
+     "--out {d}/e.json", "DEVICE a GPU index (ASCII digits, 0..1023)"),
+    ("export {d}/short_plan.json --graph example:mlp --format device-map --max-memory 0=\u0662GiB "
+     "--out {d}/e.json", "device 0: '\u0662GiB' is not a size (ASCII digits"),
     ("export {d}/short_plan.json --graph example:mlp --format device-map --max-memory gpu=1GiB "
      "--out {d}/e.json", "expected DEVICE=SIZE entries"),
     ("export {d}/short_plan.json --graph example:mlp --format device-map "
@@ -730,6 +840,13 @@ CASES = [
      "divides the 4 chunks of bounds, got 3"),
     ("run pipe:mlp:layers=4,hidden=16,batch=8 --pipeline {d}/pipe_virtual_str.json "
      "--devices cpu:2", "got '2'"),
+    *[(f"run pipe:mlp:layers=4,hidden=16,batch=8 --pipeline {{d}}/pipe_{name}.json --devices cpu:2",
+       f"pipe_{name}.json: {needle}") for name, needle in {
+        "version_true": "pipeline plan version True", "overhead_str": "simulated.overhead must be seconds",
+        "overhead_neg": "simulated.overhead must be seconds, 0 to 3600, got '-1'",
+        "overhead_inf": "simulated.overhead must be seconds, 0 to 3600, got 'inf'",
+        "cores_half": "simulated.cores must be a core count", "simulated_list": "simulated must be an object",
+    }.items()],
     ("run pipe:mlp:layers=4,hidden=16,batch=8 --pipeline {d}/pipe_inter_m1.json --devices cpu:2",
      "pipe_inter_m1.json: "),
     ("optimize pipe:mlp:layers=4,hidden=16,batch=8 --task pipeline --stages 2 "
@@ -774,8 +891,6 @@ CASES = [
      "--devices cpu:2", "blocks must be"),
     ("run pipe:mlp:layers=4,hidden=16,batch=8 --pipeline {d}/pipe_blocks_other.json "
      "--devices cpu:2", "the plan's blocks are not"),
-    ("run pipe:mlp:layers=4,hidden=16,batch=8 --pipeline {d}/pipe_version_true.json "
-     "--devices cpu:2", "pipeline plan version True"),
     ("export {d}/pipe_virtual3.json --format pipeline --out {d}/e.py", "virtual must be"),
     ("export {d}/pipe_blocks_other.json --format device-map --out {d}/e.py",
      "is a pipeline plan; give --format pipeline"),
@@ -795,6 +910,94 @@ CASES = [
      "-p go.heuristics=nope", "unknown method 'nope'"),
     ("train mcm-imitate {d}/emptydir --out {d}/tm", "emptydir: no MCM targets"),
     ("train regal-imitate {d}/emptydir --out {d}/tr", "emptydir: no REGAL targets (no index.json)"),
+    # issue 49: hf: overrides are settings (data, not a method, property or the model type), layer
+    # counts >= 1, and a model whose estimated size exceeds the bounds is refused before it is built
+    *[(f"info hf:{spec}", needle) for spec, needle in {
+        "bert:model_type=gpt2": "model_type='gpt2': not a setting",
+        "bert:to_dict=1": "'to_dict' is a method of BertConfig, not a setting",
+        "bert:save_pretrained=x": "'save_pretrained' is a method of BertConfig",
+        "bert:from_dict=1": "'from_dict' is a method of BertConfig",
+        "bert:use_return_dict=true": "'use_return_dict' is a property of BertConfig",
+        "bert:num_labels=3": "'num_labels' is a property of BertConfig",
+        "bert:auto_map=x": "auto_map='x': not a setting", "bert:architectures=x": "architectures='x': not a",
+        "bert:transformers_version=1": "transformers_version=1: not a setting",
+        "bert:num_hidden_layers=0": "num_hidden_layers=0: a layer count is at least 1",
+        "bert:num_hidden_layers=-1": "num_hidden_layers=-1: a layer count is at least 1",
+        "gpt2:n_layer=0": "n_layer=0: a layer count is at least 1",
+        "t5:num_decoder_layers=0": "num_decoder_layers=0: a layer count is at least 1",
+        "bart:decoder_layers=-2": "decoder_layers=-2: a layer count is at least 1",
+        "bert:hidden_size=1000000": "parameters, more than the",
+        "bert:vocab_size=10000000000": "parameters, more than the",
+        "bert:intermediate_size=100000000000": "parameters, more than the",
+        "bert:max_position_embeddings=100000000000": "$GRAPHOPT_MAX_PARAMS",
+        "bert:num_hidden_layers=100000000": "$GRAPHOPT_MAX_PARAMS",
+        "bert:seq=65536,batch=4096": "a training step of about",
+        "vit:image=4096,batch=4096,patch_size=1": "$GRAPHOPT_MAX_BYTES",
+        "wav2vec2:samples=1000000,batch=4096": "$GRAPHOPT_MAX_BYTES",
+        "mixtral:num_local_experts=100000": "$GRAPHOPT_MAX_PARAMS",
+    }.items()],
+    *[(f"info pipe:{spec}", needle) for spec, needle in {
+        "mlp:hidden=1048576,batch=1048576": "parameters, more than the",
+        "transformer-encoder:seq=1048576": "$GRAPHOPT_MAX_BYTES",
+        "gpt2:vocab=1048576,hidden=65536": "$GRAPHOPT_MAX_PARAMS",
+        "vit:image=1048576,patch=1": "$GRAPHOPT_MAX_PARAMS",
+        "bert:layers=1048576,hidden=4096": "$GRAPHOPT_MAX_PARAMS",
+        "mlp-uneven:growth=16,layers=1000,hidden=4096": "$GRAPHOPT_MAX_PARAMS",
+        "mlp:batch=1048576,hidden=1048576,layers=1": "$GRAPHOPT_MAX_PARAMS",
+        "t5:seq=1048576,batch=1024": "$GRAPHOPT_MAX_BYTES",
+    }.items()],
+    # issue 49: hand-edited corpus manifests and targets indexes, one line naming file and field
+    *[(f"corpus list {{d}}/m_{name}",
+       f"m_{name}/manifest.json: " + _at("items", MANIFESTS[name], _KEY, needle))
+      for name, needle in {
+        "id_up": "items: '../../x' is not a name graphopt makes",
+        "id_abs": "items: '/etc/x' is not a name", "id_nul": "items: 'a\\x00b' is not a name",
+        "id_dot": "items: '.hidden' is not a name", "id_newline": "items: 'a\\nb' is not a name",
+        "file_up": "field 'file': '../../etc/passwd' is not a path inside",
+        "file_abs": "field 'file': '/etc/passwd' is not a path inside",
+        "file_other": "field 'file': expected 'graphs/layered-0123456789ab.npz', got 'graphs/other.npz'",
+        "file_int": "field 'file': expected text, got 5", "no_status": "field 'status' is missing",
+        "status_bogus": "field 'status': expected one of built, skipped, got 'weird'",
+        "nodes_text": "field 'nodes': expected a whole number",
+        "nodes_true": "field 'nodes': expected a whole",
+        "nodes_neg": "field 'nodes': expected a whole number from 0", "record_list": "expected an object",
+        "split_int": "field 'split': expected one of held-out, train, got 7",
+        "no_source": "field 'source' is missing", "family_int": "field 'family': expected text, got 7",
+        "skipped_no_reason": "field 'reason' is missing", "seconds_nan": "field 'seconds': expected a finite",
+        "builds_text": "field 'builds': expected a list", "build_seconds_neg": "builds[0]: field 'seconds'",
+    }.items()],
+    *[(f"train imitate {{d}}/t_{name} --out {{d}}/ti_{name}",
+       f"t_{name}/targets.json: " + _at("entries", TARGETS[name], f"{_KEY}@p100:2", needle))
+      for name, needle in {
+        "item_up": "field 'item': '../../x' is not a name",
+        "file_up": "field 'file': '../../../etc/x.json' is "
+        "not a path inside", "file_abs": "field 'file': '/etc/passwd' is not a path inside",
+        "cluster_up": "field 'cluster': 'priors/layered-0123456789ab@/../../../tmp/x.json' is not a path",
+        "key_other": "the key is not its item@cluster", "budget_text": "field 'budget': expected a whole",
+        "no_rounds": "field 'rounds' is missing",
+        "step_nan": "field 'step_time': expected a finite number > 0",
+        "step_neg": "field 'step_time': expected a finite number > 0", "entry_list": "expected an object",
+        "method_int": "field 'method': expected text, got 7",
+        "policy_int": "field 'policy': expected text or null",
+    }.items()],
+    *[(f"train mcm-imitate {{d}}/mt_{name} --out {{d}}/tmi_{name}",
+       f"mt_{name}/targets.json: " + _at("entries", MCM_TARGETS[name], "bert-base@mcm-ring4", needle))
+      for name, needle in {
+        "graph_up": "field 'graph': '../../x' is not a name", "chips_text": "field 'chips': expected chip",
+        "chips_str": "field 'chips': expected a list", "chips_neg": "field 'chips': expected chip indices",
+        "interval_nan": "field 'interval': expected a finite number > 0",
+        "key_other": "the key is not its graph@preset", "budget_true": "field 'budget': expected a whole",
+        "no_preset": "field 'preset' is missing",
+    }.items()],
+    *[(f"train regal-imitate {{d}}/rt_{name} --out {{d}}/tri_{name}",
+       f"rt_{name}/index.json: " + _at("items", REGAL_TARGETS[name], _KEY, needle))
+      for name, needle in {
+        "key_up": "items: '../x' is not a name",
+        "file_abs": "field 'file': '/etc/passwd' is not a path inside",
+        "graph_up": "field 'graph': '../../../etc/passwd' is not a path inside",
+        "nodes_text": "field 'nodes': expected a whole", "value_text": "field 'value': expected a number",
+        "corpus_int": "field 'corpus': expected text, got 5", "no_family": "field 'family' is missing",
+    }.items()],
     ("train mcm --init {d}/emptydir --corpus bert-base@mcm-ring4 --out {d}/tmi",
      "emptydir/policy.json: no such file"),
 ]

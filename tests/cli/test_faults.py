@@ -10,6 +10,7 @@ raising ENOSPC in process.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -37,7 +38,8 @@ def graphopt(*argv: str, fsize: int | None = None, **kw) -> subprocess.Completed
         if fsize is not None:
             resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
     env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    return subprocess.run([sys.executable, "-m", "graphopt.cli", *argv], capture_output=True,
+    kw = kw if "stdout" in kw else {"capture_output": True, **kw}
+    return subprocess.run([sys.executable, "-m", "graphopt.cli", *argv],
                           text=True, preexec_fn=limit, env=env, timeout=300, **kw)
 
 
@@ -541,3 +543,323 @@ def test_format_versions_no_graphopt_wrote_are_refused(tmp_path, version):
         {"format": "graphopt.profile", "version": version, "device_kind": "cpu", "entries": []}))
     with pytest.raises(GraphoptError, match=f"prof.json: version {version!r} is not supported"):
         Profile.load(tmp_path / "prof.json")
+
+
+# -- issue 49: a lock file that is not a file of its own; outputs that are not regular files;
+# every --out claimed. Each hostile case is one line and exit 2, or a write in place.
+LOCK_PATHS = {  # what stands where the lock file goes -> what the one line says
+    "live link": "is a symbolic link",
+    "dangling link": "is a symbolic link",
+    "link to a folder": "is a symbolic link",
+    "link to /dev/null": "is a symbolic link",
+    "link to itself": "is a symbolic link",
+    "folder": "is a folder",
+    "fifo": "not a regular file",
+    "socket": "cannot open",
+    "hard link": "has 2 names (a hard link)",
+}
+
+
+def _hostile_lock(kind: str, out: Path, victim: Path) -> Path:
+    import socket
+
+    lock = out / ".graphopt.lock"
+    if kind == "live link":
+        lock.symlink_to(victim)
+    elif kind == "dangling link":
+        lock.symlink_to(out.parent / "made-through-the-link")
+    elif kind == "link to a folder":
+        lock.symlink_to(out.parent)
+    elif kind == "link to /dev/null":
+        lock.symlink_to("/dev/null")
+    elif kind == "link to itself":
+        lock.symlink_to(lock)
+    elif kind == "folder":
+        lock.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(lock)
+    elif kind == "socket":
+        s = socket.socket(socket.AF_UNIX)
+        s.bind(str(lock))
+        s.close()
+    elif kind == "hard link":
+        os.link(victim, lock)
+    return lock
+
+
+@pytest.mark.parametrize("kind", LOCK_PATHS)
+def test_a_lock_path_that_is_not_a_file_of_its_own_is_refused(tmp_path, kind):
+    from graphopt.cli._common import lock_folder
+
+    victim, out = tmp_path / "victim.txt", tmp_path / "out"
+    victim.write_text("mine")
+    out.mkdir()
+    lock = _hostile_lock(kind, out, victim)
+    before = os.lstat(lock)
+    with pytest.raises(GraphoptError) as err:
+        lock_folder(out)
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith(f"--out {out}: .graphopt.lock") and \
+        LOCK_PATHS[kind] in msg, msg
+    assert victim.read_text() == "mine" and not (tmp_path / "made-through-the-link").exists()
+    after = os.lstat(lock)  # left as it was: not replaced, not written
+    assert (after.st_ino, after.st_mode, after.st_size) == (before.st_ino, before.st_mode, before.st_size)
+
+
+@pytest.mark.parametrize("kind", ["live link", "dangling link", "folder", "fifo", "hard link"])
+def test_a_hostile_lock_path_through_the_command_line_is_one_line(tmp_path, kind):
+    victim, out = tmp_path / "victim.txt", tmp_path / "out"
+    victim.write_text("mine")
+    out.mkdir()
+    _hostile_lock(kind, out, victim)
+    line = _cli("optimize", "example:mlp", "-c", "p100:2", "--methods", "single", "--out", str(out))
+    assert line.startswith(f"error: --out {out}: .graphopt.lock") and LOCK_PATHS[kind] in line, line
+    assert victim.read_text() == "mine" and not (out / "single").exists()
+
+
+def _fifo_reader(path: Path, got: list):
+    """A reader of the pipe ``path``, there before any writer: appends what it reads to
+    ``got`` until the writer closes."""
+    import threading
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # there at once, before any writer
+    os.set_blocking(fd, True)
+
+    def read() -> None:
+        chunks, deadline = [], time.time() + 60
+        while time.time() < deadline:
+            chunk = os.read(fd, 1 << 16)
+            if chunk:
+                chunks.append(chunk)
+            elif chunks:  # the writer closed
+                break
+            else:  # no writer yet: a pipe without one reads as its end
+                time.sleep(0.01)
+        os.close(fd)
+        got.append(b"".join(chunks))
+    t = threading.Thread(target=read, daemon=True)
+    t.start()
+    return t
+
+
+@pytest.fixture(scope="module")
+def export_plan(tmp_path_factory) -> Path:
+    """A plan of example:mlp (every op on device 0), for ``export``."""
+    from graphopt.frontends import load_source
+    from graphopt.sim import Plan
+
+    path = tmp_path_factory.mktemp("xplan") / "plan.json"
+    Plan(placement=np.zeros(load_source("example:mlp").num_nodes, np.int64)).save(path)
+    return path
+
+
+#: writers given a name that is not a regular file: (argv with {out}, what the output holds)
+SPECIAL_WRITERS = {
+    "export": ("export {plan} -g example:mlp -f device-map -o {out}", b'": 0'),
+    "simulate --json": ("simulate example:mlp -c p100:2 --json {out}", b'"step_time"'),
+    "simulate --trace": ("simulate example:mlp -c p100:2 --trace {out}", b'"traceEvents"'),
+}
+#: names that are not regular files, made by the test: how the write must end
+SPECIAL_TARGETS = ["/dev/fd/N of a log opened to append", "/proc/self/fd/N", "a link to /dev/fd/N",
+                   "/dev/null (a link to it)", "a fifo with a reader", "a terminal (pty)"]
+
+
+@pytest.mark.parametrize("target", SPECIAL_TARGETS)
+@pytest.mark.parametrize("writer", SPECIAL_WRITERS)
+def test_a_writer_writes_in_place_to_what_is_not_a_regular_file(tmp_path, export_plan, writer, target):
+    argv, holds = SPECIAL_WRITERS[writer]
+    log = tmp_path / "log"
+    log.write_bytes(b"earlier line\n")
+    inode, got, reader, master = log.stat().st_ino, [], None, None
+    f = open(log, "ab")  # noqa: SIM115 -- a shell's >> log
+    try:
+        if target.startswith("/dev/fd"):
+            out = f"/dev/fd/{f.fileno()}"
+        elif target.startswith("/proc"):
+            out = f"/proc/self/fd/{f.fileno()}"
+        elif target.startswith("a link to /dev/fd"):
+            out = str(tmp_path / "out.json")
+            os.symlink(f"/dev/fd/{f.fileno()}", out)
+        elif target.startswith("/dev/null"):
+            out = str(tmp_path / "null.json")
+            os.symlink("/dev/null", out)
+        elif target.startswith("a fifo"):
+            out = str(tmp_path / "fifo")
+            os.mkfifo(out)
+            reader = _fifo_reader(Path(out), got)
+        else:
+            master, slave = os.openpty()
+            out = os.ttyname(slave)
+            os.set_blocking(master, False)
+        from typer.testing import CliRunner
+
+        from graphopt.cli import app
+
+        r = CliRunner().invoke(app, argv.format(plan=export_plan, out=out).split())
+        assert r.exit_code == 0, r.output + repr(r.exception)
+    finally:
+        f.close()
+    if reader is not None:
+        reader.join(10)
+        assert holds in got[0]
+    elif master is not None:
+        seen = b""
+        with contextlib.suppress(BlockingIOError):
+            while chunk := os.read(master, 1 << 16):
+                seen += chunk
+        assert holds in seen and Path(out).is_char_device()  # written, and still the terminal
+        os.close(master)
+        os.close(slave)
+    elif target.startswith("/dev/null"):
+        assert Path("/dev/null").is_char_device() and Path(out).is_symlink()
+    else:
+        text = log.read_bytes()
+        assert log.stat().st_ino == inode and text.startswith(b"earlier line\n") and holds in text
+    assert log.stat().st_ino == inode and log.read_bytes().startswith(b"earlier line\n")
+
+
+@pytest.mark.parametrize("writer", ["export", "simulate --json"])
+def test_dev_stdout_appended_to_a_log_keeps_the_log(tmp_path, export_plan, writer):
+    """The issue's case, through the real entry point: ``-o /dev/stdout >> log`` renamed
+    the result over the log (its earlier lines and its inode gone)."""
+    argv, holds = SPECIAL_WRITERS[writer]
+    log = tmp_path / "log"
+    log.write_bytes(b"earlier line\n")
+    inode = log.stat().st_ino
+    with open(log, "ab") as f:
+        r = graphopt(*argv.format(plan=export_plan, out="/dev/stdout").split(), stdout=f,
+                     stderr=subprocess.PIPE)
+    assert r.returncode == 0, r.stderr
+    text = log.read_bytes()
+    assert log.stat().st_ino == inode and text.startswith(b"earlier line\n") and holds in text
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["log"]  # no temporary left beside it
+
+
+SPECIAL_REFUSED = {  # a name that cannot be written in place -> the one line
+    "a fifo with no reader": "a pipe with no reader",
+    "a socket": "a socket, which graphopt does not write",
+    "/dev/full": "/dev/full: cannot write (No space left on device)",
+    "/dev/fd/N open for reading only": "open for reading only",
+    "/dev/fd/N not open": "is not open",
+}
+
+
+@pytest.mark.parametrize("target", SPECIAL_REFUSED)
+def test_a_special_output_that_cannot_be_written_is_one_line(tmp_path, export_plan, target):
+    import socket
+
+    f = None
+    if target.startswith("a fifo"):
+        out = str(tmp_path / "fifo")
+        os.mkfifo(out)
+    elif target == "a socket":
+        out = str(tmp_path / "sock")
+        s = socket.socket(socket.AF_UNIX)
+        s.bind(out)
+    elif target == "/dev/full":
+        out = "/dev/full"
+    elif "reading only" in target:
+        (tmp_path / "r").write_text("x")
+        f = open(tmp_path / "r", "rb")  # noqa: SIM115
+        out = f"/dev/fd/{f.fileno()}"
+    else:
+        out = "/dev/fd/987"
+    try:
+        line = _cli("export", str(export_plan), "-g", "example:mlp", "-f", "device-map", "-o", out)
+    finally:
+        if f is not None:
+            f.close()
+    assert line.startswith("error: ") and SPECIAL_REFUSED[target] in line, line
+    if "reading only" in target:
+        assert (tmp_path / "r").read_text() == "x"
+
+
+def _minimal_corpus(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "manifest.json").write_text(json.dumps(
+        {"format": "graphopt-corpus", "version": 1, "items": {}, "builds": []}))
+    return folder
+
+
+#: every command that writes a folder of results, into a folder another run holds
+LOCKED_OUTS = {
+    "optimize": "optimize example:mlp -c p100:2 --methods single --out {o}",
+    "optimize --task pipeline": "optimize pipe:mlp:layers=4,hidden=16,batch=8 --task pipeline "
+                                "-c p100:2 --stages 2 --out {o}",
+    "train": "train --corpus example:mlp@p100:2 --updates 1 --out {o}",
+    "train imitate": "train imitate {c} --out {o}",
+    "train imitate --prior (the corpus)": "train imitate {o} --prior --out {c}/run",
+    "train regal": "train regal --corpus example:mlp@p100:2 --updates 1 --out {o}",
+    "train regal-imitate": "train regal-imitate {c} --out {o}",
+    "train mcm": "train mcm --corpus bert-base@mcm-ring4 --updates 1 --out {o}",
+    "train mcm-imitate": "train mcm-imitate {c} --out {o}",
+    "corpus build": "corpus build --quick --out {o}",
+    "corpus search": "corpus search {o}",
+    "corpus regal-targets": "corpus regal-targets {c} --out {o}",
+    "corpus mcm-targets": "corpus mcm-targets --out {o}",
+}
+
+
+@pytest.mark.parametrize("command", LOCKED_OUTS)
+def test_every_out_folder_is_claimed_a_second_run_refused(tmp_path, command):
+    from graphopt.cli._common import lock_folder
+
+    out, corpus = _minimal_corpus(tmp_path / "out"), _minimal_corpus(tmp_path / "corpus")
+    held = lock_folder(out)  # the first run, still running
+    try:
+        line = _cli(*LOCKED_OUTS[command].format(o=out, c=corpus).split())
+    finally:
+        held.close()
+    assert line.endswith(f"{out}: another graphopt run (pid {os.getpid()}) is writing there; wait "
+                         "for it to end or choose another folder"), line
+    assert sorted(p.name for p in out.iterdir()) == [".graphopt.lock", "manifest.json"]
+
+
+# -- issue 49: a full disk during 'corpus build' is the machine's fault, not the item's -----------
+@pytest.mark.parametrize("where", ["save_graph", "load_source"])
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS],
+                         ids=["ENOSPC", "EDQUOT", "EFBIG", "EROFS"])
+def test_a_full_disk_in_corpus_build_is_not_recorded_as_a_skipped_item(tmp_path, monkeypatch, code, where):
+    import graphopt.frontends
+    import graphopt.ir
+    from graphopt.corpus import CorpusItem, build_corpus, load_manifest
+
+    items = [CorpusItem("example:layered-60-s0", "layered"), CorpusItem("example:layered-60-s1", "layered")]
+    real, calls = getattr(graphopt.ir if where == "save_graph" else graphopt.frontends, where), []
+
+    def full(*args, **kw):
+        calls.append(1)
+        if len(calls) == 2:
+            err = OSError(code, os.strerror(code))
+            raise (err if where == "load_source" else WriteError(f"x: cannot write ({err.strerror})"))
+        return real(*args, **kw)
+    monkeypatch.setattr(graphopt.ir if where == "save_graph" else graphopt.frontends, where, full)
+    with pytest.raises(WriteError, match=os.strerror(code) if where == "load_source" else "cannot write"):
+        build_corpus(tmp_path, items)
+    records = load_manifest(tmp_path)["items"]
+    assert [r["status"] for r in records.values()] == ["built"] and items[1].id not in records
+    monkeypatch.undo()
+    again = build_corpus(tmp_path, items)  # the space is back: the item is built, not kept skipped
+    assert [r["status"] for r in again["items"].values()] == ["built", "built"]
+
+
+def test_an_item_that_fails_otherwise_is_still_recorded_as_skipped(tmp_path, monkeypatch):
+    import graphopt.frontends
+    from graphopt.corpus import CorpusItem, build_corpus
+
+    def missing(source):
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory", source)
+    monkeypatch.setattr(graphopt.frontends, "load_source", missing)
+    doc = build_corpus(tmp_path, [CorpusItem("example:layered-60-s0", "layered")])
+    assert [r["status"] for r in doc["items"].values()] == ["skipped"]
+
+
+def test_corpus_build_on_a_full_disk_is_one_line(tmp_path):
+    r = graphopt("corpus", "build", "--quick", "--families", "layered", "--out", str(tmp_path / "c"),
+                 fsize=LIMIT * 8)
+    out = r.stdout + r.stderr
+    assert r.returncode == 2 and "Traceback" not in out, out
+    assert out.strip().splitlines()[-1].startswith(f"error: {tmp_path}/c/") and \
+        out.strip().endswith("cannot write (File too large)"), out
+    manifest = tmp_path / "c" / "manifest.json"
+    assert not manifest.exists() or '"skipped"' not in manifest.read_text()

@@ -244,3 +244,27 @@ def test_a_policy_save_killed_at_any_write_loads_the_old_or_the_new_policy(tmp_p
     want = new if k == 3 else old  # the metadata (the 2nd write, done once the 3rd is reached) is the commit
     assert info["which"] == ("new" if k == 3 else "old")
     assert torch.equal(module.weight, want.weight)
+
+
+#: temporary files in a run's folder: (name, whether the next save removes it). A trainer
+#: removes only what a killed write of its own files left (issue 49: it removed every
+#: ``.*.tmp``, another tool's too).
+STALE = [(".checkpoint.json.k1.tmp", True), (".weights.safetensors.k2.tmp", True),
+         ("..weights.safetensors.pending.k3.tmp", True), (".log.csv.k4.tmp", True),
+         (".curve.png.k5.tmp", True), (".policy.json.k6.tmp", True),
+         (".policy.safetensors.k7.tmp", True), ("..policy.safetensors.pending.k8.tmp", True),
+         (".notes.md.abc.tmp", False), (".report.json.x.tmp", False), (".plan.json.1.tmp", False),
+         (".checkpoint.json.tmp", False), ("checkpoint.json.k9.tmp", False),
+         (".graphopt.lock.z.tmp", False), (".targets.json.q.tmp", False)]
+
+
+@pytest.mark.parametrize("name, removed", STALE, ids=[n for n, _ in STALE])
+def test_a_save_removes_only_its_own_stale_temporaries(tmp_path, name, removed):
+    from graphopt.runs.checkpoint import save_checkpoint
+
+    (tmp_path / name).write_text("left by a kill")
+    net = torch.nn.Linear(2, 2)
+    save_checkpoint(tmp_path, {"a": 1}, {"net": net}, torch.optim.SGD(net.parameters(), lr=0.1),
+                    None, {"update": 1})
+    assert (tmp_path / name).exists() != removed
+    assert (tmp_path / "checkpoint.json").is_file()

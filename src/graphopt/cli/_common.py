@@ -168,7 +168,8 @@ def lock_folder(folder: Path | None, option: str = "--out"):
     ------
     GraphoptError
         Another process holds the folder; the message names the option, the folder and
-        that process's id.
+        that process's id. Or the lock file is not one graphopt takes (:func:`_open_lock`):
+        a symbolic link (live or dangling), a folder, a pipe, a device, a hard link.
     """
     import fcntl
 
@@ -176,9 +177,13 @@ def lock_folder(folder: Path | None, option: str = "--out"):
         return None
     folder = Path(folder)
     made = next((p for p in reversed([folder, *folder.parents]) if not p.exists()), None)
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:  # a file where the folder goes, no permission
+        raise GraphoptError(f"{option} {folder}: cannot make the folder ({err.strerror or err})"
+                            ) from None
     while True:
-        f = open(folder / LOCK_FILE, "a+")  # noqa: SIM115 -- held open while the run lasts
+        f = _open_lock(folder, option)
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -204,6 +209,37 @@ def lock_folder(folder: Path | None, option: str = "--out"):
     if ctx is not None:  # released when the command ends, however it ends, even in-process
         ctx.with_resource(_released(f, folder, made))
     return f
+
+
+def _open_lock(folder: Path, option: str):
+    """``folder``'s lock file, opened for reading and writing (made if need be), following
+    no symbolic link (``O_NOFOLLOW``) and taking only a regular file of one name (a hard
+    link's other name would have its content replaced by our pid): a lock path that is a
+    link, a folder, a pipe, a device or a socket is refused in one line and nothing is
+    written through it."""
+    import stat
+
+    path = folder / LOCK_FILE
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    where = f"{option} {folder}: {LOCK_FILE}"
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as err:
+        if os.path.islink(path):
+            raise GraphoptError(f"{where} is a symbolic link (to {os.readlink(path)}); graphopt "
+                                "follows none for its lock: remove it") from None
+        if os.path.isdir(path):
+            raise GraphoptError(f"{where} is a folder, expected a lock file: remove it") from None
+        raise GraphoptError(f"{where}: cannot open ({err.strerror or err})") from None
+    st = os.fstat(fd)
+    problem = ("" if stat.S_ISREG(st.st_mode) and st.st_nlink <= 1 else
+               f"has {st.st_nlink} names (a hard link), expected a file of its own"
+               if stat.S_ISREG(st.st_mode) else "is not a regular file (a pipe, device or socket)")
+    if problem:
+        os.close(fd)
+        raise GraphoptError(f"{where} {problem}: remove it")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "r+")
 
 
 def _same_file(f, path: Path) -> bool:

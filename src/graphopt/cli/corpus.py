@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 
 from graphopt._files import check_output
-from graphopt.cli._common import console, fail
+from graphopt.cli._common import console, fail, lock_folder
 from graphopt.cli.mcm import corpus_mcm_targets
 from graphopt.cli.regal import corpus_regal_targets
 from graphopt.errors import GraphoptError
@@ -44,6 +44,7 @@ def corpus_build(
 
     try:
         check_output(out, "--out", folder=True)
+        _lock = lock_folder(out)  # held while the run lasts: a second build (or search) is refused
         load_manifest(out, missing_ok=True)  # refuse another format before any work
         items = default_items(quick=quick, families=families or None)
         if not items:
@@ -150,6 +151,7 @@ def corpus_search(
     """
     import time
 
+    from graphopt.corpus import load_manifest
     from graphopt.optim.learned.targets import search_targets
 
     if split not in ("train", "held-out"):
@@ -160,6 +162,8 @@ def corpus_search(
         from graphopt.optim.base import get_optimizer
 
         get_optimizer(method)  # an unknown method fails before any search
+        load_manifest(folder)  # not a corpus: refused before the folder is claimed
+        _lock = lock_folder(folder, "FOLDER")  # targets.json is written there: one run at a time
         for spec in specs:
             load_cluster(spec)
         if not specs:

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from graphopt._files import check_output
-from graphopt.cli._common import (PARAM_HELP, check_run_folder, compile_simulator,
+from graphopt.cli._common import (PARAM_HELP, check_run_folder, compile_simulator, lock_folder,
                                   console, evaluation_backend, fail, method_params,
                                   options_from_fields, ppo_options)
 from graphopt.cli.options import (address_option, backend_option, budget_option,
@@ -149,6 +149,7 @@ def corpus_mcm_targets(
         from graphopt.hardware import load_cluster
 
         check_output(out, "--out", folder=True)
+        _lock = lock_folder(out)  # held while the run lasts: a second run into --out is refused
         if not items or not where:
             raise GraphoptError("--sources and --presets need at least one item each")
         for preset in where:

@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 
 from graphopt._files import check_output
-from graphopt.cli._common import (check_run_folder, compile_simulator, console,
+from graphopt.cli._common import (check_run_folder, compile_simulator, console, lock_folder,
                                   evaluation_backend, fail, options_from_fields)
 from graphopt.cli.options import (address_option, backend_option, cluster_option,
                                   methods_option, out_option)
@@ -242,6 +242,7 @@ def corpus_regal_targets(
                      *([f"--seed {seed}"] if seed else [])])
     try:
         check_output(out, "--out", folder=True)
+        _lock = lock_folder(out)  # held while the run lasts: a second run into --out is refused
         check_objective(objective)
         load_cluster(cluster)
         compile_simulator()

@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 
 from graphopt.cli._common import (check_run_folder, console, ppo_options, evaluation_backend,
-                                  fail, options_from_fields)
+                                  fail, lock_folder, options_from_fields)
 from graphopt.cli.options import (address_option, backend_option, cluster_option, out_option,
                                   seed_option, split_item)
 from graphopt.errors import MAX_THREADS, GraphoptError
@@ -65,6 +65,10 @@ def train_imitate(
                + (f" --init {init}" if init else "") + (" --prior" if prior else ""))
     try:
         _lock = check_run_folder(out)  # held while the run lasts
+        # --prior keeps the priors in the corpus's priors/: one writer of the corpus at a time
+        # (a 'corpus search' or another 'train imitate --prior' there is refused)
+        _corpus_lock = lock_folder(corpus, "CORPUS") if prior and (corpus / "manifest.json").is_file() \
+            else None
         if init is not None:  # a bad or mismatched --init fails now, not after the priors
             from graphopt.optim.learned.go.method import load_go_policy, reads_prior
 

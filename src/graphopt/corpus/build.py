@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import platform
 import sys
 import time
@@ -10,15 +11,20 @@ from pathlib import Path
 from typing import Any
 
 import graphopt
-from graphopt._files import read_index, write_json
+from graphopt._files import check_record, write_error, inside, read_index, safe_name, write_json
 from graphopt.corpus.items import CorpusItem
-from graphopt.errors import GraphoptError
+from graphopt.errors import GraphoptError, WriteError
 
-__all__ = ["FORMAT", "VERSION", "build_corpus", "load_manifest", "summarize"]
+__all__ = ["FORMAT", "VERSION", "build_corpus", "check_manifest", "load_manifest", "summarize"]
 
 FORMAT = "graphopt-corpus"
 #: Bumped when the manifest's or the graphs' layout changes.
 VERSION = 1
+
+
+#: Write errors that say the machine has no room (a full disk, a quota, ``ulimit -f``) or
+#: cannot write at all (read-only), not that an item is bad.
+_NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
 
 
 def _empty_manifest() -> dict[str, Any]:
@@ -41,7 +47,37 @@ def load_manifest(folder: str | Path, missing_ok: bool = False) -> dict[str, Any
             return _empty_manifest()
         raise GraphoptError(f"{folder}: not a corpus (no manifest.json); build one with "
                             "'graphopt corpus build --out DIR'")
-    return read_index(path, FORMAT, VERSION, "items", "a graphopt corpus manifest")
+    return check_manifest(read_index(path, FORMAT, VERSION, "items", "a graphopt corpus manifest"),
+                          path)
+
+
+def check_manifest(doc: dict[str, Any], path: Path) -> dict[str, Any]:
+    """``doc``, the manifest read from ``path``, when every item is as :func:`build_corpus`
+    writes it: an id that names a file in ``graphs/`` (never ``../../x``, a path or a
+    NUL), ``source``, ``family``, ``split`` (train or held-out) and ``status`` (built or
+    skipped) of their types, a built item's ``file`` ``graphs/<id>.npz`` and counts, a
+    skipped item's ``reason``; ``builds`` a list of runs. Else :class:`GraphoptError`, one
+    line naming the file and the field (a hand-edited manifest used to end in a
+    ``KeyError`` or ``TypeError`` traceback, or a path out of the corpus)."""
+    for key, record in doc["items"].items():
+        where = f"{path}: items[{safe_name(key, f'{path}: items')!r}]"
+        check_record(record, where, {"source": "str", "family": "str",
+                                     "split": {"train", "held-out"},
+                                     "status": {"built", "skipped"}, "seconds?": "seconds"})
+        if record["status"] == "built":
+            check_record(record, where, {"file": "str", "nodes": "count", "edges": "count",
+                                         "bytes?": "count"})
+            if record["file"] != f"graphs/{key}.npz":
+                inside(path.parent, record["file"], f"{where}: field 'file'")
+                raise GraphoptError(f"{where}: field 'file': expected 'graphs/{key}.npz', got "
+                                    f"{record['file']!r}")
+        else:
+            check_record(record, where, {"reason": "str"})
+    check_record(doc, str(path), {"builds?": "list"})
+    for i, build in enumerate(doc.get("builds", [])):
+        check_record(build, f"{path}: builds[{i}]", {"seconds": "seconds", "built": "count",
+                                                     "skipped": "count", "reused": "count"})
+    return doc
 
 
 def _save_manifest(folder: Path, manifest: dict[str, Any]) -> None:
@@ -92,6 +128,13 @@ def build_corpus(folder: str | Path, items: Iterable[CorpusItem], *,
             save_graph(graph, graph_file)
         except KeyboardInterrupt:
             raise
+        except OSError as err:
+            if isinstance(err, WriteError) or err.errno in _NO_ROOM:
+                # the machine's fault, not the item's: stop, and record nothing (a skipped
+                # item is not tried again); the next build resumes here
+                raise (err if isinstance(err, WriteError) else write_error(graph_file, err)) from None
+            record.update(status="skipped", reason=_one_line(err))
+            skipped += 1
         except Exception as err:  # noqa: BLE001 - any model may fail; record why, go on
             record.update(status="skipped", reason=_one_line(err))
             skipped += 1

@@ -387,20 +387,25 @@ def parse_size(text: str | int) -> int:
     else:
         s = str(text).strip().upper()
         unit = next((u for u in sorted(_UNITS, key=len, reverse=True) if s.endswith(u)), "")
-        try:
-            value = float(s[: len(s) - len(unit)]) * _UNITS.get(unit, 1)
+        if not s.isascii() or "_" in s:  # float() also reads '٢', '２' and '1_0'
+            raise ValueError(f"{text!r} is not a size (ASCII digits, e.g. 2GiB, 500MB or bytes)")
+        try:  # bytes as a whole number exactly; with a unit, as accelerate reads it
+            value = int(s) if s.isdigit() else float(s[: len(s) - len(unit)]) * _UNITS.get(unit, 1)
         except ValueError:
             raise ValueError(f"{text!r} is not a size (e.g. 2GiB, 500MB or bytes)") from None
         if not unit and not s.isdigit():
             raise ValueError(f"{text!r} is not a size (e.g. 2GiB, 500MB or bytes)")
     if not value >= 0 or value == float("inf"):
         raise ValueError(f"{text!r} is not a size of at least 0 bytes")
+    if value > 2**62:
+        raise ValueError(f"{text!r} is more than 2**62 bytes")
     return int(value)
 
 
 def parse_max_memory(text: str) -> dict[Device, int]:
     """``"0=2GiB,1=2GiB"`` (or ``cpu=...``, ``disk=...``) as accelerate's ``max_memory``:
-    ``{device: bytes}``, a device a GPU ordinal, ``"cpu"`` or ``"disk"``.
+    ``{device: bytes}``, a device a GPU ordinal (ASCII digits, below 1024), ``"cpu"`` or
+    ``"disk"``.
 
     >>> parse_max_memory("0=2GiB, cpu=500MB")
     {0: 2147483648, 'cpu': 500000000}
@@ -409,17 +414,19 @@ def parse_max_memory(text: str) -> dict[Device, int]:
     ------
     GraphoptError
         One line naming ``--max-memory``: an entry not ``DEVICE=SIZE``, an unknown or
-        repeated device, or a bad size.
+        repeated device (a GPU index is ASCII digits, below 1024), or a bad size.
     """
     from graphopt.errors import GraphoptError
 
     out: dict[Device, int] = {}
     for item in [p.strip() for p in str(text).split(",")]:
         key, eq, size = (s.strip() for s in item.partition("="))
-        dev: Device = int(key) if key.isdigit() else key.lower()
-        if not eq or dev not in ("cpu", "disk") and not isinstance(dev, int):
+        # ASCII digits only: str.isdigit() and int() also read '٠', '۱' and '²' (issue 49)
+        dev: Device = int(key) if key.isascii() and key.isdigit() and len(key) <= 4 else key.lower()
+        if not eq or dev not in ("cpu", "disk") and not (isinstance(dev, int) and dev < 1024):
             raise GraphoptError(f"--max-memory {text!r}: expected DEVICE=SIZE entries, DEVICE a GPU "
-                                f"index, cpu or disk, e.g. 0=2GiB,1=2GiB; got {item!r}")
+                                f"index (ASCII digits, 0..1023), cpu or disk, e.g. 0=2GiB,1=2GiB; "
+                                f"got {item!r}")
         if dev in out:
             raise GraphoptError(f"--max-memory {text!r}: device {dev} given twice")
         try:

@@ -25,6 +25,7 @@ same way.
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import os
@@ -181,7 +182,21 @@ def _read_pair(folder: Path, meta_file: str, weights: str, fmt: str, what: str,
         tensors = load_tensors(blob)
     except SafetensorError as err:
         raise CheckpointError(f"{folder}: {unreadable} ({err})") from err
+    _check_finite(folder / weights, tensors)
     return meta, tensors
+
+
+def _check_finite(path: Path, tensors: dict[str, torch.Tensor]) -> None:
+    """Refuse weights (or optimizer state) holding NaN or an infinity: a policy built from
+    them samples from NaN logits (every plan the same, or a crash deep in the sampler),
+    and a run resumed from them never recovers. A file's SHA-256 matching its metadata
+    says only that the two were saved together (issue 49)."""
+    for name, t in tensors.items():
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            kind = "NaN" if bool(torch.isnan(t).any()) else "an infinity"
+            raise CheckpointError(f"{path}: tensor {name!r} holds {kind}; weights must be finite "
+                                  "(a run that diverged, or an edited file): train again or use "
+                                  "an earlier copy")
 
 
 def _committed_pending(folder: Path, weights: str, meta: dict) -> bytes | None:
@@ -215,12 +230,18 @@ def _check_hash(folder: Path, weights: str, meta_file: str, meta: dict, blob: by
 
 
 def _remove_stale(folder: Path) -> None:
-    """Remove the temporary files a killed :func:`atomic_write` left in ``folder``
-    (``.NAME.<random>.tmp``: of the checkpoint, and of the log and chart a trainer writes
-    beside it); only this run writes there."""
+    """Remove the temporary files a killed :func:`atomic_write` left in ``folder`` for
+    the files a trainer writes there (``.NAME.<random>.tmp``, NAME one of the checkpoint's,
+    the policy's, their pending weights, the log and the chart:
+    :data:`graphopt.runs.run.RUN_FILES`); another tool's temporary files in the same
+    folder are not ours to delete, and stay."""
+    from graphopt.runs.run import RUN_FILES
+
     if folder.is_dir():
-        for tmp in folder.glob(".*.tmp"):
-            tmp.unlink(missing_ok=True)
+        for name in (*RUN_FILES, _pending(WEIGHTS), _pending(POLICY_WEIGHTS)):
+            for tmp in folder.glob(f".{glob.escape(name)}.*.tmp"):
+                if tmp.is_file() and not tmp.is_symlink():
+                    tmp.unlink(missing_ok=True)
 
 
 def load_checkpoint(folder: str | os.PathLike, config: dict, modules: dict[str, nn.Module],

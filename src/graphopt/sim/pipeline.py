@@ -771,6 +771,8 @@ class PipelinePlan:
             or a field out of range (bounds not rising from 0 or not ``V`` chunks a rank,
             an unknown schedule, microbatches the schedule cannot run).
         """
+        import math
+
         d = read_json(path, PlanError)
         if not isinstance(d, dict) or d.get("format") != PIPELINE_FORMAT:
             raise PlanError(f"{path}: not a pipeline plan (graphopt optimize --task pipeline "
@@ -801,5 +803,22 @@ class PipelinePlan:
         if not (isinstance(blocks, list) and all(isinstance(x, str) and len(x) <= 1000 for x in blocks)
                 and len(blocks) in (0, b[-1])):
             raise PlanError(f"{path}: blocks must be the {b[-1]} blocks' module names, or none")
-        sim = d.get("simulated") if isinstance(d.get("simulated"), dict) else {}
+        sim = d.get("simulated", {})
+        if not isinstance(sim, dict):
+            raise PlanError(f"{path}: simulated must be an object of the planner's figures, "
+                            f"got {str(sim)[:60]!r}")
+
+        def number(x) -> bool:
+            return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+        # the figures 'graphopt run --pipeline' prices the plan with (issue 49: a string
+        # overhead was a ValueError traceback, a negative or infinite one priced silently)
+        checks = {"overhead": (lambda x: number(x) and 0 <= x <= 3600, "seconds, 0 to 3600"),
+                  "cores": (lambda x: x is None or (type(x) is int and 1 <= x <= 1 << 16),
+                            "a core count 1..65,536 or null"),
+                  "profiled": (lambda x: type(x) is bool, "true or false"),
+                  "step_time": (lambda x: number(x) and x > 0, "seconds > 0")}
+        for key, (ok, expected) in checks.items():
+            if key in sim and not ok(sim[key]):
+                raise PlanError(f"{path}: simulated.{key} must be {expected}, got "
+                                f"{str(sim[key])[:60]!r}")
         return cls(d["model"], tuple(b), sched, m, str(d.get("method", "")), sim, v, tuple(blocks))

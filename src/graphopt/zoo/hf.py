@@ -35,8 +35,10 @@ outputs. Needs the optional ``transformers`` package: ``pip install 'graphopt[hf
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import logging
+import os
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -48,7 +50,7 @@ from graphopt.errors import FrontendError, GraphoptError
 from graphopt.ir.graph import Graph
 from graphopt.zoo.registry import parse_overrides
 
-__all__ = ["INSTALL_HINT", "SHAPE_KEYS", "build", "make", "model", "parse_spec"]
+__all__ = ["INSTALL_HINT", "SHAPE_KEYS", "build", "estimate", "limits", "make", "model", "parse_spec"]
 
 #: What to run when ``transformers`` is missing.
 INSTALL_HINT = "pip install 'graphopt[hf]'"
@@ -261,6 +263,155 @@ def _inputs(config: Any, main: str, shape: dict[str, Any], gen: torch.Generator
     return ids
 
 
+#: Configuration fields no override sets: what the model is (the source's MODEL_TYPE
+#: says it), and the fields that point transformers at other code or files.
+_NOT_SETTINGS = frozenset({"model_type", "auto_map", "architectures", "transformers_version",
+                           "name_or_path", "trust_remote_code", "custom_pipelines"})
+
+#: Fields that count layers (a configuration's own name, or its alias in ``attribute_map``).
+_LAYER_FIELDS = ("num_hidden_layers", "num_layers", "n_layer", "n_layers", "encoder_layers",
+                 "decoder_layers", "num_decoder_layers")
+
+
+def _physical_memory() -> int:
+    """This machine's memory in bytes (16 GiB where the system does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 16 << 30
+
+
+def limits() -> tuple[int, int]:
+    """``(max_params, max_bytes)``: the most parameters an ``hf:`` model may have (its
+    weights are made for real, 4 bytes each, when it is built: by default an eighth of
+    this machine's memory in parameters, half of it in bytes) and the most bytes one
+    training step of it may take by the estimate (weights, gradients and activations: by
+    default the memory of :data:`~graphopt.hardware.presets.MAX_DEVICES` machines like this
+    one, the largest cluster graphopt models). ``$GRAPHOPT_MAX_PARAMS`` and
+    ``$GRAPHOPT_MAX_BYTES`` set them.
+
+    Raises
+    ------
+    GraphoptError
+        A variable that is not a whole number from 1 to 2**62, naming it.
+    """
+    from graphopt._files import env_limit
+    from graphopt.hardware.presets import MAX_DEVICES
+
+    ram = _physical_memory()
+    return (env_limit("GRAPHOPT_MAX_PARAMS", ram // 8, "parameters"),
+            env_limit("GRAPHOPT_MAX_BYTES", ram * MAX_DEVICES))
+
+
+def _check_settings(spec: str, default: Any, overrides: dict[str, Any]) -> None:
+    """Refuse an override that is not data (text, a number, true/false, null or a list of
+    those), names what the model is (``model_type``) or where its code comes from, or
+    names a method or property of the configuration class rather than a stored field
+    (``to_dict=1`` replaced a method; ``use_return_dict`` is computed); and a layer count
+    below 1."""
+    cls = type(default)
+    stored = default.to_dict()
+    for key, value in overrides.items():
+        where = f"graph 'hf:{spec}': {key}={value!r}"
+        items = value if isinstance(value, list) else [value]
+        if not all(v is None or isinstance(v, (bool, int, float, str)) for v in items):
+            raise GraphoptError(f"{where}: an override is text, a number, true/false or a list "
+                                "of those")
+        if key in _NOT_SETTINGS:
+            raise GraphoptError(f"{where}: not a setting (the model type is the source's "
+                                f"'hf:MODEL_TYPE'; {', '.join(sorted(_NOT_SETTINGS - {key}))} are "
+                                "not settings either)")
+        if key in _IMPLEMENTATIONS or key in default.attribute_map:
+            pass
+        elif key not in stored:
+            attr = inspect.getattr_static(cls, key, None)
+            what = ("a property" if isinstance(attr, property) else
+                    "a method" if callable(attr) or isinstance(attr, (classmethod, staticmethod))
+                    else "not a stored field")
+            raise GraphoptError(f"{where}: {key!r} is {what} of {cls.__name__}, not a setting")
+        name = default.attribute_map.get(key, key)
+        if (name in _LAYER_FIELDS or key in _LAYER_FIELDS) and isinstance(value, int) \
+                and not isinstance(value, bool) and value < 1:
+            raise GraphoptError(f"{where}: a layer count is at least 1")
+
+
+def _int(config: Any, *names: str) -> int:
+    """The largest positive whole number among ``config``'s fields ``names`` (lists: their
+    largest item), or 0."""
+    best = 0
+    for n in names:
+        v = getattr(config, n, None)
+        for x in (v if isinstance(v, (list, tuple)) else [v]):
+            if isinstance(x, int) and not isinstance(x, bool) and x > best:
+                best = x
+    return best
+
+
+def estimate(config: Any, shape: dict[str, Any], main: str) -> tuple[int, int]:
+    """``(parameters, bytes)`` of a ``transformers`` model of ``config`` and of one
+    training step of it on a batch of ``shape``, from the configuration alone (nothing is
+    built): embeddings (vocabulary and positions times the width), and per layer the
+    attention (4 x width^2) and the feed-forward network (2 x width x intermediate size,
+    times the experts); bytes are float32 weights, gradients and the activations kept for
+    the backward pass (about 16 x width values a token a layer, plus the attention scores,
+    heads x length^2). An estimate to bound what a typo can ask for, not a count: within a
+    small factor of the real model for the families graphopt builds.
+
+    >>> from types import SimpleNamespace as C
+    >>> estimate(C(hidden_size=768, num_hidden_layers=12, vocab_size=30522,
+    ...            intermediate_size=3072, max_position_embeddings=512, num_attention_heads=12),
+    ...          {"batch": 2, "seq": 32, "image": None, "samples": 4000}, "input_ids")[0]
+    108768768
+    """
+    h = _int(config, "hidden_size", "d_model", "n_embd", "dim", "embed_dim", "hidden_sizes",
+             "embedding_size")
+    h = max(h, 1)
+    enc = _int(config, "num_hidden_layers", "num_layers", "n_layer", "n_layers", "encoder_layers")
+    dec = _int(config, "decoder_layers", "num_decoder_layers")
+    staged = sum(x for x in (getattr(config, "depths", None) or []) if isinstance(x, int)) + \
+        sum(x for x in (getattr(config, "block_sizes", None) or []) if isinstance(x, int))
+    layers = max(enc + dec + staged, 1)
+    inner = _int(config, "intermediate_size", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim",
+                 "d_ff", "n_inner", "hidden_dim") or 4 * h
+    experts = max(_int(config, "num_local_experts", "num_experts", "n_routed_experts"), 1)
+    vocab = _int(config, "vocab_size")
+    positions = _int(config, "max_position_embeddings", "n_positions", "max_source_positions")
+    heads = _int(config, "num_attention_heads", "n_head", "num_heads", "encoder_attention_heads") \
+        or max(h // 64, 1)
+    params = (vocab + positions) * h + layers * (4 * h * h + 2 * h * inner * experts)
+    batch = shape["batch"]
+    if main == "pixel_values":
+        image = shape["image"] or _int(config, "image_size") or 64
+        length = (image // max(_int(config, "patch_size"), 1)) ** 2 if _int(config, "patch_size") \
+            else image * image // 16
+    elif main == "input_values":
+        length = shape["samples"] // 320
+    elif main == "input_features":
+        length = 2 * (_int(config, "max_source_positions") or 1500)
+    else:
+        length = shape["seq"]
+    length = max(length, 1)
+    activations = layers * batch * (length * (16 * h + 2 * inner * min(experts, 2))
+                                    + heads * length * length)
+    return params, 4 * (2 * params + activations)
+
+
+def _check_size(spec: str, config: Any, shape: dict[str, Any], main: str) -> tuple[int, int]:
+    """Refuse, before the model is built, one whose :func:`estimate` exceeds
+    :func:`limits`, naming the spec, the estimate and the variable that raises it."""
+    max_params, max_bytes = limits()
+    params, nbytes = estimate(config, shape, main)
+    if params > max_params:
+        raise GraphoptError(f"graph 'hf:{spec}': about {params:,} parameters, more than the "
+                            f"{max_params:,} graphopt builds here (its weights are made for "
+                            "real; raise the bound with $GRAPHOPT_MAX_PARAMS)")
+    if nbytes > max_bytes:
+        raise GraphoptError(f"graph 'hf:{spec}': a training step of about {nbytes:,} bytes "
+                            f"(weights, gradients, activations), more than the {max_bytes:,} "
+                            "graphopt takes (raise the bound with $GRAPHOPT_MAX_BYTES)")
+    return params, nbytes
+
+
 def make(spec: str) -> tuple[nn.Module, tuple[Tensor, ...], dict[str, Any]]:
     """``(module, example_inputs, info)`` for ``spec`` (``MODEL_TYPE[:key=value,...]``).
 
@@ -278,6 +429,7 @@ def make(spec: str) -> tuple[nn.Module, tuple[Tensor, ...], dict[str, Any]]:
                                   or not 1 <= value <= _MAX_SHAPE[key]):
             raise GraphoptError(f"graph 'hf:{spec}': {key}={value!r} must be an integer "
                                 f"1..{_MAX_SHAPE[key]:,}")
+    limits()  # a bad $GRAPHOPT_MAX_PARAMS or $GRAPHOPT_MAX_BYTES fails before any work
     tf = _transformers()
     try:
         default = tf.AutoConfig.for_model(model_type)
@@ -287,12 +439,13 @@ def make(spec: str) -> tuple[nn.Module, tuple[Tensor, ...], dict[str, Any]]:
                             "gpt2, t5, vit") from None
     fields = {}
     for key, value in overrides.items():
-        if not hasattr(default, key) and key not in _IMPLEMENTATIONS:
+        if not hasattr(default, key) and key not in _IMPLEMENTATIONS and key not in _NOT_SETTINGS:
             raise GraphoptError(f"graph 'hf:{spec}': {key!r} is not a field of "
                                 f"{type(default).__name__} (nor one of "
                                 f"{', '.join([*SHAPE_KEYS, *_IMPLEMENTATIONS])})")
         fields[default.attribute_map.get(key, key)] = _field_value(spec, key, value,
                                                                    getattr(default, key, None))
+    _check_settings(spec, default, {k: fields[default.attribute_map.get(k, k)] for k in overrides})
     if shape["image"] is not None and isinstance(getattr(default, "image_size", None), int):
         fields.setdefault("image_size", shape["image"])  # vision models check their input
     derived = {k: v for k, v in {**_static_step(default, fields),
@@ -307,6 +460,9 @@ def make(spec: str) -> tuple[nn.Module, tuple[Tensor, ...], dict[str, Any]]:
     except Exception as err:  # noqa: BLE001 - a configuration's validators raise anything
         raise GraphoptError(f"graph 'hf:{spec}': transformers refuses these settings: "
                             f"{_one_line(err)}") from None
+    main = getattr(tf.AutoModel._model_mapping.get(type(config), None), "main_input_name", None) \
+        if hasattr(tf.AutoModel, "_model_mapping") else None
+    _check_size(spec, config, shape, main or "input_ids")  # before any weight is made
     torch.manual_seed(0)
     try:
         with _quiet(), warnings.catch_warnings():

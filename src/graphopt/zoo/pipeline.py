@@ -54,7 +54,7 @@ from graphopt.frontends.model import Model
 from graphopt.ir.graph import Graph
 from graphopt.zoo.registry import parse_overrides
 
-__all__ = ["PIPELINE_MODELS", "build", "build_pipeline_model", "model"]
+__all__ = ["PIPELINE_MODELS", "build", "build_pipeline_model", "estimate", "limits", "model"]
 
 #: The prefix of a pipeline model's source.
 PREFIX = "pipe:"
@@ -243,6 +243,58 @@ _KEYS = {"mlp": {"layers", "hidden", "batch", "classes"},
          "vit": {"layers", "hidden", "heads", "image", "patch", "batch", "classes"}}
 
 
+def estimate(name: str, sizes: dict[str, Any]) -> tuple[int, int]:
+    """``(parameters, bytes)`` of pipeline model ``name`` at ``sizes`` and of one training
+    step of it, from the sizes alone (nothing is built): float32 weights, gradients and
+    the optimizer's copy, the batch, and the activations kept for the backward pass
+    (about 16 x hidden values a token a layer, the attention scores, heads x seq^2, and
+    the logits, seq x vocab). A bound on what a typo can ask for, not a count.
+
+    >>> estimate("mlp", {"layers": 2, "hidden": 4, "batch": 3, "classes": 2, "growth": 0.0})
+    (40, 936)
+    """
+    if name == "mlp-uneven":  # its builder passes every size but growth on to _mlp's defaults
+        sizes = {**{k: p.default for k, p in inspect.signature(_mlp).parameters.items()},
+                 "growth": 0.5, **{k: v for k, v in sizes.items() if k in _KEYS[name]}}
+    layers, hidden, batch = sizes["layers"], sizes["hidden"], sizes["batch"]
+    if name.startswith("mlp"):
+        widths = [max(1, round(hidden * (1 + i * sizes.get("growth", 0.0)))) for i in range(layers + 1)]
+        params = sum(a * b for a, b in zip(widths, widths[1:])) + widths[-1] * sizes["classes"]
+        activations = batch * (3 * sum(widths) + sizes["classes"])
+    else:
+        heads = sizes["heads"]
+        if name == "vit":
+            tokens = (sizes["image"] // sizes["patch"]) ** 2 + 1
+            params = 3 * sizes["patch"] ** 2 * hidden + tokens * hidden + hidden * sizes["classes"]
+            extra = batch * 3 * sizes["image"] ** 2
+        else:
+            tokens = sizes["seq"]
+            params = 2 * sizes["vocab"] * hidden + tokens * hidden
+            extra = 2 * batch * tokens * sizes["vocab"]  # the logits and their gradient
+        params += layers * 12 * hidden * hidden
+        activations = layers * batch * (16 * tokens * hidden + heads * tokens * tokens) + extra
+    return params, 4 * (3 * params + activations)
+
+
+def limits() -> tuple[int, int]:
+    """``(max_params, max_bytes)`` of a pipeline model: these models are built and run
+    for real (``graphopt run --pipeline``), so by default an eighth of this machine's
+    memory in parameters and half of it in bytes; ``$GRAPHOPT_MAX_PARAMS`` and
+    ``$GRAPHOPT_MAX_BYTES`` set them.
+
+    Raises
+    ------
+    GraphoptError
+        A variable that is not a whole number from 1 to 2**62, naming it.
+    """
+    from graphopt._files import env_limit
+    from graphopt.zoo.hf import _physical_memory
+
+    ram = _physical_memory()
+    return (env_limit("GRAPHOPT_MAX_PARAMS", ram // 8, "parameters"),
+            env_limit("GRAPHOPT_MAX_BYTES", ram // 2))
+
+
 def build_pipeline_model(spec: str, seed: int = 0) -> Model:
     """The model ``spec`` names (``NAME[:key=value,...]``, with or without ``pipe:``),
     its weights and batch drawn from ``seed``.
@@ -251,8 +303,8 @@ def build_pipeline_model(spec: str, seed: int = 0) -> Model:
     ------
     GraphoptError
         An unknown name or override, a size below 1, ``heads`` not dividing ``hidden``,
-        ``patch`` above ``image``, or (gpt2, bert, t5, vit) ``transformers`` missing;
-        the message names the source.
+        ``patch`` above ``image``, a model whose :func:`estimate` exceeds :func:`limits`,
+        or (gpt2, bert, t5, vit) ``transformers`` missing; the message names the source.
     """
     source = spec if spec.startswith(PREFIX) else PREFIX + spec
     name, _, text = source[len(PREFIX):].partition(":")
@@ -279,6 +331,17 @@ def build_pipeline_model(spec: str, seed: int = 0) -> Model:
     if "patch" in sizes and sizes["patch"] > sizes["image"]:
         raise GraphoptError(f"graph {source!r}: patch={sizes['patch']} must be at most "
                             f"image={sizes['image']}")
+    max_params, max_bytes = limits()
+    params, nbytes = estimate(name, sizes)
+    if params > max_params:
+        raise GraphoptError(f"graph {source!r}: about {params:,} parameters, more than the "
+                            f"{max_params:,} graphopt builds here (raise the bound with "
+                            "$GRAPHOPT_MAX_PARAMS)")
+    if nbytes > max_bytes:
+        raise GraphoptError(f"graph {source!r}: a training step of about {nbytes:,} bytes "
+                            f"(weights, gradients, batch, activations), more than the "
+                            f"{max_bytes:,} graphopt takes here (raise the bound with "
+                            "$GRAPHOPT_MAX_BYTES)")
     torch.manual_seed(seed)
     layers, inputs, target = PIPELINE_MODELS[name](**overrides)
     module = nn.Sequential(*layers).train()

@@ -31,12 +31,12 @@ from typing import Any
 
 import numpy as np
 
-from graphopt._files import read_index, write_json
+from graphopt._files import check_record, inside, read_index, safe_name, write_json
 from graphopt.corpus import load_manifest
 from graphopt.errors import GraphoptError
 from graphopt.sim import Plan, Problem, simulate
 
-__all__ = ["FORMAT", "PRIOR_BUDGET", "VERSION", "Target", "assign_clusters", "load_targets",
+__all__ = ["FORMAT", "PRIOR_BUDGET", "VERSION", "Target", "assign_clusters", "check_index", "load_targets",
            "move_gains", "prior_moves", "prior_plan", "prior_plans", "search_targets"]
 
 FORMAT = "graphopt-corpus-targets"
@@ -55,7 +55,32 @@ def _index(folder: Path) -> dict[str, Any]:
     path = folder / "targets.json"
     if not path.exists():
         return _empty()
-    return read_index(path, FORMAT, VERSION, "entries", "a graphopt corpus targets file")
+    return check_index(read_index(path, FORMAT, VERSION, "entries",
+                                  "a graphopt corpus targets file"), path)
+
+
+def check_index(doc: dict[str, Any], path: Path) -> dict[str, Any]:
+    """``doc``, the targets index read from ``path``, when every entry is as
+    :func:`search_targets` writes it: its key ``<item>@<cluster>``, ``item`` a corpus id
+    (never ``../../x``, a path or a NUL), ``cluster`` text, ``method``, ``budget`` and
+    ``rounds``; a target's ``file`` a path inside the corpus and its ``step_time`` a
+    finite time > 0. Else :class:`GraphoptError`, one line naming the file and the field."""
+    for key, entry in doc["entries"].items():
+        where = f"{path}: entries[{key!r}]"
+        check_record(entry, where, {"item": "str", "cluster": "str", "method": "str",
+                                    "budget": "count", "rounds": "count", "policy?": "str?",
+                                    "seed?": "count", "evals?": "count", "seconds?": "seconds",
+                                    "status?": "str", "step_time?": "time?",
+                                    "expert_step_time?": "time?", "file?": "str"})
+        safe_name(entry["item"], f"{where}: field 'item'")
+        if key != f"{entry['item']}@{entry['cluster']}":
+            raise GraphoptError(f"{where}: the key is not its item@cluster "
+                                f"({entry['item']}@{entry['cluster']})")
+        inside(path.parent, f"priors/{key}.json", f"{where}: field 'cluster'")
+        if "file" in entry:
+            inside(path.parent, entry["file"], f"{where}: field 'file'")
+            check_record(entry, where, {"step_time": "time?"})
+    return doc
 
 
 def _save_index(folder: Path, doc: dict[str, Any]) -> None:
@@ -203,7 +228,14 @@ def move_gains(problem: Problem, plan: Plan, unit: np.ndarray, chunk: int = 512)
 def _read_gains(path: Path, shape: tuple[int, int]) -> np.ndarray | None:
     """The float64 array of ``shape`` kept at ``path``; None when it is missing, or its
     header says another shape or type (checked before any array is allocated), or it
-    does not read."""
+    does not read.
+
+    Raises
+    ------
+    GraphoptError
+        A gain that is NaN, infinite or negative (a speedup is a ratio of finite times:
+        the policy would learn from it), naming the file and the first such entry.
+    """
     from numpy.lib import format as npy
 
     try:
@@ -213,9 +245,15 @@ def _read_gains(path: Path, shape: tuple[int, int]) -> np.ndarray | None:
             header = read(f)
         if header != (shape, False, np.dtype(np.float64)):
             return None
-        return np.load(path, allow_pickle=False)
+        gains = np.load(path, allow_pickle=False)
     except (OSError, ValueError):
         return None
+    bad = ~np.isfinite(gains) | (gains < 0)
+    if bad.any():
+        u, d = (int(i) for i in np.argwhere(bad)[0])
+        raise GraphoptError(f"{path}: move gain [{u}, {d}] is {gains[u, d]}; gains are finite "
+                            "numbers >= 0 (remove the file to compute them again)")
+    return gains
 
 
 def prior_moves(folder: str | Path, targets: list[Target], priors: list[Plan],
@@ -242,7 +280,11 @@ def prior_moves(folder: str | Path, targets: list[Target], priors: list[Plan],
             gains = move_gains(t.problem, prior, unit)
             buf = io.BytesIO()
             np.save(buf, gains, allow_pickle=False)
+<<<<<<< HEAD
             atomic_write(path, lambda f, data=buf.getvalue(): f.write(data))
+=======
+            atomic_write(path, lambda f, b=buf: f.write(b.getvalue()))
+>>>>>>> hostile
         out.append(gains)
         if progress:
             progress(done, len(targets), t.key)

@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from graphopt._files import read_index, write_json
+from graphopt._files import check_record, read_index, safe_name, write_json
 from graphopt.errors import GraphoptError
 from graphopt.optim.learned.go.env import GOEnv
 from graphopt.optim.learned.go.imitate import PLACEMENT, fit, unit_targets
@@ -112,7 +112,23 @@ def _index(folder: Path) -> dict[str, Any]:
     path = folder / "targets.json"
     if not path.exists():
         return {"format": FORMAT, "version": VERSION, "entries": {}}
-    return read_index(path, FORMAT, VERSION, "entries", "a graphopt MCM targets file")
+    doc = read_index(path, FORMAT, VERSION, "entries", "a graphopt MCM targets file")
+    for key, e in doc["entries"].items():  # as search_targets writes them: one line, not a traceback
+        where = f"{path}: entries[{key!r}]"
+        check_record(e, where, {"graph": "str", "preset": "str", "source?": "str",
+                                "budget": "count", "error?": "str", "seed?": "count",
+                                "seconds?": "seconds", "repair_seconds?": "seconds",
+                                "interval?": "time?", "start_interval?": "time?"})
+        safe_name(e["graph"], f"{where}: field 'graph'")  # graphs/<graph>.npz stays in the folder
+        if key != f"{e['graph']}@{e['preset']}":
+            raise GraphoptError(f"{where}: the key is not its graph@preset "
+                                f"({e['graph']}@{e['preset']})")
+        if "error" not in e:
+            check_record(e, where, {"chips": "list", "interval": "time?"})
+            if not all(type(c) is int and 0 <= c < 2**31 for c in e["chips"]):
+                raise GraphoptError(f"{where}: field 'chips': expected chip indices (whole "
+                                    "numbers >= 0)")
+    return doc
 
 
 def _save(folder: Path, doc: dict[str, Any]) -> None:

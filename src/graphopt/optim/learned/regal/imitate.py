@@ -40,7 +40,7 @@ import numpy as np
 import torch
 from scipy.optimize import linear_sum_assignment
 
-from graphopt._files import atomic_write, npz_arrays, read_index, write_json
+from graphopt._files import atomic_write, check_record, inside, npz_arrays, read_index, safe_name, write_json
 from graphopt.dist.local import stop_requested
 from graphopt.errors import GraphoptError
 from graphopt.optim.base import Budget
@@ -191,6 +191,15 @@ def _index(folder: Path, corpus: Path, settings: dict) -> dict:
         return {"format": FORMAT, "version": VERSION, "corpus": str(corpus), **settings,
                 "items": {}, "builds": []}
     doc = read_index(path, FORMAT, VERSION, "items", f"REGAL targets of format {FORMAT}")
+    check_record(doc, str(path), {"corpus": "str", "cluster": "str", "builds?": "list"})
+    for k, item in doc["items"].items():  # as build_targets writes them: one line, not a traceback
+        where = f"{path}: items[{safe_name(k, f'{path}: items')!r}]"
+        check_record(item, where, {"family": "str", "nodes": "count", "graph": "str",
+                                   "file": "str", "source?": "str?", "evals?": "count",
+                                   "gain_pct?": "real", "value": "real",
+                                   "reference?": "real"})
+        inside(folder, item["file"], f"{where}: field 'file'")
+        inside(doc["corpus"], item["graph"], f"{where}: field 'graph'")
     differ = [k for k, v in settings.items() if doc.get(k) != v]
     if differ:
         raise GraphoptError(f"{path}: targets made with other {', '.join(differ)} "
