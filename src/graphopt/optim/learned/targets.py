@@ -280,11 +280,7 @@ def prior_moves(folder: str | Path, targets: list[Target], priors: list[Plan],
             gains = move_gains(t.problem, prior, unit)
             buf = io.BytesIO()
             np.save(buf, gains, allow_pickle=False)
-<<<<<<< HEAD
             atomic_write(path, lambda f, data=buf.getvalue(): f.write(data))
-=======
-            atomic_write(path, lambda f, b=buf: f.write(b.getvalue()))
->>>>>>> hostile
         out.append(gains)
         if progress:
             progress(done, len(targets), t.key)
