@@ -48,9 +48,10 @@ from graphopt.hardware import Cluster
 from graphopt.sim import Problem
 from graphopt.sim.pipeline import LayerCosts, PipelinePlan, layer_costs, op_layers
 
-__all__ = ["LayerProfile", "PipelineMeasure", "Stopped", "measure_pipelines", "pipeline_available",
-           "pipeline_model", "pipeline_problem", "profile_layers", "reference_loss",
-           "runtime_overhead", "sendable", "split_spec", "stage_cluster", "trace_microbatch"]
+__all__ = ["LayerProfile", "PipelineMeasure", "Stopped", "cut", "measure_pipelines",
+           "pipeline_available", "pipeline_model", "pipeline_problem", "pipeline_script",
+           "profile_layers", "reference_loss", "runtime_overhead", "sendable", "split_spec",
+           "stage_cluster", "trace_microbatch"]
 
 
 @dataclass
@@ -370,16 +371,39 @@ def _contiguous(graph: torch.fx.Graph, node):
     return node
 
 
+class _Relay(nn.Module):
+    """A model whose inputs all pass through the first stage: torch's schedules give the
+    batch to stage 0 alone, so an input a later stage reads first (an encoder-decoder's
+    decoder ids, split inside the encoder) is copied there and sent on as an activation."""
+
+    def __init__(self, module: nn.Module) -> None:
+        super().__init__()
+        self.module = module
+
+    def forward(self, *inputs):
+        return self.module(*(x.clone() for x in inputs))
+
+
+def cut(module: nn.Module, split_spec: dict[str, str], mb_args: tuple):
+    """``torch.distributed.pipelining``'s ``pipeline()`` of ``module`` cut at
+    ``split_spec`` (``{module name: "beginning"}``), traced on one microbatch ``mb_args``,
+    made :func:`sendable`; with more than one input, every input enters at the first
+    stage (:class:`_Relay`)."""
+    from torch.distributed.pipelining import SplitPoint, pipeline
+
+    prefix = ""
+    if len(mb_args) > 1:
+        module, prefix = _Relay(module), "module."
+    spec = {prefix + name: SplitPoint[where.upper()] for name, where in split_spec.items()}
+    return sendable(pipeline(module, mb_args=tuple(mb_args), split_spec=spec))
+
+
 def _stages(model: Model, bounds: list[int], microbatches: int, rank: int, world: int) -> list:
     """This rank's stages of a plan (chunks rank, rank + K, ..., as torch numbers them),
     cut from a copy of the model by the pipelining tracer."""
-    from torch.distributed.pipelining import SplitPoint, pipeline
-
     chunks = len(bounds) - 1
-    module = copy.deepcopy(model.module).eval()
     x, _ = model.microbatch(microbatches)
-    spec = dict.fromkeys(split_spec(model, bounds), SplitPoint.BEGINNING)
-    pipe = sendable(pipeline(module, mb_args=x, split_spec=spec))
+    pipe = cut(copy.deepcopy(model.module).eval(), split_spec(model, bounds), x)
     if pipe.num_stages != chunks:
         raise ExecutionError(f"{model.name}: the pipelining tracer cut {pipe.num_stages} "
                              f"stages, not {chunks} (a block that does not run in order)")
@@ -602,17 +626,16 @@ _SCRIPT = '''"""{title}
 Run: torchrun --standalone --nproc-per-node {stages} {name}  (CPU processes over gloo)"""
 import torch
 import torch.distributed as dist
-from torch.distributed.pipelining import SplitPoint, pipeline, {schedule}
+from torch.distributed.pipelining import {schedule}
 
-from graphopt.exec.pipeline import sendable
+from graphopt.exec.pipeline import cut  # torch's pipeline(), on tensors gloo can send
 from graphopt.frontends.source import Source
 
 model = Source.parse({source!r}).model()  # yours: .module, .inputs, .target, .loss_of
 split_spec = {split!r}
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
-pipe = sendable(pipeline(model.module.eval(), mb_args=model.microbatch({microbatches})[0],
-                         split_spec={{k: SplitPoint.BEGINNING for k in split_spec}}))
+pipe = cut(model.module.eval(), split_spec, model.microbatch({microbatches})[0])
 stages = [pipe.build_stage(c, torch.device("cpu")) for c in range(rank, pipe.num_stages, world)]
 schedule = {schedule}({stages_arg}, n_microbatches={microbatches}, loss_fn=model.loss_of)
 target = model.target if model.target is not None else torch.zeros(model.batch)
