@@ -119,3 +119,20 @@ def _state(pid: int) -> str:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except OSError:
         return "Z"
+
+
+def test_sigterm_while_measuring_placements_keeps_the_plans_and_exits_130(tmp_path):
+    p = subprocess.Popen([sys.executable, "-m", "graphopt.cli", "optimize", "zoo:rnnlm-2-quick",
+                          "-c", "cpu:2", "--methods", "single,expert", "--budget", "5",
+                          "--measure", "--measure-steps", "500", "--out", str(tmp_path)],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 180
+    while not _children(p.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)  # the worker processes start with the measuring
+    time.sleep(3.0)
+    p.send_signal(signal.SIGTERM)
+    out, _ = p.communicate(timeout=180)
+    assert "Traceback" not in out and p.returncode == 130, out
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["interrupted"] and [r["method"] for r in report["rows"]] == ["single", "expert"]
+    assert (tmp_path / "expert" / "plan.json").is_file()

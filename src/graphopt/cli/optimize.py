@@ -180,7 +180,14 @@ def optimize(
                               on_start=lambda m: status.update(f"running {m} on {g.name} ..."),
                               params=params)
         if traced is not None:
-            _measure(traced, results, devices or f"cpu:{c.num_devices}", measure_steps, seed)
+            from graphopt.dist.local import stop_on_interrupt, stop_requested
+
+            with stop_on_interrupt():  # a signal while measuring keeps the plans
+                _measure(traced, results, devices or f"cpu:{c.num_devices}", measure_steps,
+                         seed, stop_requested)
+                stopped = stop_requested()
+            if stopped and results:
+                results[-1].stats["interrupted"] = True
     except GraphoptError as err:
         fail(err)
     ref = {r.method: r.step_time for r in results if r.result.valid}
@@ -210,6 +217,9 @@ def optimize(
                   *_measured_cells(r.measured) if measure else ())
     console.print(t)
     rec = _recommend(results, c) if measure and results and results[0].measured else None
+    if measure and results and not results[0].measured:
+        console.print("interrupted before a round was measured: the plans are kept, "
+                      "without measured figures")
     interrupted = len(results) < len(names) or any(r.stats.get("interrupted") for r in results)
     if out and results:
         path = write_outputs(prob, results, out, {"task": task, "budget": budget, "seed": seed,
@@ -243,9 +253,9 @@ def _measurable(graph: str, count: int, devices: str | None):
         raise GraphoptError(f"--measure: {err}") from err
 
 
-def _measure(traced, results: list, devices: str, steps: int, seed: int) -> None:
+def _measure(traced, results: list, devices: str, steps: int, seed: int, stop=None) -> None:
     """Run each result's plan for real, the plans in turns on one set of devices, and set
-    its ``measured``."""
+    its ``measured`` (left None where ``stop()`` ended the run before a round)."""
     from graphopt.exec.api import PlacedProgram, measure_plans, parse_devices
     from graphopt.exec.workers import CPUWorkers
 
@@ -254,10 +264,12 @@ def _measure(traced, results: list, devices: str, steps: int, seed: int) -> None
         pool = CPUWorkers(count) if kind == "cpu" and count > 1 else None
         try:
             placed = [PlacedProgram(traced, r.plan, devices, seed=seed, pool=pool) for r in results]
-            timings = measure_plans(placed, steps=steps)
+            timings = measure_plans(placed, steps=steps, stop=stop)
         finally:
             if pool is not None:
                 pool.close()
+    if not timings:
+        return
     for r, timing in zip(results, timings):
         r.measured = {k: timing[k] for k in ("median", "min", "max", "steps", "times")} | {
             "devices": devices}

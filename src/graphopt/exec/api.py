@@ -337,7 +337,8 @@ class PlacedProgram:
         self.close()
 
 
-def measure_plans(placed: list[PlacedProgram], steps: int = 15, warmup: int = 1) -> list[dict]:
+def measure_plans(placed: list[PlacedProgram], steps: int = 15, warmup: int = 1,
+                  stop: Callable[[], bool] | None = None) -> list[dict]:
     """Step times of several placed programs, measured in turns: ``warmup`` steps of
     each, then ``steps`` rounds in which every program runs one step.
 
@@ -347,7 +348,8 @@ def measure_plans(placed: list[PlacedProgram], steps: int = 15, warmup: int = 1)
     programs may share a pool: it holds them all.
 
     Returns, per program, the median, min and max over its timed steps, their number,
-    and the step times.
+    and the step times. ``stop``, polled between rounds, ends the measuring early: the
+    rounds done are returned (none: an empty list).
 
     Examples
     --------
@@ -361,8 +363,12 @@ def measure_plans(placed: list[PlacedProgram], steps: int = 15, warmup: int = 1)
             p()
     times: list[list[float]] = [[] for _ in placed]
     for _ in range(steps):
+        if stop is not None and stop():
+            break
         for i, p in enumerate(placed):
             times[i].append(p().seconds)
+    if not times[0]:
+        return []
     return [{"median": statistics.median(t), "min": min(t), "max": max(t), "steps": len(t), "times": t}
             for t in times]
 
