@@ -6,9 +6,10 @@ node, when nothing is fused). When the fusion pass builds only in-trees (produce
 fused into their one consumer), every edge entering a kernel comes from another
 kernel's root, and the engine walks the node-level adjacency directly: a kernel waits
 for one arrival per external in-edge of its members, and counts references per edge.
-Only when it duplicates an op into its consumers or merges siblings into a
-multi-output kernel is a kernel-level graph built (:func:`kernel_graph`), in the same
-index space, and run by the same loop.
+When it duplicates an op into its consumers or merges siblings into a multi-output
+kernel, edges between kernels are merged per pair of kernels: :func:`kernel_edges`
+finds them in one walk of what each node's output may reach (fixed per problem:
+:attr:`Problem.reach_ptr`), and writes them where the same loop reads the node graph's.
 Semantics are those of DESIGN.md "Simulator semantics"; this module adds no policy.
 
 All jitted code lives in this one module on purpose: numba's on-disk cache is keyed
@@ -16,7 +17,7 @@ by the file that defines a function, and would not notice a change to a callee i
 another module.
 
 Hot path: one call of :func:`evaluate` per plan: :func:`fuse`, :func:`kernel_costs`
-(or, where fusion duplicated an op or merged siblings, :func:`kernel_graph`), :func:`run`,
+(or, where fusion duplicated an op or merged siblings, :func:`kernel_edges`), :func:`run`,
 in work arrays from a :func:`workspace` kept per thread (one per chunk of plans in
 batches); the engine writes each before reading it, so no result depends on
 an earlier call. The engine keeps a FIFO (or a priority heap) of ready kernels per
@@ -152,13 +153,13 @@ def _ready_pop(buf, base, size, key):
 # -- the engine ---------------------------------------------------------------------------
 @_jit()
 def workspace(n, ndev, nedges):
-    """Work arrays for :func:`fuse`, :func:`kernel_costs`, :func:`kernel_graph` and
+    """Work arrays for :func:`fuse`, :func:`kernel_costs`, :func:`kernel_edges` and
     :func:`run`, uninitialized: each function writes what it reads before reading it, so a
     result never depends on what an earlier call left behind. ``nedges`` bounds the edges
-    of a kernel graph (:attr:`Problem.edge_capacity`), at least the graph's edges."""
+    between kernels (:attr:`Problem.edge_capacity`), at least the graph's edges."""
     m = nedges + 1
     i32 = np.int32  # the event loop's indices, half the cache footprint of int64
-    i64 = np.int32  # the fusion pass's and kernel graph's too: less cache traffic
+    i64 = np.int32  # the fusion pass's and kernel_edges' too: less cache traffic
     return (
         # run: start, end, pending, out_ref, first transfer, references to a transfer's
         # tensor on its destination, ready buffer
@@ -179,13 +180,11 @@ def workspace(n, ndev, nedges):
         # fuse: operands of each group, state (1 duplicated, 2 holds a copy), bytes a
         # sibling no longer reads, exits (members whose output leaves) of each group
         np.empty(n, i64), np.empty(n, i64), np.empty(n), np.empty(n, i64),
-        # kernel_graph: output bytes, kernel of each kernel (-1 elsewhere), member lists of
-        # one, successor CSR (ptr, kernel, bytes), predecessor CSR (ptr, kernel), per-kernel
-        # slot and last producer while merging edges, kernel size, last copy's node
-        np.empty(n), np.empty(n, i64), np.empty(n, i64), np.empty(n, i64),
-        np.empty(n + 1, i64), np.empty(m, i64), np.empty(m), np.empty(n + 1, i64),
-        np.empty(m, i64), np.empty(n, i64), np.empty(n, i64), np.empty(n, i64),
-        np.empty(n, i64),
+        # kernel_edges: output bytes, successor CSR's ptr and bytes, producers of each kernel
+        # (list head, next, producer), per-kernel slot and last producer while merging
+        # edges, kernel size, last copy's node (then the producers' list tail)
+        np.empty(n), np.empty(n + 1, i64), np.empty(m), np.empty(n, i64), np.empty(m, i64),
+        np.empty(m, i64), np.empty(n, i64), np.empty(n, i64), np.empty(n, i64), np.empty(n, i64),
         # run: the tensor a view's output keeps alive (its base, or -2 - a transfer);
         # outputs whose last reference went at this instant
         np.empty(n, i32), np.empty(n, i32),
@@ -319,9 +318,11 @@ def _slowdown(size, large_ops, large_slope):
 
 
 @_jit()
-def kernel_graph(group, dev, prio, time, flop_t, mem_t, launch, spb, cls, temp_bytes, out_bytes,
-                 succ_ptr, succ_idx, succ_bytes, large_ops, large_slope, ws):
-    """Kernels and the graph between them, where fusion duplicated ops or merged siblings.
+def kernel_edges(group, dev, prio, time, flop_t, mem_t, launch, spb, cls, temp_bytes, out_bytes,
+                 succ_ptr, succ_idx, succ_bytes, reach_ptr, reach_node, reach_via, reach_bytes,
+                 large_ops, large_slope, ws):
+    """Kernel costs and the edges between kernels where fusion duplicated ops or merged
+    siblings, for :func:`run` on the node graph (kernels are roots, ``group[i] == i``).
 
     A kernel's members are the nodes of its group and a copy of each duplicated node
     read by one of them. It takes ``max(launch) + max(Σ flop time, Σ memory time −
@@ -329,15 +330,22 @@ def kernel_graph(group, dev, prio, time, flop_t, mem_t, launch, spb, cls, temp_b
     edge inside the kernel is neither written nor read back (a copy's output is written
     nowhere); siblings read a shared input once (``sav``). Its output bytes are those of
     its exits (members read outside it, or by no one), freed together. Between kernels,
-    one edge per pair, carrying the sum of the distinct tensors. Returns ``(group2,
-    kdur, kout, ktemp, kprio, mhead, mnext, pred_ptr, pred_idx, succ_ptr, succ_idx,
-    succ_bytes)`` for :func:`run`: kernels are their own group, every other node has
-    group -1 and no edges; member lists hold the kernel alone. Views into ``ws``."""
+    one edge per pair, carrying the sum of the distinct tensors.
+
+    What a node's output may reach is fixed per problem (:attr:`Problem.reach`): each
+    consumer, followed, where that consumer may be duplicated, by the consumers of its
+    copies; a plan's ``state`` says which of the two is live. So the edges between
+    kernels come from one walk of each kernel's members, written where :func:`run` reads
+    the node graph's (per edge: the consumer's kernel and device; the pending count of
+    each kernel; per kernel, its producers in a list, in the order the walk met them).
+    Returns ``(kdur, kout, ktemp, kprio, mhead, mnext, ptr, bytes)``: views into ``ws``;
+    ``ptr`` (N + 1) and ``bytes`` are the successor CSR over kernels."""
     n = group.shape[0]
     kdur, ktemp, kprio, fsum, msum, lmax, mhead, mnext = ws[13:21]
+    pending = ws[2]
+    out_kernel, out_dev = ws[25], ws[26]
     state, sav = ws[28], ws[29]
-    (kout, g2, mh2, mn2, cptr, cidx, cbytes, pptr, pidx, slot, lastp, ksize,
-     mark) = ws[31:44]
+    kout, cptr, cbytes, phead, pnext, psrc, slot, lastp, ksize, mark = ws[31:41]
     for i in range(n):
         kout[i] = 0.0
         ktemp[i] = 0.0
@@ -349,7 +357,8 @@ def kernel_graph(group, dev, prio, time, flop_t, mem_t, launch, spb, cls, temp_b
         ksize[i] = 0
         slot[i] = -1
         mark[i] = -1
-        g2[i] = -1
+        pending[i] = 0
+        phead[i] = -1
     for i in range(n - 1, -1, -1):
         d = dev[i]
         if state[i] & 1:  # a copy in each kernel of its consumers
@@ -385,68 +394,64 @@ def kernel_graph(group, dev, prio, time, flop_t, mem_t, launch, spb, cls, temp_b
         mnext[i] = mhead[g]
         mhead[g] = i
     # edges between kernels, merged per pair, in one walk of each kernel's members'
-    # out-edges; on the way, edges inside the kernel (neither written nor read back) and
+    # entries; on the way, edges inside the kernel (neither written nor read back) and
     # exits (members read outside it, or by no one: their output is the kernel's)
+    tail = mark  # the copies' marks are done with: the last producer listed per kernel
     ne = 0
     cptr[0] = 0
     for a in range(n):
         if group[a] == a and not state[a] & 1:
-            g2[a] = a
-            mh2[a] = a
-            mn2[a] = -1
             d = dev[a]
             first = ne
             m = mhead[a]
             while m >= 0:
-                lo, hi = succ_ptr[m], succ_ptr[m + 1]
+                lo, hi = reach_ptr[m], reach_ptr[m + 1]
                 exit_ = lo == hi
-                for j in range(lo, hi):
-                    v = succ_idx[j]
-                    jlo, jhi = j, j + 1
-                    if state[v] & 1:  # read by copies: leaves unless every copy is here
-                        jlo, jhi = succ_ptr[v], succ_ptr[v + 1]
-                    elif group[v] == a:
-                        msum[a] -= succ_bytes[j] * (spb[cls[m], d] + spb[cls[v], d])
-                        continue
-                    for j2 in range(jlo, jhi):
-                        b = group[v] if jhi == j + 1 else group[succ_idx[j2]]
+                for e in range(lo, hi):
+                    v = reach_via[e]
+                    w = reach_node[e]
+                    if v < 0:
+                        if state[w] & 1:  # read by copies: the entries after this one
+                            continue
+                        b = group[w]
+                        if b == a:
+                            msum[a] -= reach_bytes[e] * (spb[cls[m], d] + spb[cls[w], d])
+                            continue
+                    else:
+                        if not state[v] & 1:
+                            continue
+                        b = group[w]
                         if b == a:
                             continue
-                        exit_ = True
-                        if slot[b] < 0:
-                            slot[b] = ne
-                            lastp[b] = m
-                            cidx[ne] = b
-                            cbytes[ne] = succ_bytes[j]
-                            ne += 1
-                        elif lastp[b] != m:
-                            lastp[b] = m
-                            cbytes[slot[b]] += succ_bytes[j]
+                    exit_ = True
+                    if slot[b] < first:
+                        slot[b] = ne
+                        lastp[b] = m
+                        out_kernel[ne] = b
+                        out_dev[ne] = dev[b]
+                        cbytes[ne] = reach_bytes[e]
+                        pending[b] += 1
+                        psrc[ne] = a
+                        pnext[ne] = -1
+                        if phead[b] < 0:
+                            phead[b] = ne
+                        else:
+                            pnext[tail[b]] = ne
+                        tail[b] = ne
+                        ne += 1
+                    elif lastp[b] != m:
+                        lastp[b] = m
+                        cbytes[slot[b]] += reach_bytes[e]
                 if exit_:
                     kout[a] += out_bytes[m]
                 m = mnext[m]
-            for e in range(first, ne):
-                slot[cidx[e]] = -1
             if ksize[a] == 1:
                 kdur[a] = time[a, d]
             else:
                 kdur[a] = lmax[a] + max(fsum[a], max(msum[a], 0.0)) * _slowdown(
                     ksize[a], large_ops, large_slope)
         cptr[a + 1] = ne
-    # predecessors: a counting sort of the edges by destination
-    for i in range(n + 1):
-        pptr[i] = 0
-    for e in range(ne):
-        pptr[cidx[e] + 1] += 1
-    for i in range(n):
-        pptr[i + 1] += pptr[i]
-        slot[i] = pptr[i]
-    for a in range(n):
-        for e in range(cptr[a], cptr[a + 1]):
-            b = cidx[e]
-            pidx[slot[b]] = a
-            slot[b] += 1
-    return g2, kdur, kout, ktemp, kprio, mh2, mn2, pptr, pidx, cptr, cidx[:ne], cbytes[:ne]
+    return kdur, kout, ktemp, kprio, mhead, mnext, cptr, cbytes
 
 
 @_jit()
@@ -578,8 +583,8 @@ def _with_transfer_work(group, dev, kdur, succ_ptr, succ_idx, out_kernel, out_de
 
 @_jit()
 def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
-        pred_ptr, pred_idx, succ_ptr, succ_idx, succ_bytes, bw, lat, ndev, shared, host, slope,
-        hostw, olat, alias, sbuf, ws):
+        pred_ptr, pred_idx, succ_ptr, succ_idx, succ_bytes, merged, bw, lat, ndev, shared, host,
+        slope, hostw, olat, alias, sbuf, ws):
     """Simulate one plan. Kernels are the nodes with ``group[i] == i``.
 
     Parameters (N nodes, E edges, D devices)
@@ -594,6 +599,13 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
     mhead, mnext : int64 (N,)    members of each kernel as linked lists
     pred_ptr, pred_idx : CSR     node predecessors
     succ_ptr, succ_idx, succ_bytes : CSR   node successors and the bytes each edge carries
+    merged : bool                the edges are those between kernels of
+                                 :func:`kernel_edges` (``succ_ptr`` and ``succ_bytes`` its
+                                 CSR, edge ends and pending counts already in ``ws``, each
+                                 kernel's producers in its lists): duplicated ops or merged
+                                 siblings; ``mhead``, ``mnext``, the pred CSR, ``alias`` and
+                                 the values of ``sbuf`` are not read (no view is a kernel
+                                 of its own there)
     bw, lat : float64 (D, D)     link bandwidth (bytes/s) and latency (s)
     shared : bool                some devices share a host and slow each other down
                                  (:func:`_share_host`); False skips all of that
@@ -653,18 +665,23 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
     (start, end, pending, out_ref, tr_first, recv_ref, hbuf,
      tr_k, tr_dst, tr_start, tr_end, tr_bytes, tr_next) = ws[:13]
     in_dev, out_kernel, out_dev = ws[24:27]
-    held, freed = ws[44], ws[45]
+    phead, pnext, psrc = ws[34:37]
+    held, freed = ws[41], ws[42]
     nfreed = 0
     hold = sbuf.shape[0] > 0
+    packs = hold and not merged
     # A kernel waits for one arrival per edge entering its group. Fusion builds in-trees,
     # so the edges leaving a kernel are exactly its root's out-edges. The kernel and
     # device at the far end of every edge are looked up here once, so that the event
     # loop reads them in sequence.
     count = np.zeros(D, np.int64)
     for i in range(n):
-        pending[i] = 0
         held[i] = -1
-    for i in range(n):
+        if merged and group[i] == i:
+            count[dev[i]] += 1
+        elif not merged:
+            pending[i] = 0
+    for i in range(n if not merged else 0):
         g = group[i]
         if g == i:
             count[dev[i]] += 1
@@ -867,7 +884,23 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
                     dev_list[ndl] = d
                     ndl += 1
                 # release the inputs: one reference per edge entering the group
-                m = mhead[k]
+                s = phead[k] if merged else -1
+                while s >= 0:
+                    p = psrc[s]
+                    s = pnext[s]
+                    if dev[p] == d:
+                        out_ref[p] -= 1
+                        if out_ref[p] == 0:
+                            freed[nfreed] = p
+                            nfreed += 1
+                    else:
+                        tr = tr_first[p]
+                        while tr_dst[tr] != d:
+                            tr += 1
+                        recv_ref[tr] -= 1
+                        if recv_ref[tr] == 0:
+                            mem[d] -= tr_bytes[tr]
+                m = -1 if merged else mhead[k]
                 while m >= 0:
                     for j in range(pred_ptr[m], pred_ptr[m + 1]):
                         pd = in_dev[j]
@@ -927,7 +960,7 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
                         recv_ref[tr] = nrecv[dd] + (1 << 30 if hold else 0)
                         tmpb[dd] = -1.0
                         nrecv[dd] = 0
-                        if hold and sbuf[k] > 0.0:  # the sender's packed copy, to the end
+                        if packs and sbuf[k] > 0.0:  # the sender's packed copy, to the end
                             mem[d] += sbuf[k]
                             if mem[d] > peak[d]:
                                 peak[d] = mem[d]
@@ -1042,8 +1075,9 @@ _scratch = threading.local()
 
 def evaluate(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ_ptr, succ_idx,
              succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes, temp_bytes,
-             persistent, coloc, capacity, bw, lat, cand, single_eb, fflags, level, max_fuse,
-             max_ops, large_ops, large_slope, shared, host, slope, hostw, olat, alias, sbuf, ecap):
+             persistent, coloc, capacity, bw, lat, cand, single_eb, fflags, level, reach_ptr,
+             reach_node, reach_via, reach_bytes, max_fuse, max_ops, large_ops, large_slope,
+             shared, host, slope, hostw, olat, alias, sbuf, ecap):
     """:func:`evaluate_in` in this thread's work arrays.
 
     Its result depends on its arguments alone (the engine writes every work array before
@@ -1057,7 +1091,8 @@ def evaluate(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ
     return evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ_ptr,
                        succ_idx, succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes,
                        temp_bytes, persistent, coloc, capacity, bw, lat, cand, single_eb, fflags,
-                       level, max_fuse, max_ops, large_ops, large_slope, shared, host, slope,
+                       level, reach_ptr, reach_node, reach_via, reach_bytes, max_fuse, max_ops,
+                       large_ops, large_slope, shared, host, slope,
                        hostw, olat, alias, sbuf, _scratch.ws)
 
 
@@ -1065,14 +1100,15 @@ def evaluate(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ
 def evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ_ptr,
                 succ_idx, succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes,
                 temp_bytes, persistent, coloc, capacity, bw, lat, cand, single_eb, fflags, level,
-                max_fuse, max_ops, large_ops, large_slope, shared, host, slope, hostw, olat, alias,
+                reach_ptr, reach_node, reach_via, reach_bytes, max_fuse, max_ops, large_ops,
+                large_slope, shared, host, slope, hostw, olat, alias,
                 sbuf, ws):
     """Fuse, cost the kernels, run, check validity, in the work arrays ``ws``.
     ``fusion_mode``: 0 none, 1 the compiler's default, 2 by ``fprio``. Returns ``(run's
     result, group, state (bit 1: duplicated), number of kernels, validity code, device or
-    colocation group at fault)``; arrays in it may be views into ``ws``. Groups that are in-trees run on the
-    node graph itself; with a duplicated op or merged siblings, on the kernel graph of
-    :func:`kernel_graph`."""
+    colocation group at fault)``; arrays in it may be views into ``ws``. Groups that are
+    in-trees run on the node graph's edges; with a duplicated op or merged siblings, on
+    the edges between kernels of :func:`kernel_edges`."""
     n = place.shape[0]
     ndev = capacity.shape[0]
     fused = fusion_mode != 0
@@ -1089,22 +1125,21 @@ def evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, s
             group[i] = i
             state[i] = 0
     if general:
-        g2, kdur, kout, ktemp, kprio, mh, mn, kpp, kpi, ksp, ksi, ksb = kernel_graph(
+        kdur, kout, ktemp, kprio, mhead, mnext, kptr, kbytes = kernel_edges(
             group, place, prio, time, flop_t, mem_t, launch, spb, cls, temp_bytes, out_bytes,
-            succ_ptr, succ_idx, succ_bytes, large_ops, large_slope, ws)
-        # a kernel graph's nodes are kernels and copies: no view is a kernel of its own there
-        res = run(g2, place, kdur, kout, ktemp, kprio, use_fifo, mh, mn, kpp, kpi, ksp, ksi,
-                  ksb, bw, lat, ndev, shared, host, slope, hostw, olat,
-                  np.full(g2.shape[0], -1, np.int64),
-                  np.zeros(g2.shape[0] if sbuf.shape[0] > 0 else 0), ws)
+            succ_ptr, succ_idx, succ_bytes, reach_ptr, reach_node, reach_via, reach_bytes,
+            large_ops, large_slope, ws)
+        res = run(group, place, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext, pred_ptr,
+                  pred_idx, kptr, succ_idx, kbytes, True, bw, lat, ndev, shared, host, slope,
+                  hostw, olat, alias, sbuf, ws)
     else:
         kdur, ktemp, kprio, mhead, mnext = kernel_costs(group, place, prio, fused, time, flop_t,
                                                         mem_t, launch, spb, cls, temp_bytes,
                                                         single_eb, cand, large_ops, large_slope,
                                                         ws)
         res = run(group, place, kdur, out_bytes, ktemp, kprio, use_fifo, mhead, mnext, pred_ptr,
-                  pred_idx, succ_ptr, succ_idx, succ_bytes, bw, lat, ndev, shared, host, slope,
-                  hostw, olat, alias, sbuf, ws)
+                  pred_idx, succ_ptr, succ_idx, succ_bytes, False, bw, lat, ndev, shared, host,
+                  slope, hostw, olat, alias, sbuf, ws)
     nk = 0
     ngroups = 0
     peak = res[1]
@@ -1135,9 +1170,9 @@ def evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, s
 @_jit(parallel=True)
 def evaluate_batch(places, prios, fifo, fprios, mode, pred_ptr, pred_idx, succ_ptr, succ_idx,
                    succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes, temp_bytes,
-                   persistent, coloc, capacity, bw, lat, cand, single_eb, fflags, level, max_fuse,
-                   max_ops, large_ops, large_slope, shared, host, slope, hostw, olat, alias, sbuf,
-                   ecap, nthreads):
+                   persistent, coloc, capacity, bw, lat, cand, single_eb, fflags, level, reach_ptr,
+                   reach_node, reach_via, reach_bytes, max_fuse, max_ops, large_ops, large_slope,
+                   shared, host, slope, hostw, olat, alias, sbuf, ecap, nthreads):
     """:func:`evaluate_in` for B plans in chunks of plans, one workspace per chunk.
 
     There are a few chunks per thread, handed out one at a time (the caller sets numba's
@@ -1158,7 +1193,8 @@ def evaluate_batch(places, prios, fifo, fprios, mode, pred_ptr, pred_idx, succ_p
                                            pred_idx, succ_ptr, succ_idx, succ_bytes, time,
                                            flop_t, mem_t, launch, spb, cls, out_bytes,
                                            temp_bytes, persistent, coloc, capacity, bw, lat,
-                                           cand, single_eb, fflags, level, max_fuse, max_ops,
+                                           cand, single_eb, fflags, level, reach_ptr,
+                                           reach_node, reach_via, reach_bytes, max_fuse, max_ops,
                                            large_ops, large_slope, shared, host, slope, hostw, olat,
                                            alias, sbuf, ws)
             step[i] = res[0]
