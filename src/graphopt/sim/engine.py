@@ -8,8 +8,8 @@ kernel's root, and the engine walks the node-level adjacency directly: a kernel 
 for one arrival per external in-edge of its members, and counts references per edge.
 When it duplicates an op into its consumers or merges siblings into a multi-output
 kernel, edges between kernels are merged per pair of kernels: :func:`kernel_edges`
-finds them in one walk of what each node's output may reach (fixed per problem:
-:attr:`Problem.reach_ptr`), and writes them where the same loop reads the node graph's.
+finds them in one walk of the node graph's out-edges (those into a copy go on to its
+consumers), and writes them where the same loop reads the node graph's.
 Semantics are those of DESIGN.md "Simulator semantics"; this module adds no policy.
 
 All jitted code lives in this one module on purpose: numba's on-disk cache is keyed
@@ -319,8 +319,7 @@ def _slowdown(size, large_ops, large_slope):
 
 @_jit()
 def kernel_edges(group, dev, prio, time, flop_t, mem_t, launch, spb, cls, temp_bytes, out_bytes,
-                 succ_ptr, succ_idx, succ_bytes, reach_ptr, reach_node, reach_via, reach_bytes,
-                 large_ops, large_slope, ws):
+                 succ_ptr, succ_idx, succ_bytes, large_ops, large_slope, ws):
     """Kernel costs and the edges between kernels where fusion duplicated ops or merged
     siblings, for :func:`run` on the node graph (kernels are roots, ``group[i] == i``).
 
@@ -332,12 +331,11 @@ def kernel_edges(group, dev, prio, time, flop_t, mem_t, launch, spb, cls, temp_b
     its exits (members read outside it, or by no one), freed together. Between kernels,
     one edge per pair, carrying the sum of the distinct tensors.
 
-    What a node's output may reach is fixed per problem (:attr:`Problem.reach`): each
-    consumer, followed, where that consumer may be duplicated, by the consumers of its
-    copies; a plan's ``state`` says which of the two is live. So the edges between
-    kernels come from one walk of each kernel's members, written where :func:`run` reads
-    the node graph's (per edge: the consumer's kernel and device; the pending count of
-    each kernel; per kernel, its producers in a list, in the order the walk met them).
+    The edges between kernels come from one walk of each kernel's members' out-edges (an
+    edge into a duplicated node stands for edges to its consumers' kernels), written
+    where :func:`run` reads the node graph's: per edge, the consumer's kernel and device;
+    the pending count of each kernel; per kernel, its producers in a list, in the order
+    the walk met them (the order a predecessor CSR would give).
     Returns ``(kdur, kout, ktemp, kprio, mhead, mnext, ptr, bytes)``: views into ``ws``;
     ``ptr`` (N + 1) and ``bytes`` are the successor CSR over kernels."""
     n = group.shape[0]
@@ -405,43 +403,42 @@ def kernel_edges(group, dev, prio, time, flop_t, mem_t, launch, spb, cls, temp_b
             first = ne
             m = mhead[a]
             while m >= 0:
-                lo, hi = reach_ptr[m], reach_ptr[m + 1]
+                lo, hi = succ_ptr[m], succ_ptr[m + 1]
                 exit_ = lo == hi
-                for e in range(lo, hi):
-                    v = reach_via[e]
-                    w = reach_node[e]
-                    if v < 0:
-                        if state[w] & 1:  # read by copies: the entries after this one
-                            continue
-                        b = group[w]
-                        if b == a:
-                            msum[a] -= reach_bytes[e] * (spb[cls[m], d] + spb[cls[w], d])
-                            continue
+                for j in range(lo, hi):
+                    v = succ_idx[j]
+                    if state[v] & 1:  # read by copies: m reaches their kernels
+                        qlo, qhi = succ_ptr[v], succ_ptr[v + 1]
                     else:
-                        if not state[v] & 1:
-                            continue
-                        b = group[w]
+                        b = group[v]
                         if b == a:
+                            msum[a] -= succ_bytes[j] * (spb[cls[m], d] + spb[cls[v], d])
                             continue
-                    exit_ = True
-                    if slot[b] < first:
-                        slot[b] = ne
-                        lastp[b] = m
-                        out_kernel[ne] = b
-                        out_dev[ne] = dev[b]
-                        cbytes[ne] = reach_bytes[e]
-                        pending[b] += 1
-                        psrc[ne] = a
-                        pnext[ne] = -1
-                        if phead[b] < 0:
-                            phead[b] = ne
-                        else:
-                            pnext[tail[b]] = ne
-                        tail[b] = ne
-                        ne += 1
-                    elif lastp[b] != m:
-                        lastp[b] = m
-                        cbytes[slot[b]] += reach_bytes[e]
+                        qlo, qhi = -1, 0
+                    for q in range(qlo, qhi):
+                        if q >= 0:
+                            b = group[succ_idx[q]]
+                            if b == a:
+                                continue
+                        exit_ = True
+                        if slot[b] < first:
+                            slot[b] = ne
+                            lastp[b] = m
+                            out_kernel[ne] = b
+                            out_dev[ne] = dev[b]
+                            cbytes[ne] = succ_bytes[j]
+                            pending[b] += 1
+                            psrc[ne] = a
+                            pnext[ne] = -1
+                            if phead[b] < 0:
+                                phead[b] = ne
+                            else:
+                                pnext[tail[b]] = ne
+                            tail[b] = ne
+                            ne += 1
+                        elif lastp[b] != m:
+                            lastp[b] = m
+                            cbytes[slot[b]] += succ_bytes[j]
                 if exit_:
                     kout[a] += out_bytes[m]
                 m = mnext[m]
@@ -1075,9 +1072,8 @@ _scratch = threading.local()
 
 def evaluate(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ_ptr, succ_idx,
              succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes, temp_bytes,
-             persistent, coloc, capacity, bw, lat, cand, single_eb, fflags, level, reach_ptr,
-             reach_node, reach_via, reach_bytes, max_fuse, max_ops, large_ops, large_slope,
-             shared, host, slope, hostw, olat, alias, sbuf, ecap):
+             persistent, coloc, capacity, bw, lat, cand, single_eb, fflags, level, max_fuse,
+             max_ops, large_ops, large_slope, shared, host, slope, hostw, olat, alias, sbuf, ecap):
     """:func:`evaluate_in` in this thread's work arrays.
 
     Its result depends on its arguments alone (the engine writes every work array before
@@ -1091,7 +1087,7 @@ def evaluate(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ
     return evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ_ptr,
                        succ_idx, succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes,
                        temp_bytes, persistent, coloc, capacity, bw, lat, cand, single_eb, fflags,
-                       level, reach_ptr, reach_node, reach_via, reach_bytes, max_fuse, max_ops,
+                       level, max_fuse, max_ops,
                        large_ops, large_slope, shared, host, slope,
                        hostw, olat, alias, sbuf, _scratch.ws)
 
@@ -1100,7 +1096,7 @@ def evaluate(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ
 def evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ_ptr,
                 succ_idx, succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes,
                 temp_bytes, persistent, coloc, capacity, bw, lat, cand, single_eb, fflags, level,
-                reach_ptr, reach_node, reach_via, reach_bytes, max_fuse, max_ops, large_ops,
+                max_fuse, max_ops, large_ops,
                 large_slope, shared, host, slope, hostw, olat, alias,
                 sbuf, ws):
     """Fuse, cost the kernels, run, check validity, in the work arrays ``ws``.
@@ -1127,8 +1123,7 @@ def evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, s
     if general:
         kdur, kout, ktemp, kprio, mhead, mnext, kptr, kbytes = kernel_edges(
             group, place, prio, time, flop_t, mem_t, launch, spb, cls, temp_bytes, out_bytes,
-            succ_ptr, succ_idx, succ_bytes, reach_ptr, reach_node, reach_via, reach_bytes,
-            large_ops, large_slope, ws)
+            succ_ptr, succ_idx, succ_bytes, large_ops, large_slope, ws)
         res = run(group, place, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext, pred_ptr,
                   pred_idx, kptr, succ_idx, kbytes, True, bw, lat, ndev, shared, host, slope,
                   hostw, olat, alias, sbuf, ws)
@@ -1170,8 +1165,8 @@ def evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, s
 @_jit(parallel=True)
 def evaluate_batch(places, prios, fifo, fprios, mode, pred_ptr, pred_idx, succ_ptr, succ_idx,
                    succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes, temp_bytes,
-                   persistent, coloc, capacity, bw, lat, cand, single_eb, fflags, level, reach_ptr,
-                   reach_node, reach_via, reach_bytes, max_fuse, max_ops, large_ops, large_slope,
+                   persistent, coloc, capacity, bw, lat, cand, single_eb, fflags, level, max_fuse,
+                   max_ops, large_ops, large_slope,
                    shared, host, slope, hostw, olat, alias, sbuf, ecap, nthreads):
     """:func:`evaluate_in` for B plans in chunks of plans, one workspace per chunk.
 
@@ -1193,8 +1188,7 @@ def evaluate_batch(places, prios, fifo, fprios, mode, pred_ptr, pred_idx, succ_p
                                            pred_idx, succ_ptr, succ_idx, succ_bytes, time,
                                            flop_t, mem_t, launch, spb, cls, out_bytes,
                                            temp_bytes, persistent, coloc, capacity, bw, lat,
-                                           cand, single_eb, fflags, level, reach_ptr,
-                                           reach_node, reach_via, reach_bytes, max_fuse, max_ops,
+                                           cand, single_eb, fflags, level, max_fuse, max_ops,
                                            large_ops, large_slope, shared, host, slope, hostw, olat,
                                            alias, sbuf, ws)
             step[i] = res[0]

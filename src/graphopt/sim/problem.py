@@ -154,30 +154,6 @@ class Problem:
         # a duplicated op turns its in-edges x out-edges into edges between kernels
         deg = g.in_degree.astype(np.int64) * g.out_degree.astype(np.int64)
         self.edge_capacity = int(len(self.succ_idx) + deg[dup].sum())
-        self._reach(dup)
-
-    def _reach(self, dup: np.ndarray) -> None:
-        """What each node's output may reach under any fusion, so that the engine finds
-        the edges between a plan's kernels by one walk of the node graph instead of a
-        graph built per plan: per node, a CSR (``reach_ptr``) of entries, one per out-edge
-        (consumer ``reach_node``, ``reach_via`` -1), each followed, where that consumer
-        may be duplicated (``dup``), by one per consumer of its copies (``reach_via``: the
-        duplicated consumer); every entry carries its out-edge's bytes (``reach_bytes``).
-        A plan's fusion says which entries are live: the first kind where the consumer is
-        not duplicated, the second where it is."""
-        sp, si = self.succ_ptr, self.succ_idx
-        extra = np.where(dup[si], np.diff(sp)[si], 0)  # per out-edge: its copies' consumers
-        per_edge = 1 + extra
-        edge = np.repeat(np.arange(len(si)), per_edge)
-        first = np.cumsum(per_edge) - per_edge
-        k = np.arange(len(edge)) - first[edge]  # 0: the edge itself; k > 0: a copy's k-th
-        via = np.where(k > 0, si[edge], -1)
-        node = si[edge].copy()
-        copies = k > 0
-        node[copies] = si[sp[si[edge[copies]]] + k[copies] - 1]
-        self.reach_ptr = np.concatenate([[0], np.cumsum(per_edge)])[sp].astype(np.int64)
-        self.reach_node, self.reach_via = node.astype(np.int64), via.astype(np.int64)
-        self.reach_bytes = self.succ_bytes[edge]
 
     def with_memory_fraction(self, fraction: float) -> Problem:
         """This problem with every device's memory set to what the compiler's defaults
@@ -303,8 +279,7 @@ class Problem:
                 c.time, c.flop_time, c.mem_time, c.launch, c.sec_per_byte, c.class_id,
                 self.out_bytes, self.temp_bytes, self.persistent, self.coloc, self.capacity,
                 self.bandwidth, self.latency, self.cand_consumer, self.single_edge_bytes,
-                self.fusion_flags, self.level, self.reach_ptr, self.reach_node, self.reach_via,
-                self.reach_bytes, self.max_fusion_size, self.max_fusion_operands,
+                self.fusion_flags, self.level, self.max_fusion_size, self.max_fusion_operands,
                 self.fusion_efficient_ops, self.fusion_slowdown_per_op, self.shared, self.host,
                 self.slope, self.host_work, self.overlap_latency, self.alias, self.step_buffers,
                 self.edge_capacity)
