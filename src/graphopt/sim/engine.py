@@ -182,7 +182,7 @@ def workspace(n, ndev, nedges):
         np.empty(n, i64), np.empty(n, i64), np.empty(n), np.empty(n, i64),
         # kernel_edges: output bytes, successor CSR's ptr and bytes, producers of each kernel
         # (list head, next, producer), per-kernel slot and last producer while merging
-        # edges, kernel size, last copy's node (then the producers' list tail)
+        # edges, kernel size, last copy's node
         np.empty(n), np.empty(n + 1, i64), np.empty(m), np.empty(n, i64), np.empty(m, i64),
         np.empty(m, i64), np.empty(n, i64), np.empty(n, i64), np.empty(n, i64), np.empty(n, i64),
         # run: the tensor a view's output keeps alive (its base, or -2 - a transfer);
@@ -193,14 +193,18 @@ def workspace(n, ndev, nedges):
 
 @_jit(inline="always")
 def _find(parent, x):
+    """x's root, halving the path there: without it, chains of kernels merged as siblings
+    grew long and the walks up them took most of the fusion pass (a parent's index stays
+    above its child's, as the pass's last loop needs)."""
     while parent[x] != x:
+        parent[x] = parent[parent[x]]
         x = parent[x]
     return x
 
 
 @_jit()
-def fuse(dev, fprio, use_default, cand_consumer, fflags, level, succ_ptr, succ_idx, succ_bytes,
-         pred_ptr, spb, cls, max_size, max_ops, ws):
+def fuse(dev, fprio, use_default, cand_consumer, fflags, level, sib_ptr, sib_idx, sib_bytes,
+         succ_ptr, succ_idx, pred_ptr, spb, cls, max_size, max_ops, ws):
     """The fusion pass: returns ``(group[N], any duplicated, any multi-output)``.
 
     ``group[i]`` is the kernel (its root: its highest-index exit) of node i; a duplicated
@@ -280,14 +284,15 @@ def fuse(dev, fprio, use_default, cand_consumer, fflags, level, succ_ptr, succ_i
                     nops[rc] += nops[u] - 2
                 continue
         if fflags[u] & 2:
-            for j in range(lo + 1, hi):
-                c = succ_idx[j]
-                if not fflags[c] & 4 or state[c] & 1:
+            slo, shi = sib_ptr[u], sib_ptr[u + 1]
+            for j in range(slo + 1, shi):
+                c = sib_idx[j]
+                if state[c] & 1:
                     continue
                 rc = _find(parent, c)
-                for j2 in range(lo, j):
-                    c2 = succ_idx[j2]
-                    if not fflags[c2] & 4 or state[c2] & 1 or dev[c2] != dev[c]:
+                for j2 in range(slo, j):
+                    c2 = sib_idx[j2]
+                    if state[c2] & 1 or dev[c2] != dev[c]:
                         continue
                     r2 = _find(parent, c2)
                     if r2 == rc:
@@ -300,7 +305,7 @@ def fuse(dev, fprio, use_default, cand_consumer, fflags, level, succ_ptr, succ_i
                     size[b] += size[a]
                     nops[b] += nops[a] - 1
                     exits[b] += exits[a]
-                    sav[c] += succ_bytes[j] * spb[cls[c], dev[c]]
+                    sav[c] += sib_bytes[j] * spb[cls[c], dev[c]]
                     multi = True
                     break
     for i in range(n - 1, -1, -1):  # parents have higher indices: resolve from the end
@@ -334,8 +339,8 @@ def kernel_edges(group, dev, prio, time, flop_t, mem_t, launch, spb, cls, temp_b
     The edges between kernels come from one walk of each kernel's members' out-edges (an
     edge into a duplicated node stands for edges to its consumers' kernels), written
     where :func:`run` reads the node graph's: per edge, the consumer's kernel and device;
-    the pending count of each kernel; per kernel, its producers in a list, in the order
-    the walk met them (the order a predecessor CSR would give).
+    the pending count of each kernel; per kernel, its producers in a list, last met
+    first (releases at one instant only subtract whole byte counts: exact in any order).
     Returns ``(kdur, kout, ktemp, kprio, mhead, mnext, ptr, bytes)``: views into ``ws``;
     ``ptr`` (N + 1) and ``bytes`` are the successor CSR over kernels."""
     n = group.shape[0]
@@ -392,9 +397,8 @@ def kernel_edges(group, dev, prio, time, flop_t, mem_t, launch, spb, cls, temp_b
         mnext[i] = mhead[g]
         mhead[g] = i
     # edges between kernels, merged per pair, in one walk of each kernel's members'
-    # entries; on the way, edges inside the kernel (neither written nor read back) and
+    # out-edges; on the way, edges inside the kernel (neither written nor read back) and
     # exits (members read outside it, or by no one: their output is the kernel's)
-    tail = mark  # the copies' marks are done with: the last producer listed per kernel
     ne = 0
     cptr[0] = 0
     for a in range(n):
@@ -429,12 +433,8 @@ def kernel_edges(group, dev, prio, time, flop_t, mem_t, launch, spb, cls, temp_b
                             cbytes[ne] = succ_bytes[j]
                             pending[b] += 1
                             psrc[ne] = a
-                            pnext[ne] = -1
-                            if phead[b] < 0:
-                                phead[b] = ne
-                            else:
-                                pnext[tail[b]] = ne
-                            tail[b] = ne
+                            pnext[ne] = phead[b]
+                            phead[b] = ne
                             ne += 1
                         elif lastp[b] != m:
                             lastp[b] = m
@@ -1072,8 +1072,9 @@ _scratch = threading.local()
 
 def evaluate(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ_ptr, succ_idx,
              succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes, temp_bytes,
-             persistent, coloc, capacity, bw, lat, cand, single_eb, fflags, level, max_fuse,
-             max_ops, large_ops, large_slope, shared, host, slope, hostw, olat, alias, sbuf, ecap):
+             persistent, coloc, capacity, bw, lat, cand, single_eb, fflags, level, sib_ptr,
+             sib_idx, sib_bytes, max_fuse, max_ops, large_ops, large_slope, shared, host, slope,
+             hostw, olat, alias, sbuf, ecap):
     """:func:`evaluate_in` in this thread's work arrays.
 
     Its result depends on its arguments alone (the engine writes every work array before
@@ -1087,7 +1088,7 @@ def evaluate(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ
     return evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ_ptr,
                        succ_idx, succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes,
                        temp_bytes, persistent, coloc, capacity, bw, lat, cand, single_eb, fflags,
-                       level, max_fuse, max_ops,
+                       level, sib_ptr, sib_idx, sib_bytes, max_fuse, max_ops,
                        large_ops, large_slope, shared, host, slope,
                        hostw, olat, alias, sbuf, _scratch.ws)
 
@@ -1096,7 +1097,7 @@ def evaluate(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ
 def evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ_ptr,
                 succ_idx, succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes,
                 temp_bytes, persistent, coloc, capacity, bw, lat, cand, single_eb, fflags, level,
-                max_fuse, max_ops, large_ops,
+                sib_ptr, sib_idx, sib_bytes, max_fuse, max_ops, large_ops,
                 large_slope, shared, host, slope, hostw, olat, alias,
                 sbuf, ws):
     """Fuse, cost the kernels, run, check validity, in the work arrays ``ws``.
@@ -1111,8 +1112,8 @@ def evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, s
     general = False
     if fused:
         group, anydup, multi = fuse(place, fprio, fusion_mode == 1, cand, fflags, level,
-                                    succ_ptr, succ_idx, succ_bytes, pred_ptr, spb, cls, max_fuse,
-                                    max_ops, ws)
+                                    sib_ptr, sib_idx, sib_bytes, succ_ptr, succ_idx, pred_ptr, spb,
+                                    cls, max_fuse, max_ops, ws)
         general = anydup or multi
     else:
         group = ws[23]
@@ -1165,8 +1166,8 @@ def evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, s
 @_jit(parallel=True)
 def evaluate_batch(places, prios, fifo, fprios, mode, pred_ptr, pred_idx, succ_ptr, succ_idx,
                    succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes, temp_bytes,
-                   persistent, coloc, capacity, bw, lat, cand, single_eb, fflags, level, max_fuse,
-                   max_ops, large_ops, large_slope,
+                   persistent, coloc, capacity, bw, lat, cand, single_eb, fflags, level, sib_ptr,
+                   sib_idx, sib_bytes, max_fuse, max_ops, large_ops, large_slope,
                    shared, host, slope, hostw, olat, alias, sbuf, ecap, nthreads):
     """:func:`evaluate_in` for B plans in chunks of plans, one workspace per chunk.
 
@@ -1188,7 +1189,8 @@ def evaluate_batch(places, prios, fifo, fprios, mode, pred_ptr, pred_idx, succ_p
                                            pred_idx, succ_ptr, succ_idx, succ_bytes, time,
                                            flop_t, mem_t, launch, spb, cls, out_bytes,
                                            temp_bytes, persistent, coloc, capacity, bw, lat,
-                                           cand, single_eb, fflags, level, max_fuse, max_ops,
+                                           cand, single_eb, fflags, level, sib_ptr, sib_idx,
+                                           sib_bytes, max_fuse, max_ops,
                                            large_ops, large_slope, shared, host, slope, hostw, olat,
                                            alias, sbuf, ws)
             step[i] = res[0]
