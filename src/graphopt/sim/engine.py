@@ -348,6 +348,7 @@ def kernel_edges(group, dev, prio, time, flop_t, mem_t, launch, spb, cls, temp_b
     pending = ws[2]
     out_kernel, out_dev = ws[25], ws[26]
     state, sav = ws[28], ws[29]
+    fused_size = ws[22]  # the fusion pass's: ops and copies per kernel, 1 for an op alone
     kout, cptr, cbytes, phead, pnext, psrc, slot, lastp, ksize, mark = ws[31:41]
     for i in range(n):
         kout[i] = 0.0
@@ -386,6 +387,13 @@ def kernel_edges(group, dev, prio, time, flop_t, mem_t, launch, spb, cls, temp_b
         # helper: numba counts references to every array handed to one, which made this
         # function half as slow again
         g = group[i]
+        if g == i and fused_size[i] == 1:  # alone: no sums, its own time (below)
+            ksize[i] = 1
+            ktemp[i] = temp_bytes[i]
+            kprio[i] = prio[i]
+            mhead[i] = i
+            mnext[i] = -1
+            continue
         ksize[g] += 1
         fsum[g] += flop_t[i, d]
         msum[g] += mem_t[i, d] - sav[i]
