@@ -350,19 +350,9 @@ def kernel_edges(group, dev, prio, time, flop_t, mem_t, launch, spb, cls, temp_b
     state, sav = ws[28], ws[29]
     fused_size = ws[22]  # the fusion pass's: ops and copies per kernel, 1 for an op alone
     kout, cptr, cbytes, phead, pnext, psrc, slot, lastp, ksize, mark = ws[31:41]
-    for i in range(n):
-        kout[i] = 0.0
-        ktemp[i] = 0.0
-        kprio[i] = -np.inf
-        fsum[i] = 0.0
-        msum[i] = 0.0
-        lmax[i] = 0.0
-        mhead[i] = -1
-        ksize[i] = 0
-        slot[i] = -1
-        mark[i] = -1
-        pending[i] = 0
-        phead[i] = -1
+    # Nodes from the last: a kernel's root (its highest-index member) comes before its
+    # other members and before every copy in it, so it starts the kernel's figures (each
+    # what a sum from zero would give), and nothing else of the node needs clearing.
     for i in range(n - 1, -1, -1):
         d = dev[i]
         if state[i] & 1:  # a copy in each kernel of its consumers
@@ -375,10 +365,10 @@ def kernel_edges(group, dev, prio, time, flop_t, mem_t, launch, spb, cls, temp_b
                     continue
                 mark[k] = i
                 ksize[k] += 1
-                fsum[k] += flop_t[i, d]
-                msum[k] += mem_t[i, d] - wrote
-                if launch[i, d] > lmax[k]:
-                    lmax[k] = launch[i, d]
+                fsum[k] += flop_t[d, i]
+                msum[k] += mem_t[d, i] - wrote
+                if launch[d, i] > lmax[k]:
+                    lmax[k] = launch[d, i]
                 ktemp[k] += temp_bytes[i]
                 if prio[i] > kprio[k]:
                     kprio[k] = prio[i]
@@ -387,18 +377,27 @@ def kernel_edges(group, dev, prio, time, flop_t, mem_t, launch, spb, cls, temp_b
         # helper: numba counts references to every array handed to one, which made this
         # function half as slow again
         g = group[i]
-        if g == i and fused_size[i] == 1:  # alone: no sums, its own time (below)
+        if g == i:
             ksize[i] = 1
             ktemp[i] = temp_bytes[i]
             kprio[i] = prio[i]
             mhead[i] = i
             mnext[i] = -1
+            kout[i] = 0.0
+            slot[i] = -1
+            mark[i] = -1
+            pending[i] = 0
+            phead[i] = -1
+            if fused_size[i] > 1:  # else alone: no sums, its own time (below)
+                fsum[i] = flop_t[d, i]
+                msum[i] = mem_t[d, i] - sav[i]
+                lmax[i] = launch[d, i] if launch[d, i] > 0.0 else 0.0
             continue
         ksize[g] += 1
-        fsum[g] += flop_t[i, d]
-        msum[g] += mem_t[i, d] - sav[i]
-        if launch[i, d] > lmax[g]:
-            lmax[g] = launch[i, d]
+        fsum[g] += flop_t[d, i]
+        msum[g] += mem_t[d, i] - sav[i]
+        if launch[d, i] > lmax[g]:
+            lmax[g] = launch[d, i]
         ktemp[g] += temp_bytes[i]
         if prio[i] > kprio[g]:
             kprio[g] = prio[i]
@@ -451,7 +450,7 @@ def kernel_edges(group, dev, prio, time, flop_t, mem_t, launch, spb, cls, temp_b
                     kout[a] += out_bytes[m]
                 m = mnext[m]
             if ksize[a] == 1:
-                kdur[a] = time[a, d]
+                kdur[a] = time[d, a]
             else:
                 kdur[a] = lmax[a] + max(fsum[a], max(msum[a], 0.0)) * _slowdown(
                     ksize[a], large_ops, large_slope)
@@ -468,14 +467,14 @@ def kernel_costs(group, dev, prio, fused, time, flop_t, mem_t, launch, spb, cls,
     device d takes ``max(launch) + max(sum flop_t, sum mem_t - bytes of internal edges
     priced at both ends) * slowdown`` (:func:`_slowdown`): tensors inside the group are
     neither written nor read back. Its scratch is the members' sum, its priority their highest.
-    A kernel of one node, fused or not, takes ``time[i, dev[i]]``: the same figure, and
+    A kernel of one node, fused or not, takes ``time[dev[i], i]``: the same figure, and
     the only cost array it reads. Returns views into ``ws``: kdur, ktemp, kprio (N,), mhead (N,), mnext (N,).
     """
     n = group.shape[0]
     kdur, ktemp, kprio, fsum, msum, lmax, mhead, mnext = ws[13:21]
     if not fused:
         for i in range(n):
-            kdur[i] = time[i, dev[i]]
+            kdur[i] = time[dev[i], i]
             ktemp[i] = temp_bytes[i]
             kprio[i] = prio[i]
             mhead[i] = i
@@ -492,18 +491,18 @@ def kernel_costs(group, dev, prio, fused, time, flop_t, mem_t, launch, spb, cls,
         g = group[i]
         d = dev[i]
         if g == i and mhead[i] < 0:  # alone (members precede their root): skip the sums
-            kdur[i] = time[i, d]
+            kdur[i] = time[d, i]
             ktemp[i] = temp_bytes[i]
             kprio[i] = prio[i]
             mhead[i] = i
             mnext[i] = -1
             continue
-        fsum[g] += flop_t[i, d]
-        msum[g] += mem_t[i, d]
+        fsum[g] += flop_t[d, i]
+        msum[g] += mem_t[d, i]
         if g != i:  # internal edge i -> its consumer: never written nor read back
             msum[g] -= single_eb[i] * (spb[cls[i], d] + spb[cls[cand_consumer[i]], d])
-        if launch[i, d] > lmax[g]:
-            lmax[g] = launch[i, d]
+        if launch[d, i] > lmax[g]:
+            lmax[g] = launch[d, i]
         ktemp[g] += temp_bytes[i]
         if prio[i] > kprio[g]:
             kprio[g] = prio[i]
@@ -1109,7 +1108,8 @@ def evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, s
                 large_slope, shared, host, slope, hostw, olat, alias,
                 sbuf, ws):
     """Fuse, cost the kernels, run, check validity, in the work arrays ``ws``.
-    ``fusion_mode``: 0 none, 1 the compiler's default, 2 by ``fprio``. Returns ``(run's
+    ``fusion_mode``: 0 none, 1 the compiler's default, 2 by ``fprio``. The op costs
+    ``time``, ``flop_t``, ``mem_t`` and ``launch`` are D x N (one row per device). Returns ``(run's
     result, group, state (bit 1: duplicated), number of kernels, validity code, device or
     colocation group at fault)``; arrays in it may be views into ``ws``. Groups that are
     in-trees run on the node graph's edges; with a duplicated op or merged siblings, on
