@@ -280,19 +280,20 @@ class Problem:
         return np.zeros(self.num_nodes, np.int64)
 
     @cached_property
-    def _costs_by_device(self) -> tuple:
-        """The op costs the engine reads (time, FLOP time, memory time, launch), D x N:
-        a device's ops lie side by side, so a plan that keeps runs of ops on one device
-        reads a fraction of the cache lines that N x D costs it."""
+    def _costs(self) -> tuple:
+        """The op costs the engine reads (time, FLOP time, memory time, launch), N x D and
+        then D x N: it reads them by device where a plan keeps runs of ops on one device
+        (several ops to a cache line), else by op."""
         c = self.costs
-        return tuple(np.ascontiguousarray(a.T) for a in (c.time, c.flop_time, c.mem_time, c.launch))
+        by_op = tuple(np.ascontiguousarray(a) for a in (c.time, c.flop_time, c.mem_time, c.launch))
+        return by_op + tuple(np.ascontiguousarray(a.T) for a in by_op)
 
     def arrays(self) -> tuple:
         """The arrays ``engine.evaluate`` and ``engine.evaluate_batch`` take after the
         plan's own, in order."""
         c = self.costs
         return (self.pred_ptr, self.pred_idx, self.succ_ptr, self.succ_idx, self.succ_bytes,
-                *self._costs_by_device, c.sec_per_byte, c.class_id,
+                self._costs, c.sec_per_byte, c.class_id,
                 self.out_bytes, self.temp_bytes, self.persistent, self.coloc, self.capacity,
                 self.bandwidth, self.latency, self.cand_consumer, self.single_edge_bytes,
                 self.fusion_flags, self.level, self.sibling_ptr, self.sibling_idx,
