@@ -678,15 +678,15 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
     # A kernel waits for one arrival per edge entering its group. Fusion builds in-trees,
     # so the edges leaving a kernel are exactly its root's out-edges. The kernel and
     # device at the far end of every edge are looked up here once, so that the event
-    # loop reads them in sequence.
+    # loop reads them in sequence (kernel_edges has done so for merged edges).
     count = np.zeros(D, np.int64)
     for i in range(n):
         held[i] = -1
-        if merged and group[i] == i:
-            count[dev[i]] += 1
-        elif not merged:
+        if not merged:
             pending[i] = 0
-    for i in range(n if not merged else 0):
+        elif group[i] == i:
+            count[dev[i]] += 1
+    for i in range(0 if merged else n):
         g = group[i]
         if g == i:
             count[dev[i]] += 1

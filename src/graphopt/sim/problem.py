@@ -4,7 +4,7 @@ public entry points :func:`simulate` and :func:`simulate_batch`."""
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import numba
@@ -200,6 +200,27 @@ class Problem:
         other = copy.copy(self)
         other.cluster = self.cluster.with_wake_cost(cost)
         other.host_work = _host_work(other.cluster)
+        return other
+
+    def with_op_times(self, time: np.ndarray) -> Problem:
+        """This problem with ``time`` (N x D) as what each op takes alone on each device (a
+        kernel of one op); the parts a fused kernel sums are unchanged. The engine reads
+        costs from copies kept per problem (:attr:`_costs`), so changing
+        ``problem.costs.time`` in place is not seen: this is the way to change them.
+
+        Raises
+        ------
+        PlanError
+            ``time`` is not N x D finite seconds >= 0.
+        """
+        time = np.array(time, dtype=np.float64)
+        if time.shape != self.costs.time.shape or not (np.isfinite(time) & (time >= 0)).all():
+            raise PlanError(f"op times: expected {self.costs.time.shape} finite seconds >= 0, "
+                            f"got shape {time.shape}")
+        other = copy.copy(self)
+        other.costs = replace(self.costs, time=time)
+        for cached in ("_costs", "lower_bound"):  # copied from self, computed from its times
+            other.__dict__.pop(cached, None)
         return other
 
     def with_step_buffers(self, send_copies: np.ndarray | None = None) -> Problem:
