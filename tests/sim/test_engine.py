@@ -11,6 +11,7 @@ import numba
 import numpy as np
 import pytest
 
+from graphopt.errors import PlanError
 from graphopt.hardware import load_cluster
 from graphopt.ir.generate import layered_graph
 from graphopt.sim import Plan, Problem, ensure_compiled, simulate, simulate_batch
@@ -205,3 +206,21 @@ def test_default_fusion_gives_the_pinned_figures_bit_for_bit(name):
                            else np.zeros((1, g.num_nodes), np.int64),
                            None if plan.priority is None else plan.priority[None])
         assert b.step_time[0].hex() == got[0] and [float(x).hex() for x in b.peak_memory[0]] == got[1]
+
+
+def test_with_op_times_is_what_the_engine_reads_by_op_and_by_device():
+    # the engine reads op costs from copies kept per problem, by device (D x N) for a plan
+    # with runs of ops on one device and by op otherwise: both see the new times
+    prob = Problem(layered_graph(30, 8, seed=1), load_cluster("dgx1-v100:4"))
+    n = prob.num_nodes
+    off = np.zeros(n)
+    alone = Plan(fusion=off)
+    twice = prob.with_op_times(2 * prob.costs.time)
+    assert simulate(twice, alone).step_time == 2 * simulate(prob, alone).step_time
+    rng = np.random.default_rng(0)
+    for place in (np.arange(n) * 4 // n, rng.integers(0, 4, n)):
+        plan = Plan(placement=place, fusion=off)
+        assert simulate(twice, plan).step_time > simulate(prob, plan).step_time
+    assert twice.lower_bound > prob.lower_bound
+    with pytest.raises(PlanError, match="op times"):
+        prob.with_op_times(np.zeros(3))

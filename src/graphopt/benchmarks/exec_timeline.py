@@ -69,13 +69,10 @@ def analyse(traced, prob, plan, placed: PlacedProgram, runs) -> dict:
                        for r in runs], 0.5),
                   round(float((tl.end - tl.start)[tl.device == dev].sum()) * 1e3, 3)]
             for dev in range(placed.devices)}
-    profiled = prob.costs.time.copy()
-    try:
-        for n, v in durations.items():
-            prob.costs.time[n, :] = statistics.fmean(v)
-        with_real_ops = simulate(prob, plan).step_time * 1e3
-    finally:
-        prob.costs.time[:] = profiled
+    real_times = prob.costs.time.copy()
+    for n, v in durations.items():
+        real_times[n, :] = statistics.fmean(v)
+    with_real_ops = simulate(prob.with_op_times(real_times), plan).step_time * 1e3
     drift, behind = {}, {}
     for dev in range(placed.devices):
         ops = sorted((statistics.median(v), name) for (d, name), v in starts.items() if d == dev

@@ -1,6 +1,7 @@
-"""Simulator speed: evaluations per second of ``simulate`` on a layered graph, against a
-pure-Python event simulator of the kind earlier placement work used, side by side in one
-run (``bench/sim_speed.py`` says how it is measured)."""
+"""Simulator speed: evaluations per second of ``simulate`` and ``simulate_batch`` on a
+layered graph and a zoo graph, against a pure-Python event simulator of the kind earlier
+placement work used and, where given, an earlier engine, side by side in one run
+(``bench/sim_speed.py`` says how it is measured)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import numpy as np
 from graphopt.hardware import load_cluster
 from graphopt.ir.generate import layered_graph
 from graphopt.sim import Plan, Problem, ensure_compiled, simulate, simulate_batch
+from graphopt.sim.problem import _plan_arrays
 
 __all__ = ["markdown", "per_call", "python_simulate", "run"]
 
@@ -134,8 +136,45 @@ def per_call(fn, seconds: float, clock=time.perf_counter) -> float:
     return float(np.median(times))
 
 
-def run(nodes: int = 10_000, devices: int = 4, rounds: int = 7, seconds: float = 0.5) -> dict:
-    """Every rate and ratio of the sim-speed table, measured in one run (see the module)."""
+def _batch(prob: Problem, rng: np.random.Generator, size: int = 64) -> np.ndarray:
+    """``size`` placements: half contiguous, half random."""
+    n, D = prob.num_nodes, prob.num_devices
+    batch = rng.integers(0, D, (size, n))
+    batch[: size // 2] = np.arange(n) * D // n
+    return batch
+
+
+def _engines(prob: Problem, old):
+    """``{name: (one plan, batch)}``: callables that evaluate a Plan and a batch of
+    placements (default fusion) with this engine and, where ``old`` is given, with it."""
+    def batch_now(places):
+        return simulate_batch(prob, places)
+    engines = {"now": (lambda plan: simulate(prob, plan), batch_now)}
+    if old is not None:
+        def one_old(plan):
+            return old.evaluate_problem(prob, *_plan_arrays(prob, plan))
+
+        def batch_old(places):
+            b, n = places.shape
+            with numba.parallel_chunksize(1):
+                return old.evaluate_batch_problem(prob, places, np.zeros((b, n)), True,
+                                                  np.zeros((b, n)), 1, numba.get_num_threads())
+        engines["before"] = (one_old, batch_old)
+    return engines
+
+
+def run(nodes: int = 10_000, devices: int = 4, rounds: int = 7, seconds: float = 0.5,
+        old=None, zoo: str | None = "gnmt-8", zoo_cluster: str = "dgx1-v100:8",
+        zoo_rounds: int = 3) -> dict:
+    """Every rate and ratio of the sim-speed tables, measured in one run (see the module).
+
+    ``old``: a module with ``evaluate_problem`` and ``evaluate_batch_problem`` (the engine
+    before issue 50: ``bench/sim_engine_before.py``), timed beside this one in every
+    round. ``zoo``: a zoo graph (on ``zoo_cluster``) whose throughput is measured too, one
+    plan at a time and in batches of 64 on 1 and on every thread, with the reference
+    beside it (``zoo_rounds`` rounds: its reference takes seconds a plan); None skips it.
+    """
+    load_before = os.getloadavg()[0]
     width = 20
     g = layered_graph(nodes // width, width, seed=0)
     prob = Problem(g, load_cluster(f"dgx1-v100:{devices}"))
@@ -144,13 +183,14 @@ def run(nodes: int = 10_000, devices: int = 4, rounds: int = 7, seconds: float =
     placements = {"contiguous": np.arange(n) * D // n, "random": rng.integers(0, D, n)}
     plans = {(p, f): Plan(placement=place, fusion=None if f == "default" else np.zeros(n))
              for p, place in placements.items() for f in ("default", "off")}
+    engines = _engines(prob, old)
     threads = numba.get_num_threads()
     print(f"graph {g.name}: {n} ops, {g.num_edges} edges; cluster {prob.cluster.name}; "
-          f"{threads} threads; {rounds} rounds")
+          f"{threads} threads; {rounds} rounds; engines {', '.join(engines)}")
     numba.set_num_threads(1)
     ensure_compiled()
     ref: dict[str, list[float]] = {p: [] for p in placements}
-    sim: dict[tuple[str, str], list[float]] = {k: [] for k in plans}
+    sim: dict[tuple[str, str, str], list[float]] = {(e, *k): [] for e in engines for k in plans}
     for _ in range(rounds):
         for pname, place in placements.items():
             t0 = time.thread_time()
@@ -158,8 +198,9 @@ def run(nodes: int = 10_000, devices: int = 4, rounds: int = 7, seconds: float =
             ref[pname].append(time.thread_time() - t0)
             for f in ("default", "off"):
                 plan = plans[pname, f]
-                sim[pname, f].append(per_call(lambda plan=plan: simulate(prob, plan),
-                                              seconds, time.thread_time))
+                for e, (one, _) in engines.items():  # alternately, in one round
+                    sim[e, pname, f].append(per_call(lambda plan=plan, one=one: one(plan),
+                                                     seconds, time.thread_time))
     ref_t = {p: np.array(v) for p, v in ref.items()}
     sim_t = {k: np.array(v) for k, v in sim.items()}
     rows = []
@@ -173,43 +214,94 @@ def run(nodes: int = 10_000, devices: int = 4, rounds: int = 7, seconds: float =
                      "step_ms": step_py * 1e3, "agrees_with_graphopt": agree})
         for f in ("default", "off"):
             r = simulate(prob, plans[pname, f])
-            rows.append({"what": f"simulate, {pname}, fusion {f}",
-                         "evals_per_s": 1.0 / float(np.median(sim_t[pname, f])),
-                         "step_ms": r.step_time * 1e3,
-                         "speedup_vs_python": float(np.median(ref_t[pname] / sim_t[pname, f])),
-                         "transfers_mb": r.bytes_moved / 1e6})
+            for e in engines:
+                row = {"what": f"simulate, {pname}, fusion {f}" if e == "now" else
+                               f"engine before issue 50, {pname}, fusion {f}",
+                       "evals_per_s": 1.0 / float(np.median(sim_t[e, pname, f])),
+                       "step_ms": r.step_time * 1e3,
+                       "speedup_vs_python": float(np.median(ref_t[pname] / sim_t[e, pname, f]))}
+                if e == "now":
+                    row["transfers_mb"] = r.bytes_moved / 1e6
+                    if "before" in engines:
+                        row["vs_before"] = float(np.median(sim_t["before", pname, f] /
+                                                           sim_t["now", pname, f]))
+                rows.append(row)
     for f in ("default", "off"):
         rows.append({"what": f"simulate, contiguous / random evaluations per s, fusion {f}",
                      "evals_per_s": None,
-                     "ratio": float(np.median(sim_t["random", f] / sim_t["contiguous", f]))})
-    batch = rng.integers(0, D, (64, n))
-    batch[: 32] = placements["contiguous"]
-    per_thread = {}
-    for k in sorted({1, threads}):
-        numba.set_num_threads(k)
-        v = len(batch) / per_call(lambda: simulate_batch(prob, batch),
-                                  seconds * rounds)
-        per_thread[k] = v
-        rows.append({"what": f"simulate_batch, 64 plans (half contiguous, half random), "
-                             f"{k} thread(s)", "evals_per_s": v})
+                     "ratio": float(np.median(sim_t["now", "random", f] /
+                                              sim_t["now", "contiguous", f]))})
+    throughput = [_throughput(f"layered {n:,} ops", prob, engines, _batch(prob, rng), threads,
+                              seconds, rounds, one_plan=sim_t, ref=ref_t)]
+    if zoo:
+        from graphopt.frontends import load_source
+
+        zprob = Problem(load_source(f"zoo:{zoo}"), load_cluster(zoo_cluster))
+        throughput.append(_throughput(f"{zoo} ({zprob.num_nodes:,} ops, {zoo_cluster})", zprob,
+                                      _engines(zprob, old), _batch(zprob, rng), threads,
+                                      seconds, zoo_rounds))
     numba.set_num_threads(threads)
-    if threads > 1:
-        rows.append({"what": f"batch scaling {threads} threads / 1 thread",
-                     "evals_per_s": None, "ratio": per_thread[threads] / per_thread[1]})
     for r in rows:
         extra = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
                           for k, v in r.items() if k not in ("what", "evals_per_s"))
         eps = "" if r["evals_per_s"] is None else f"{r['evals_per_s']:10.1f}/s"
         print(f"{r['what']:<70} {eps}  {extra}")
     result = {"command": f"python bench/sim_speed.py --nodes {nodes} --devices {devices} "
-                         f"--rounds {rounds} --seconds {seconds:g}",
+                         f"--rounds {rounds} --seconds {seconds:g}"
+                         + (f" --zoo {zoo} --zoo-rounds {zoo_rounds}" if zoo else " --zoo ''"),
               "machine": {"cpu": platform.processor() or platform.machine(),
                           "threads": threads, "python": platform.python_version(),
                           "numba": numba.__version__},
               "graph": {"name": g.name, "nodes": n, "edges": g.num_edges},
               "cluster": prob.cluster.name, "rounds": rounds, "rows": rows,
+              "throughput": throughput, "load_average_before": load_before,
               "load_average": os.getloadavg()[0]}
     return result
+
+
+def _throughput(label: str, prob: Problem, engines: dict, batch: np.ndarray, threads: int,
+                seconds: float, rounds: int, one_plan: dict | None = None,
+                ref: dict | None = None) -> dict:
+    """Evaluations per second with default fusion: one plan at a time on one thread
+    (contiguous and random placements; ``one_plan`` and ``ref``: times measured already,
+    else measured here), and a batch of 64 (``batch``) on 1 thread and on ``threads``, for
+    each engine, the reference's one plan at a time beside them."""
+    n, D = prob.num_nodes, prob.num_devices
+    places = {"contiguous": batch[0], "random": batch[-1]}
+    numba.set_num_threads(1)
+    if one_plan is None:
+        one_plan, ref = {}, {p: [] for p in places}
+        for _ in range(rounds):
+            for pname, place in places.items():
+                t0 = time.thread_time()
+                python_simulate(prob, place)
+                ref[pname].append(time.thread_time() - t0)
+                plan = Plan(placement=place)
+                for e, (one, _) in engines.items():
+                    one_plan.setdefault((e, pname, "default"), []).append(
+                        per_call(lambda plan=plan, one=one: one(plan), seconds, time.thread_time))
+        one_plan = {k: np.array(v) for k, v in one_plan.items()}
+        ref = {p: np.array(v) for p, v in ref.items()}
+    out = {"graph": label, "nodes": n, "devices": D, "batch": len(batch),
+           "reference": {p: 1.0 / float(np.median(ref[p])) for p in places}, "engines": {}}
+    counts = sorted({1, threads})
+    per_batch: dict[tuple[str, int], list[float]] = {}
+    for _ in range(rounds):
+        for k in counts:
+            numba.set_num_threads(k)
+            for e, (_, many) in engines.items():
+                per_batch.setdefault((e, k), []).append(
+                    per_call(lambda many=many: many(batch), seconds))
+    numba.set_num_threads(threads)
+    for e in engines:
+        out["engines"][e] = {
+            **{f"one_{p}": 1.0 / float(np.median(one_plan[e, p, "default"])) for p in places},
+            **{f"batch_{k}": len(batch) / float(np.median(per_batch[e, k])) for k in counts}}
+    ref_s = "  ".join(f"{p} {v:.2f}/s" for p, v in out["reference"].items())
+    print(f"{label}: pure-Python reference {ref_s}")
+    for e, v in out["engines"].items():
+        print(f"{label}: {e:<7}" + "  ".join(f"{k} {x:,.1f}/s" for k, x in v.items()))
+    return out
 
 
 def markdown(result: dict) -> str:
@@ -220,12 +312,33 @@ def markdown(result: dict) -> str:
         vs = f"{r['speedup_vs_python']:.0f}x" if "speedup_vs_python" in r else ""
         note = ("agrees with graphopt to 1e-9" if r.get("agrees_with_graphopt") else
                 "disagrees with graphopt" if r.get("agrees_with_graphopt") is False else
-                f"ratio {r['ratio']:.2f}" if "ratio" in r else
-                f"{r['transfers_mb']:,.0f} MB transferred" if "transfers_mb" in r else "")
+                f"ratio {r['ratio']:.2f}" if "ratio" in r else "")
+        if "transfers_mb" in r:
+            note = f"{r['transfers_mb']:,.0f} MB transferred"
+            if "vs_before" in r:
+                note += f"; {r['vs_before']:.2f}x the engine before"
         step = f"{r['step_ms']:.2f}" if "step_ms" in r else ""
         table.append(f"| {r['what']} | {eps} | {vs} | {step} | {note} |")
     g = result["graph"]
+    threads = result["machine"]["threads"]
+    tp = ["| graph | engine | 1 plan, contiguous | 1 plan, random | batch of 64, 1 thread | "
+          f"batch of 64, {threads} threads |", "|---|---|---:|---:|---:|---:|"]
+    for t in result.get("throughput", []):
+        ref = t["reference"]
+        tp.append(f"| {t['graph']} | pure-Python reference | {ref['contiguous']:,.2f} | "
+                  f"{ref['random']:,.2f} | | |")
+        for e, v in t["engines"].items():
+            name = "graphopt now" if e == "now" else "engine before issue 50"
+            tp.append(f"| {t['graph']} | {name} | {v['one_contiguous']:,.1f} | "
+                      f"{v['one_random']:,.1f} | {v['batch_1']:,.1f} | "
+                      + (f"{v[f'batch_{threads}']:,.1f} |" if threads > 1 else "|"))
+    load = (f"load average {result['load_average_before']:.1f} when it started and "
+            f"{result['load_average']:.1f} when it finished" if "load_average_before" in result
+            else f"load average {result['load_average']:.1f} when it finished")
     return (f"`{result['command']}` on {g['nodes']:,} ops / {g['edges']:,} edges "
             f"(`layered_graph`), cluster `{result['cluster']}`, {result['machine']['threads']} "
-            f"threads (per-plan rows on 1), medians of {result['rounds']} rounds; load average "
-            f"{result['load_average']:.1f} when it finished.\n\n" + "\n".join(table))
+            f"threads (per-plan rows on 1), medians of {result['rounds']} rounds; {load}.\n\n"
+            + "\n".join(table)
+            + ("\n\nEvaluations per second with default fusion (one plan: on one thread; "
+               "batches: `simulate_batch`, half contiguous and half random placements):\n\n"
+               + "\n".join(tp) if result.get("throughput") else ""))

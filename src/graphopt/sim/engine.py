@@ -6,9 +6,10 @@ node, when nothing is fused). When the fusion pass builds only in-trees (produce
 fused into their one consumer), every edge entering a kernel comes from another
 kernel's root, and the engine walks the node-level adjacency directly: a kernel waits
 for one arrival per external in-edge of its members, and counts references per edge.
-Only when it duplicates an op into its consumers or merges siblings into a
-multi-output kernel is a kernel-level graph built (:func:`kernel_graph`), in the same
-index space, and run by the same loop.
+When it duplicates an op into its consumers or merges siblings into a multi-output
+kernel, edges between kernels are merged per pair of kernels: :func:`kernel_edges`
+finds them in one walk of the node graph's out-edges (those into a copy go on to its
+consumers), and writes them where the same loop reads the node graph's.
 Semantics are those of DESIGN.md "Simulator semantics"; this module adds no policy.
 
 All jitted code lives in this one module on purpose: numba's on-disk cache is keyed
@@ -16,7 +17,7 @@ by the file that defines a function, and would not notice a change to a callee i
 another module.
 
 Hot path: one call of :func:`evaluate` per plan: :func:`fuse`, :func:`kernel_costs`
-(or, where fusion duplicated an op or merged siblings, :func:`kernel_graph`), :func:`run`,
+(or, where fusion duplicated an op or merged siblings, :func:`kernel_edges`), :func:`run`,
 in work arrays from a :func:`workspace` kept per thread (one per chunk of plans in
 batches); the engine writes each before reading it, so no result depends on
 an earlier call. The engine keeps a FIFO (or a priority heap) of ready kernels per
@@ -152,13 +153,13 @@ def _ready_pop(buf, base, size, key):
 # -- the engine ---------------------------------------------------------------------------
 @_jit()
 def workspace(n, ndev, nedges):
-    """Work arrays for :func:`fuse`, :func:`kernel_costs`, :func:`kernel_graph` and
+    """Work arrays for :func:`fuse`, :func:`kernel_costs`, :func:`kernel_edges` and
     :func:`run`, uninitialized: each function writes what it reads before reading it, so a
     result never depends on what an earlier call left behind. ``nedges`` bounds the edges
-    of a kernel graph (:attr:`Problem.edge_capacity`), at least the graph's edges."""
+    between kernels (:attr:`Problem.edge_capacity`), at least the graph's edges."""
     m = nedges + 1
     i32 = np.int32  # the event loop's indices, half the cache footprint of int64
-    i64 = np.int32  # the fusion pass's and kernel graph's too: less cache traffic
+    i64 = np.int32  # the fusion pass's and kernel_edges' too: less cache traffic
     return (
         # run: start, end, pending, out_ref, first transfer, references to a transfer's
         # tensor on its destination, ready buffer
@@ -179,13 +180,11 @@ def workspace(n, ndev, nedges):
         # fuse: operands of each group, state (1 duplicated, 2 holds a copy), bytes a
         # sibling no longer reads, exits (members whose output leaves) of each group
         np.empty(n, i64), np.empty(n, i64), np.empty(n), np.empty(n, i64),
-        # kernel_graph: output bytes, kernel of each kernel (-1 elsewhere), member lists of
-        # one, successor CSR (ptr, kernel, bytes), predecessor CSR (ptr, kernel), per-kernel
-        # slot and last producer while merging edges, kernel size, last copy's node
-        np.empty(n), np.empty(n, i64), np.empty(n, i64), np.empty(n, i64),
-        np.empty(n + 1, i64), np.empty(m, i64), np.empty(m), np.empty(n + 1, i64),
-        np.empty(m, i64), np.empty(n, i64), np.empty(n, i64), np.empty(n, i64),
-        np.empty(n, i64),
+        # kernel_edges: output bytes, successor CSR's ptr and bytes, producers of each kernel
+        # (list head, next, producer), per-kernel slot and last producer while merging
+        # edges, kernel size, last copy's node
+        np.empty(n), np.empty(n + 1, i64), np.empty(m), np.empty(n, i64), np.empty(m, i64),
+        np.empty(m, i64), np.empty(n, i64), np.empty(n, i64), np.empty(n, i64), np.empty(n, i64),
         # run: the tensor a view's output keeps alive (its base, or -2 - a transfer);
         # outputs whose last reference went at this instant
         np.empty(n, i32), np.empty(n, i32),
@@ -194,14 +193,18 @@ def workspace(n, ndev, nedges):
 
 @_jit(inline="always")
 def _find(parent, x):
+    """x's root, halving the path there: without it, chains of kernels merged as siblings
+    grew long and the walks up them took most of the fusion pass (a parent's index stays
+    above its child's, as the pass's last loop needs)."""
     while parent[x] != x:
+        parent[x] = parent[parent[x]]
         x = parent[x]
     return x
 
 
 @_jit()
-def fuse(dev, fprio, use_default, cand_consumer, fflags, level, succ_ptr, succ_idx, succ_bytes,
-         pred_ptr, spb, cls, max_size, max_ops, ws):
+def fuse(dev, fprio, use_default, cand_consumer, fflags, level, sib_ptr, sib_idx, sib_bytes,
+         succ_ptr, succ_idx, pred_ptr, spb, cls, max_size, max_ops, ws):
     """The fusion pass: returns ``(group[N], any duplicated, any multi-output)``.
 
     ``group[i]`` is the kernel (its root: its highest-index exit) of node i; a duplicated
@@ -281,14 +284,15 @@ def fuse(dev, fprio, use_default, cand_consumer, fflags, level, succ_ptr, succ_i
                     nops[rc] += nops[u] - 2
                 continue
         if fflags[u] & 2:
-            for j in range(lo + 1, hi):
-                c = succ_idx[j]
-                if not fflags[c] & 4 or state[c] & 1:
+            slo, shi = sib_ptr[u], sib_ptr[u + 1]
+            for j in range(slo + 1, shi):
+                c = sib_idx[j]
+                if state[c] & 1:
                     continue
                 rc = _find(parent, c)
-                for j2 in range(lo, j):
-                    c2 = succ_idx[j2]
-                    if not fflags[c2] & 4 or state[c2] & 1 or dev[c2] != dev[c]:
+                for j2 in range(slo, j):
+                    c2 = sib_idx[j2]
+                    if state[c2] & 1 or dev[c2] != dev[c]:
                         continue
                     r2 = _find(parent, c2)
                     if r2 == rc:
@@ -301,7 +305,7 @@ def fuse(dev, fprio, use_default, cand_consumer, fflags, level, succ_ptr, succ_i
                     size[b] += size[a]
                     nops[b] += nops[a] - 1
                     exits[b] += exits[a]
-                    sav[c] += succ_bytes[j] * spb[cls[c], dev[c]]
+                    sav[c] += sib_bytes[j] * spb[cls[c], dev[c]]
                     multi = True
                     break
     for i in range(n - 1, -1, -1):  # parents have higher indices: resolve from the end
@@ -319,9 +323,10 @@ def _slowdown(size, large_ops, large_slope):
 
 
 @_jit()
-def kernel_graph(group, dev, prio, time, flop_t, mem_t, launch, spb, cls, temp_bytes, out_bytes,
-                 succ_ptr, succ_idx, succ_bytes, large_ops, large_slope, ws):
-    """Kernels and the graph between them, where fusion duplicated ops or merged siblings.
+def kernel_edges(group, dev, prio, time, flop_t, mem_t, launch, si, sd, spb, cls, temp_bytes,
+                 out_bytes, succ_ptr, succ_idx, succ_bytes, large_ops, large_slope, ws):
+    """Kernel costs and the edges between kernels where fusion duplicated ops or merged
+    siblings, for :func:`run` on the node graph (kernels are roots, ``group[i] == i``).
 
     A kernel's members are the nodes of its group and a copy of each duplicated node
     read by one of them. It takes ``max(launch) + max(Σ flop time, Σ memory time −
@@ -329,27 +334,25 @@ def kernel_graph(group, dev, prio, time, flop_t, mem_t, launch, spb, cls, temp_b
     edge inside the kernel is neither written nor read back (a copy's output is written
     nowhere); siblings read a shared input once (``sav``). Its output bytes are those of
     its exits (members read outside it, or by no one), freed together. Between kernels,
-    one edge per pair, carrying the sum of the distinct tensors. Returns ``(group2,
-    kdur, kout, ktemp, kprio, mhead, mnext, pred_ptr, pred_idx, succ_ptr, succ_idx,
-    succ_bytes)`` for :func:`run`: kernels are their own group, every other node has
-    group -1 and no edges; member lists hold the kernel alone. Views into ``ws``."""
+    one edge per pair, carrying the sum of the distinct tensors.
+
+    The edges between kernels come from one walk of each kernel's members' out-edges (an
+    edge into a duplicated node stands for edges to its consumers' kernels), written
+    where :func:`run` reads the node graph's: per edge, the consumer's kernel and device;
+    the pending count of each kernel; per kernel, its producers in a list, last met
+    first (releases at one instant only subtract whole byte counts: exact in any order).
+    Returns ``(kdur, kout, ktemp, kprio, mhead, mnext, ptr, bytes)``: views into ``ws``;
+    ``ptr`` (N + 1) and ``bytes`` are the successor CSR over kernels."""
     n = group.shape[0]
     kdur, ktemp, kprio, fsum, msum, lmax, mhead, mnext = ws[13:21]
+    pending = ws[2]
+    out_kernel, out_dev = ws[25], ws[26]
     state, sav = ws[28], ws[29]
-    (kout, g2, mh2, mn2, cptr, cidx, cbytes, pptr, pidx, slot, lastp, ksize,
-     mark) = ws[31:44]
-    for i in range(n):
-        kout[i] = 0.0
-        ktemp[i] = 0.0
-        kprio[i] = -np.inf
-        fsum[i] = 0.0
-        msum[i] = 0.0
-        lmax[i] = 0.0
-        mhead[i] = -1
-        ksize[i] = 0
-        slot[i] = -1
-        mark[i] = -1
-        g2[i] = -1
+    fused_size = ws[22]  # the fusion pass's: ops and copies per kernel, 1 for an op alone
+    kout, cptr, cbytes, phead, pnext, psrc, slot, lastp, ksize, mark = ws[31:41]
+    # Nodes from the last: a kernel's root (its highest-index member) comes before its
+    # other members and before every copy in it, so it starts the kernel's figures (each
+    # what a sum from zero would give), and nothing else of the node needs clearing.
     for i in range(n - 1, -1, -1):
         d = dev[i]
         if state[i] & 1:  # a copy in each kernel of its consumers
@@ -362,10 +365,10 @@ def kernel_graph(group, dev, prio, time, flop_t, mem_t, launch, spb, cls, temp_b
                     continue
                 mark[k] = i
                 ksize[k] += 1
-                fsum[k] += flop_t[i, d]
-                msum[k] += mem_t[i, d] - wrote
-                if launch[i, d] > lmax[k]:
-                    lmax[k] = launch[i, d]
+                fsum[k] += flop_t[i * si + d * sd]
+                msum[k] += mem_t[i * si + d * sd] - wrote
+                if launch[i * si + d * sd] > lmax[k]:
+                    lmax[k] = launch[i * si + d * sd]
                 ktemp[k] += temp_bytes[i]
                 if prio[i] > kprio[k]:
                     kprio[k] = prio[i]
@@ -374,11 +377,27 @@ def kernel_graph(group, dev, prio, time, flop_t, mem_t, launch, spb, cls, temp_b
         # helper: numba counts references to every array handed to one, which made this
         # function half as slow again
         g = group[i]
+        if g == i:
+            ksize[i] = 1
+            ktemp[i] = temp_bytes[i]
+            kprio[i] = prio[i]
+            mhead[i] = i
+            mnext[i] = -1
+            kout[i] = 0.0
+            slot[i] = -1
+            mark[i] = -1
+            pending[i] = 0
+            phead[i] = -1
+            if fused_size[i] > 1:  # else alone: no sums, its own time (below)
+                fsum[i] = flop_t[i * si + d * sd]
+                msum[i] = mem_t[i * si + d * sd] - sav[i]
+                lmax[i] = launch[i * si + d * sd] if launch[i * si + d * sd] > 0.0 else 0.0
+            continue
         ksize[g] += 1
-        fsum[g] += flop_t[i, d]
-        msum[g] += mem_t[i, d] - sav[i]
-        if launch[i, d] > lmax[g]:
-            lmax[g] = launch[i, d]
+        fsum[g] += flop_t[i * si + d * sd]
+        msum[g] += mem_t[i * si + d * sd] - sav[i]
+        if launch[i * si + d * sd] > lmax[g]:
+            lmax[g] = launch[i * si + d * sd]
         ktemp[g] += temp_bytes[i]
         if prio[i] > kprio[g]:
             kprio[g] = prio[i]
@@ -391,9 +410,6 @@ def kernel_graph(group, dev, prio, time, flop_t, mem_t, launch, spb, cls, temp_b
     cptr[0] = 0
     for a in range(n):
         if group[a] == a and not state[a] & 1:
-            g2[a] = a
-            mh2[a] = a
-            mn2[a] = -1
             d = dev[a]
             first = ne
             m = mhead[a]
@@ -402,22 +418,30 @@ def kernel_graph(group, dev, prio, time, flop_t, mem_t, launch, spb, cls, temp_b
                 exit_ = lo == hi
                 for j in range(lo, hi):
                     v = succ_idx[j]
-                    jlo, jhi = j, j + 1
-                    if state[v] & 1:  # read by copies: leaves unless every copy is here
-                        jlo, jhi = succ_ptr[v], succ_ptr[v + 1]
-                    elif group[v] == a:
-                        msum[a] -= succ_bytes[j] * (spb[cls[m], d] + spb[cls[v], d])
-                        continue
-                    for j2 in range(jlo, jhi):
-                        b = group[v] if jhi == j + 1 else group[succ_idx[j2]]
+                    if state[v] & 1:  # read by copies: m reaches their kernels
+                        qlo, qhi = succ_ptr[v], succ_ptr[v + 1]
+                    else:
+                        b = group[v]
                         if b == a:
+                            msum[a] -= succ_bytes[j] * (spb[cls[m], d] + spb[cls[v], d])
                             continue
+                        qlo, qhi = -1, 0
+                    for q in range(qlo, qhi):
+                        if q >= 0:
+                            b = group[succ_idx[q]]
+                            if b == a:
+                                continue
                         exit_ = True
-                        if slot[b] < 0:
+                        if slot[b] < first:
                             slot[b] = ne
                             lastp[b] = m
-                            cidx[ne] = b
+                            out_kernel[ne] = b
+                            out_dev[ne] = dev[b]
                             cbytes[ne] = succ_bytes[j]
+                            pending[b] += 1
+                            psrc[ne] = a
+                            pnext[ne] = phead[b]
+                            phead[b] = ne
                             ne += 1
                         elif lastp[b] != m:
                             lastp[b] = m
@@ -425,47 +449,33 @@ def kernel_graph(group, dev, prio, time, flop_t, mem_t, launch, spb, cls, temp_b
                 if exit_:
                     kout[a] += out_bytes[m]
                 m = mnext[m]
-            for e in range(first, ne):
-                slot[cidx[e]] = -1
             if ksize[a] == 1:
-                kdur[a] = time[a, d]
+                kdur[a] = time[a * si + d * sd]
             else:
                 kdur[a] = lmax[a] + max(fsum[a], max(msum[a], 0.0)) * _slowdown(
                     ksize[a], large_ops, large_slope)
         cptr[a + 1] = ne
-    # predecessors: a counting sort of the edges by destination
-    for i in range(n + 1):
-        pptr[i] = 0
-    for e in range(ne):
-        pptr[cidx[e] + 1] += 1
-    for i in range(n):
-        pptr[i + 1] += pptr[i]
-        slot[i] = pptr[i]
-    for a in range(n):
-        for e in range(cptr[a], cptr[a + 1]):
-            b = cidx[e]
-            pidx[slot[b]] = a
-            slot[b] += 1
-    return g2, kdur, kout, ktemp, kprio, mh2, mn2, pptr, pidx, cptr, cidx[:ne], cbytes[:ne]
+    return kdur, kout, ktemp, kprio, mhead, mnext, cptr, cbytes
 
 
 @_jit()
-def kernel_costs(group, dev, prio, fused, time, flop_t, mem_t, launch, spb, cls, temp_bytes,
-                 single_eb, cand_consumer, large_ops, large_slope, ws):
+def kernel_costs(group, dev, prio, fused, time, flop_t, mem_t, launch, si, sd, spb, cls,
+                 temp_bytes, single_eb, cand_consumer, large_ops, large_slope, ws):
     """Duration, scratch bytes and priority of every kernel, and its member lists.
 
     For groups that are in-trees (no duplicated op, no sibling merged): a fused kernel on
     device d takes ``max(launch) + max(sum flop_t, sum mem_t - bytes of internal edges
     priced at both ends) * slowdown`` (:func:`_slowdown`): tensors inside the group are
     neither written nor read back. Its scratch is the members' sum, its priority their highest.
-    A kernel of one node, fused or not, takes ``time[i, dev[i]]``: the same figure, and
-    the only cost array it reads. Returns views into ``ws``: kdur, ktemp, kprio (N,), mhead (N,), mnext (N,).
+    A kernel of one node, fused or not, takes its ``time``: the same figure, and the only
+    cost array it reads. Op costs are flat, op i on device d at ``i * si + d * sd``.
+    Returns views into ``ws``: kdur, ktemp, kprio (N,), mhead (N,), mnext (N,).
     """
     n = group.shape[0]
     kdur, ktemp, kprio, fsum, msum, lmax, mhead, mnext = ws[13:21]
     if not fused:
         for i in range(n):
-            kdur[i] = time[i, dev[i]]
+            kdur[i] = time[i * si + dev[i] * sd]
             ktemp[i] = temp_bytes[i]
             kprio[i] = prio[i]
             mhead[i] = i
@@ -482,18 +492,18 @@ def kernel_costs(group, dev, prio, fused, time, flop_t, mem_t, launch, spb, cls,
         g = group[i]
         d = dev[i]
         if g == i and mhead[i] < 0:  # alone (members precede their root): skip the sums
-            kdur[i] = time[i, d]
+            kdur[i] = time[i * si + d * sd]
             ktemp[i] = temp_bytes[i]
             kprio[i] = prio[i]
             mhead[i] = i
             mnext[i] = -1
             continue
-        fsum[g] += flop_t[i, d]
-        msum[g] += mem_t[i, d]
+        fsum[g] += flop_t[i * si + d * sd]
+        msum[g] += mem_t[i * si + d * sd]
         if g != i:  # internal edge i -> its consumer: never written nor read back
             msum[g] -= single_eb[i] * (spb[cls[i], d] + spb[cls[cand_consumer[i]], d])
-        if launch[i, d] > lmax[g]:
-            lmax[g] = launch[i, d]
+        if launch[i * si + d * sd] > lmax[g]:
+            lmax[g] = launch[i * si + d * sd]
         ktemp[g] += temp_bytes[i]
         if prio[i] > kprio[g]:
             kprio[g] = prio[i]
@@ -578,8 +588,8 @@ def _with_transfer_work(group, dev, kdur, succ_ptr, succ_idx, out_kernel, out_de
 
 @_jit()
 def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
-        pred_ptr, pred_idx, succ_ptr, succ_idx, succ_bytes, bw, lat, ndev, shared, host, slope,
-        hostw, olat, alias, sbuf, ws):
+        pred_ptr, pred_idx, succ_ptr, succ_idx, succ_bytes, merged, bw, lat, ndev, shared, host,
+        slope, hostw, olat, alias, sbuf, ws):
     """Simulate one plan. Kernels are the nodes with ``group[i] == i``.
 
     Parameters (N nodes, E edges, D devices)
@@ -594,6 +604,13 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
     mhead, mnext : int64 (N,)    members of each kernel as linked lists
     pred_ptr, pred_idx : CSR     node predecessors
     succ_ptr, succ_idx, succ_bytes : CSR   node successors and the bytes each edge carries
+    merged : bool                the edges are those between kernels of
+                                 :func:`kernel_edges` (``succ_ptr`` and ``succ_bytes`` its
+                                 CSR, edge ends and pending counts already in ``ws``, each
+                                 kernel's producers in its lists): duplicated ops or merged
+                                 siblings; ``mhead``, ``mnext``, the pred CSR, ``alias`` and
+                                 the values of ``sbuf`` are not read (no view is a kernel
+                                 of its own there)
     bw, lat : float64 (D, D)     link bandwidth (bytes/s) and latency (s)
     shared : bool                some devices share a host and slow each other down
                                  (:func:`_share_host`); False skips all of that
@@ -653,18 +670,23 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
     (start, end, pending, out_ref, tr_first, recv_ref, hbuf,
      tr_k, tr_dst, tr_start, tr_end, tr_bytes, tr_next) = ws[:13]
     in_dev, out_kernel, out_dev = ws[24:27]
-    held, freed = ws[44], ws[45]
+    phead, pnext, psrc = ws[34:37]
+    held, freed = ws[41], ws[42]
     nfreed = 0
     hold = sbuf.shape[0] > 0
+    packs = hold and not merged
     # A kernel waits for one arrival per edge entering its group. Fusion builds in-trees,
     # so the edges leaving a kernel are exactly its root's out-edges. The kernel and
     # device at the far end of every edge are looked up here once, so that the event
-    # loop reads them in sequence.
+    # loop reads them in sequence (kernel_edges has done so for merged edges).
     count = np.zeros(D, np.int64)
     for i in range(n):
-        pending[i] = 0
         held[i] = -1
-    for i in range(n):
+        if not merged:
+            pending[i] = 0
+        elif group[i] == i:
+            count[dev[i]] += 1
+    for i in range(0 if merged else n):
         g = group[i]
         if g == i:
             count[dev[i]] += 1
@@ -867,7 +889,23 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
                     dev_list[ndl] = d
                     ndl += 1
                 # release the inputs: one reference per edge entering the group
-                m = mhead[k]
+                s = phead[k] if merged else -1
+                while s >= 0:
+                    p = psrc[s]
+                    s = pnext[s]
+                    if dev[p] == d:
+                        out_ref[p] -= 1
+                        if out_ref[p] == 0:
+                            freed[nfreed] = p
+                            nfreed += 1
+                    else:
+                        tr = tr_first[p]
+                        while tr_dst[tr] != d:
+                            tr += 1
+                        recv_ref[tr] -= 1
+                        if recv_ref[tr] == 0:
+                            mem[d] -= tr_bytes[tr]
+                m = -1 if merged else mhead[k]
                 while m >= 0:
                     for j in range(pred_ptr[m], pred_ptr[m + 1]):
                         pd = in_dev[j]
@@ -927,7 +965,7 @@ def run(group, dev, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext,
                         recv_ref[tr] = nrecv[dd] + (1 << 30 if hold else 0)
                         tmpb[dd] = -1.0
                         nrecv[dd] = 0
-                        if hold and sbuf[k] > 0.0:  # the sender's packed copy, to the end
+                        if packs and sbuf[k] > 0.0:  # the sender's packed copy, to the end
                             mem[d] += sbuf[k]
                             if mem[d] > peak[d]:
                                 peak[d] = mem[d]
@@ -1041,9 +1079,10 @@ _scratch = threading.local()
 
 
 def evaluate(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ_ptr, succ_idx,
-             succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes, temp_bytes,
-             persistent, coloc, capacity, bw, lat, cand, single_eb, fflags, level, max_fuse,
-             max_ops, large_ops, large_slope, shared, host, slope, hostw, olat, alias, sbuf, ecap):
+             succ_bytes, costs, spb, cls, out_bytes, temp_bytes,
+             persistent, coloc, capacity, bw, lat, cand, single_eb, fflags, level, sib_ptr,
+             sib_idx, sib_bytes, max_fuse, max_ops, large_ops, large_slope, shared, host, slope,
+             hostw, olat, alias, sbuf, ecap):
     """:func:`evaluate_in` in this thread's work arrays.
 
     Its result depends on its arguments alone (the engine writes every work array before
@@ -1055,32 +1094,51 @@ def evaluate(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ
         _scratch.ws = workspace(*key)
         _scratch.key = key
     return evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ_ptr,
-                       succ_idx, succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes,
+                       succ_idx, succ_bytes, costs, spb, cls, out_bytes,
                        temp_bytes, persistent, coloc, capacity, bw, lat, cand, single_eb, fflags,
-                       level, max_fuse, max_ops, large_ops, large_slope, shared, host, slope,
+                       level, sib_ptr, sib_idx, sib_bytes, max_fuse, max_ops,
+                       large_ops, large_slope, shared, host, slope,
                        hostw, olat, alias, sbuf, _scratch.ws)
 
 
 @_jit()
 def evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, succ_ptr,
-                succ_idx, succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes,
+                succ_idx, succ_bytes, costs, spb, cls, out_bytes,
                 temp_bytes, persistent, coloc, capacity, bw, lat, cand, single_eb, fflags, level,
-                max_fuse, max_ops, large_ops, large_slope, shared, host, slope, hostw, olat, alias,
+                sib_ptr, sib_idx, sib_bytes, max_fuse, max_ops, large_ops,
+                large_slope, shared, host, slope, hostw, olat, alias,
                 sbuf, ws):
     """Fuse, cost the kernels, run, check validity, in the work arrays ``ws``.
-    ``fusion_mode``: 0 none, 1 the compiler's default, 2 by ``fprio``. Returns ``(run's
+    ``fusion_mode``: 0 none, 1 the compiler's default, 2 by ``fprio``. ``costs``: time,
+    FLOP time, memory time and launch of each op on each device, N x D, then the same
+    four D x N (:meth:`Problem.arrays`). Returns ``(run's
     result, group, state (bit 1: duplicated), number of kernels, validity code, device or
-    colocation group at fault)``; arrays in it may be views into ``ws``. Groups that are in-trees run on the
-    node graph itself; with a duplicated op or merged siblings, on the kernel graph of
-    :func:`kernel_graph`."""
+    colocation group at fault)``; arrays in it may be views into ``ws``. Groups that are
+    in-trees run on the node graph's edges; with a duplicated op or merged siblings, on
+    the edges between kernels of :func:`kernel_edges`."""
     n = place.shape[0]
     ndev = capacity.shape[0]
     fused = fusion_mode != 0
+    # Op costs by device (D x N) where ops run two or more in a row on a device: one
+    # cache line then serves several of them; else by op (N x D), read in index order
+    # (GNMT-8: 1.38x faster by device on a contiguous plan, 0.95x on a random one).
+    runs = 1
+    for i in range(1, n):
+        if place[i] != place[i - 1]:
+            runs += 1
+    if 2 * runs <= n:
+        time, flop_t, mem_t, launch = (costs[4].reshape(-1), costs[5].reshape(-1),
+                                       costs[6].reshape(-1), costs[7].reshape(-1))
+        si, sd = 1, n
+    else:
+        time, flop_t, mem_t, launch = (costs[0].reshape(-1), costs[1].reshape(-1),
+                                       costs[2].reshape(-1), costs[3].reshape(-1))
+        si, sd = ndev, 1
     general = False
     if fused:
         group, anydup, multi = fuse(place, fprio, fusion_mode == 1, cand, fflags, level,
-                                    succ_ptr, succ_idx, succ_bytes, pred_ptr, spb, cls, max_fuse,
-                                    max_ops, ws)
+                                    sib_ptr, sib_idx, sib_bytes, succ_ptr, succ_idx, pred_ptr, spb,
+                                    cls, max_fuse, max_ops, ws)
         general = anydup or multi
     else:
         group = ws[23]
@@ -1089,22 +1147,21 @@ def evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, s
             group[i] = i
             state[i] = 0
     if general:
-        g2, kdur, kout, ktemp, kprio, mh, mn, kpp, kpi, ksp, ksi, ksb = kernel_graph(
-            group, place, prio, time, flop_t, mem_t, launch, spb, cls, temp_bytes, out_bytes,
+        kdur, kout, ktemp, kprio, mhead, mnext, kptr, kbytes = kernel_edges(
+            group, place, prio, time, flop_t, mem_t, launch, si, sd, spb, cls, temp_bytes,
+            out_bytes,
             succ_ptr, succ_idx, succ_bytes, large_ops, large_slope, ws)
-        # a kernel graph's nodes are kernels and copies: no view is a kernel of its own there
-        res = run(g2, place, kdur, kout, ktemp, kprio, use_fifo, mh, mn, kpp, kpi, ksp, ksi,
-                  ksb, bw, lat, ndev, shared, host, slope, hostw, olat,
-                  np.full(g2.shape[0], -1, np.int64),
-                  np.zeros(g2.shape[0] if sbuf.shape[0] > 0 else 0), ws)
+        res = run(group, place, kdur, kout, ktemp, kprio, use_fifo, mhead, mnext, pred_ptr,
+                  pred_idx, kptr, succ_idx, kbytes, True, bw, lat, ndev, shared, host, slope,
+                  hostw, olat, alias, sbuf, ws)
     else:
         kdur, ktemp, kprio, mhead, mnext = kernel_costs(group, place, prio, fused, time, flop_t,
-                                                        mem_t, launch, spb, cls, temp_bytes,
-                                                        single_eb, cand, large_ops, large_slope,
-                                                        ws)
+                                                        mem_t, launch, si, sd, spb, cls,
+                                                        temp_bytes, single_eb, cand, large_ops,
+                                                        large_slope, ws)
         res = run(group, place, kdur, out_bytes, ktemp, kprio, use_fifo, mhead, mnext, pred_ptr,
-                  pred_idx, succ_ptr, succ_idx, succ_bytes, bw, lat, ndev, shared, host, slope,
-                  hostw, olat, alias, sbuf, ws)
+                  pred_idx, succ_ptr, succ_idx, succ_bytes, False, bw, lat, ndev, shared, host,
+                  slope, hostw, olat, alias, sbuf, ws)
     nk = 0
     ngroups = 0
     peak = res[1]
@@ -1134,10 +1191,10 @@ def evaluate_in(place, prio, use_fifo, fprio, fusion_mode, pred_ptr, pred_idx, s
 
 @_jit(parallel=True)
 def evaluate_batch(places, prios, fifo, fprios, mode, pred_ptr, pred_idx, succ_ptr, succ_idx,
-                   succ_bytes, time, flop_t, mem_t, launch, spb, cls, out_bytes, temp_bytes,
-                   persistent, coloc, capacity, bw, lat, cand, single_eb, fflags, level, max_fuse,
-                   max_ops, large_ops, large_slope, shared, host, slope, hostw, olat, alias, sbuf,
-                   ecap, nthreads):
+                   succ_bytes, costs, spb, cls, out_bytes, temp_bytes,
+                   persistent, coloc, capacity, bw, lat, cand, single_eb, fflags, level, sib_ptr,
+                   sib_idx, sib_bytes, max_fuse, max_ops, large_ops, large_slope,
+                   shared, host, slope, hostw, olat, alias, sbuf, ecap, nthreads):
     """:func:`evaluate_in` for B plans in chunks of plans, one workspace per chunk.
 
     There are a few chunks per thread, handed out one at a time (the caller sets numba's
@@ -1155,10 +1212,11 @@ def evaluate_batch(places, prios, fifo, fprios, mode, pred_ptr, pred_idx, succ_p
         ws = workspace(n, capacity.shape[0], ecap)
         for i in range(c * b // nchunks, (c + 1) * b // nchunks):
             res, _, _, _, cd, a = evaluate_in(places[i], prios[i], fifo, fprios[i], mode, pred_ptr,
-                                           pred_idx, succ_ptr, succ_idx, succ_bytes, time,
-                                           flop_t, mem_t, launch, spb, cls, out_bytes,
+                                           pred_idx, succ_ptr, succ_idx, succ_bytes, costs,
+                                           spb, cls, out_bytes,
                                            temp_bytes, persistent, coloc, capacity, bw, lat,
-                                           cand, single_eb, fflags, level, max_fuse, max_ops,
+                                           cand, single_eb, fflags, level, sib_ptr, sib_idx,
+                                           sib_bytes, max_fuse, max_ops,
                                            large_ops, large_slope, shared, host, slope, hostw, olat,
                                            alias, sbuf, ws)
             step[i] = res[0]

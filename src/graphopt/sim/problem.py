@@ -4,7 +4,7 @@ public entry points :func:`simulate` and :func:`simulate_batch`."""
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import numba
@@ -116,7 +116,9 @@ class Problem:
         ``cand_consumer[u]``: u's only consumer when the classes allow fusing u into it
         (else -1). ``fusion_flags[u]``: 1, u is cheap and has several consumers, all
         able to take it: it may be duplicated into them; 2, u has several consumers:
-        they may merge as siblings; 4, u may be such a sibling. ``level``: longest path
+        they may merge as siblings; 4, u may be such a sibling; ``sibling_ptr``,
+        ``sibling_idx``, ``sibling_bytes``: a CSR of the consumers of each node with flag 2
+        that have flag 4, with the bytes of the edge. ``level``: longest path
         from a source, in edges. ``fusion_choice``: the nodes whose fusion priority
         changes anything. ``fusible``: every node fusion could put in a kernel with
         another (the lower bound counts their FLOP time only).
@@ -143,13 +145,19 @@ class Problem:
         nsib = np.bincount(src[sib_member[self.succ_idx]], minlength=n)
         sib = many & (nsib >= 2)
         self.fusion_flags = (dup * 1 + sib * 2 + sib_member * 4).astype(np.int64)
+        # the consumers that may merge as siblings, per node whose consumers may: what the
+        # fusion pass walks there, in edge order, without the others
+        keep = sib[src] & sib_member[self.succ_idx]
+        self.sibling_ptr = np.concatenate([[0], np.cumsum(np.bincount(src[keep], minlength=n))])
+        self.sibling_idx = self.succ_idx[keep]
+        self.sibling_bytes = self.succ_bytes[keep]
         self.level = engine.levels(self.pred_ptr, self.pred_idx)
         self.fusion_choice = (self.cand_consumer >= 0) | dup | sib
         fusible = self.cand_consumer >= 0
         fusible[self.cand_consumer[fusible]] = True
         fusible |= dup
         fusible[self.succ_idx[dup[src]]] = True
-        fusible[self.succ_idx[sib[src] & sib_member[self.succ_idx]]] = True
+        fusible[self.sibling_idx] = True
         self.fusible = fusible
         # a duplicated op turns its in-edges x out-edges into edges between kernels
         deg = g.in_degree.astype(np.int64) * g.out_degree.astype(np.int64)
@@ -192,6 +200,27 @@ class Problem:
         other = copy.copy(self)
         other.cluster = self.cluster.with_wake_cost(cost)
         other.host_work = _host_work(other.cluster)
+        return other
+
+    def with_op_times(self, time: np.ndarray) -> Problem:
+        """This problem with ``time`` (N x D) as what each op takes alone on each device (a
+        kernel of one op); the parts a fused kernel sums are unchanged. The engine reads
+        costs from copies kept per problem (:attr:`_costs`), so changing
+        ``problem.costs.time`` in place is not seen: this is the way to change them.
+
+        Raises
+        ------
+        PlanError
+            ``time`` is not N x D finite seconds >= 0.
+        """
+        time = np.array(time, dtype=np.float64)
+        if time.shape != self.costs.time.shape or not (np.isfinite(time) & (time >= 0)).all():
+            raise PlanError(f"op times: expected {self.costs.time.shape} finite seconds >= 0, "
+                            f"got shape {time.shape}")
+        other = copy.copy(self)
+        other.costs = replace(self.costs, time=time)
+        for cached in ("_costs", "lower_bound"):  # copied from self, computed from its times
+            other.__dict__.pop(cached, None)
         return other
 
     def with_step_buffers(self, send_copies: np.ndarray | None = None) -> Problem:
@@ -271,15 +300,25 @@ class Problem:
         """N zeros, as a placement on device 0 (never written)."""
         return np.zeros(self.num_nodes, np.int64)
 
+    @cached_property
+    def _costs(self) -> tuple:
+        """The op costs the engine reads (time, FLOP time, memory time, launch), N x D and
+        then D x N: it reads them by device where a plan keeps runs of ops on one device
+        (several ops to a cache line), else by op."""
+        c = self.costs
+        by_op = tuple(np.ascontiguousarray(a) for a in (c.time, c.flop_time, c.mem_time, c.launch))
+        return by_op + tuple(np.ascontiguousarray(a.T) for a in by_op)
+
     def arrays(self) -> tuple:
         """The arrays ``engine.evaluate`` and ``engine.evaluate_batch`` take after the
         plan's own, in order."""
         c = self.costs
         return (self.pred_ptr, self.pred_idx, self.succ_ptr, self.succ_idx, self.succ_bytes,
-                c.time, c.flop_time, c.mem_time, c.launch, c.sec_per_byte, c.class_id,
+                self._costs, c.sec_per_byte, c.class_id,
                 self.out_bytes, self.temp_bytes, self.persistent, self.coloc, self.capacity,
                 self.bandwidth, self.latency, self.cand_consumer, self.single_edge_bytes,
-                self.fusion_flags, self.level, self.max_fusion_size, self.max_fusion_operands,
+                self.fusion_flags, self.level, self.sibling_ptr, self.sibling_idx,
+                self.sibling_bytes, self.max_fusion_size, self.max_fusion_operands,
                 self.fusion_efficient_ops, self.fusion_slowdown_per_op, self.shared, self.host,
                 self.slope, self.host_work, self.overlap_latency, self.alias, self.step_buffers,
                 self.edge_capacity)
