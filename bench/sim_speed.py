@@ -4,7 +4,7 @@ GNMT-8 (53,694 ops) with 8.
 Measures, side by side in one run:
 - ``simulate`` (one plan at a time, one core) for contiguous and random placements,
   with the compiler's default fusion and with fusion off;
-- the engine before issue 50 (``bench/sim_engine_before.py``, a copy kept for this
+- the engine before issue 50 (``bench/baseline/sim_engine_before.py``, a copy kept for this
   benchmark only) on the same plans, in the same rounds;
 - ``simulate_batch`` of 64 plans on 1 thread and on every core, both engines;
 - the same throughput on a zoo graph (``--zoo``, default gnmt-8 on dgx1-v100:8: one plan
@@ -56,7 +56,7 @@ def main() -> None:
     args = parse_bench_args(ap)
     old = None
     if not args.no_before:
-        sys.path.insert(0, str(Path(__file__).parent))
+        sys.path.insert(0, str(Path(__file__).parent / "baseline"))
         import sim_engine_before as old
     result = run(args.nodes, args.devices, args.rounds, args.seconds, old=old,
                  zoo=args.zoo or None, zoo_cluster=args.zoo_cluster, zoo_rounds=args.zoo_rounds)

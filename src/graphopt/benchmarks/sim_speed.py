@@ -169,7 +169,7 @@ def run(nodes: int = 10_000, devices: int = 4, rounds: int = 7, seconds: float =
     """Every rate and ratio of the sim-speed tables, measured in one run (see the module).
 
     ``old``: a module with ``evaluate_problem`` and ``evaluate_batch_problem`` (the engine
-    before issue 50: ``bench/sim_engine_before.py``), timed beside this one in every
+    before issue 50: ``bench/baseline/sim_engine_before.py``), timed beside this one in every
     round. ``zoo``: a zoo graph (on ``zoo_cluster``) whose throughput is measured too, one
     plan at a time and in batches of 64 on 1 and on every thread, with the reference
     beside it (``zoo_rounds`` rounds: its reference takes seconds a plan); None skips it.
