@@ -138,7 +138,7 @@ def interrupt_on_signals():
     interrupted``, and exits with status 130 (Typer would exit 130 without a word).
     Without it SIGTERM killed the parent at once and its orphaned workers printed
     tracebacks of the broken pipe. For commands that hold no search: a search's
-    :func:`graphopt.dist.local.stop_on_interrupt` saves its best plan instead. Outside
+    :func:`graphopt.evaluate.interrupt.stop_on_interrupt` saves its best plan instead. Outside
     the main thread the signals are left as they are."""
     def interrupt(signum, frame) -> None:
         raise KeyboardInterrupt
@@ -333,7 +333,7 @@ def check_plan(plan, problem, path: Path | None, *, same_graph: bool = False) ->
 def evaluation_backend(backend: str, address: str | None, *, pool: bool = True):
     """The block a command runs its methods in: nothing for ``local``; for ``ray``, Ray
     started or joined at ``address`` and, with ``pool``, every method's evaluator on a
-    pool of Ray actors (:func:`graphopt.dist.ray.ray_backend`). Ray is imported only here.
+    pool of Ray actors (:func:`graphopt.evaluate.ray.ray_backend`). Ray is imported only here.
 
     Raises
     ------
@@ -349,11 +349,11 @@ def evaluation_backend(backend: str, address: str | None, *, pool: bool = True):
             raise GraphoptError(f"--address {address}: only with --backend ray")
         return contextlib.nullcontext()
     try:
-        from graphopt.dist import ray as dist_ray
+        from graphopt.evaluate import ray as evaluate_ray
     except ModuleNotFoundError as err:
         raise GraphoptError(f"--backend ray needs {err.name}: pip install 'graphopt[ray]'"
                             ) from None
-    return dist_ray.ray_backend(address) if pool else dist_ray.ray_session(address)
+    return evaluate_ray.ray_backend(address) if pool else evaluate_ray.ray_session(address)
 
 
 def field_help(f: dataclasses.Field) -> str:

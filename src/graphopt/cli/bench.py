@@ -89,7 +89,7 @@ def bench_go_table2(
         with evaluation_backend(backend, address, pool=False):
             tasks = None
             if backend == "ray":
-                from graphopt.dist.ray import map_tasks as tasks
+                from graphopt.evaluate.ray import map_tasks as tasks
             res = go_table2.run(cluster, names, budget, seed, quick, chosen, out, resume,
                                 params=params, command=command, tasks=tasks,
                                 redo=tuple(m.strip() for m in redo.split(",") if m.strip()))

@@ -43,7 +43,7 @@ def optimize_pipeline(graph: str, cluster: str | None, stages: int, microbatches
     ``out`` a plan file per method and ``report.json``; with ``measure``, each plan run
     for real. Ctrl-C (SIGTERM, SIGHUP) while measuring keeps the plans, without their
     measured figures, and exits 130."""
-    from graphopt.dist.local import stop_on_interrupt, stop_requested
+    from graphopt.evaluate.interrupt import stop_on_interrupt, stop_requested
     from graphopt.exec.pipeline import (Stopped, measure_pipelines, pipeline_model,
                                         pipeline_problem, runtime_overhead, stage_cluster)
     from graphopt.exec.workers import host_cores

@@ -52,7 +52,8 @@ def train_regal(
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from graphopt.dist.local import check_objective, stop_on_interrupt, stop_requested
+    from graphopt.evaluate.interrupt import stop_on_interrupt, stop_requested
+    from graphopt.evaluate.objective import check_objective
     from graphopt.optim.learned.regal.method import TRAIN_CORPUS, load_corpus, pretrain_regal
 
     config = RegalConfig(**options)
@@ -176,7 +177,7 @@ def bench_regal(
             raise GraphoptError(f"--elite-bias-policy: --methods has none of the rows that run it "
                                 f"({', '.join(bench.ELITE_BIAS_ROWS)})")
         objs = tuple(o.strip() for o in objectives.split(",") if o.strip())
-        from graphopt.dist.local import check_objective
+        from graphopt.evaluate.objective import check_objective
 
         for o in objs or (objectives,):
             check_objective(o)
@@ -229,7 +230,8 @@ def corpus_regal_targets(
 
     Example: graphopt corpus regal-targets corpus --out runs/regal-targets --minutes 15
     """
-    from graphopt.dist.local import check_objective, stop_on_interrupt
+    from graphopt.evaluate.interrupt import stop_on_interrupt
+    from graphopt.evaluate.objective import check_objective
     from graphopt.hardware import load_cluster
     from graphopt.optim.learned.regal.imitate import build_targets
 

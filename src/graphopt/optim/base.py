@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Protocol
 
-from graphopt.dist.local import OBJECTIVES, check_objective
+from graphopt.evaluate.objective import OBJECTIVES, Budget, check_objective
 from graphopt.errors import GraphoptError, check_fields
 from graphopt.sim import Plan, Problem
 
@@ -24,21 +23,6 @@ PIPELINE = "pipeline"
 
 #: The part of a :class:`Plan` each task decides.
 _PART = {"placement": "placement", "scheduling": "priority", "fusion": "fusion"}
-
-
-@dataclass(frozen=True)
-class Budget:
-    """Bounds on a search, simulator evaluations and wall-clock seconds (None: unbounded),
-    and what it minimises: ``objective`` ``"runtime"`` (step time) or ``"memory"`` (the
-    highest peak memory over devices); invalid plans rank last for both (see
-    :meth:`graphopt.dist.local.LocalEvaluator.score`, the one place it is scored)."""
-
-    evals: int | None = 1000
-    seconds: float | None = None
-    objective: str = "runtime"
-
-    def __post_init__(self) -> None:
-        check_objective(self.objective)
 
 
 def compose(task: frozenset[str], init: Plan | None, plan: Plan) -> Plan:

@@ -160,7 +160,7 @@ def tune(problems: Sequence[Problem], method: str, *, trials: int = 16, budget: 
     """Tune ``method``'s hyperparameters on ``problems`` with Ray Tune: ``trials``
     settings, the defaults first, each scored by :func:`score`, at most ``concurrent`` at
     once (default: one per CPU). Ray must be initialized
-    (:func:`graphopt.dist.ray.ray_session`).
+    (:func:`graphopt.evaluate.ray.ray_session`).
 
     Returns
     -------

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import sparse
 
-from graphopt.dist.local import LocalEvaluator
+from graphopt.evaluate.local import LocalEvaluator
 from graphopt.errors import GraphoptError
 from graphopt.optim.base import Budget, compose, register
 from graphopt.optim.heuristics._common import repair_memory, result_stats, units

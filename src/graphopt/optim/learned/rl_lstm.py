@@ -20,7 +20,7 @@ of placements, simulate, √(step time) cost, moving-average baseline, REINFORCE
    with cost ``c = √(step time)``, an invalid placement (out of memory) costing
    √(``INVALID_PENALTY**2``), ``b`` an exponential moving average of valid costs, ``H`` the
    policy's entropy summed over groups and ``β = entropy_coef``. Every sample goes
-   through a :class:`~graphopt.dist.local.LocalEvaluator`, which counts the budget and
+   through a :class:`~graphopt.evaluate.local.LocalEvaluator`, which counts the budget and
    keeps the best plan.
 
 Only the placement is learned; priorities and fusion come from ``init`` (or stay the
@@ -65,7 +65,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from graphopt.dist.local import LocalEvaluator
+from graphopt.evaluate.local import LocalEvaluator
 from graphopt.errors import MAX_THREADS, GraphoptError
 from graphopt.ir.coarsen import bounded_groups, colocation_groups
 from graphopt.nn import AttentionLSTMPlacer

@@ -203,7 +203,7 @@ def move_gains(problem: Problem, plan: Plan, unit: np.ndarray, chunk: int = 512)
     >>> g.shape == (p.num_nodes, 2), bool((g[:, 0] == 1).all()), bool((g[:, 1] > 1).any())
     (True, True, True)
     """
-    from graphopt.dist.local import LocalEvaluator
+    from graphopt.evaluate.local import LocalEvaluator
 
     place = np.asarray(plan.placement, np.int64)
     u, d = int(unit.max()) + 1, problem.num_devices

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from graphopt.dist.local import BudgetExhausted, LocalEvaluator
+from graphopt.evaluate.local import BudgetExhausted, LocalEvaluator
 from graphopt.errors import GraphoptError
 from graphopt.optim.base import Budget, register
 from graphopt.optim.partition.constraints import chip_memory, pipeline_units, valid_partitions

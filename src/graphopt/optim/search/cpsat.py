@@ -46,7 +46,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from graphopt.dist.local import BudgetExhausted, LocalEvaluator
+from graphopt.evaluate.local import BudgetExhausted, LocalEvaluator
 from graphopt.errors import MAX_THREADS, GraphoptError
 from graphopt.optim.base import Budget, register
 from graphopt.optim.search._space import Decisions, SearchSpace, priority_ranks

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from graphopt.dist.local import BudgetExhausted, LocalEvaluator
+from graphopt.evaluate.local import BudgetExhausted, LocalEvaluator
 from graphopt.optim.base import Budget, register
 from graphopt.optim.search._space import SearchSpace
 from graphopt.sim import Plan, Problem

@@ -17,7 +17,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from graphopt.dist.local import BudgetExhausted, LocalEvaluator, stop_requested
+from graphopt.evaluate.interrupt import stop_requested
+from graphopt.evaluate.local import BudgetExhausted, LocalEvaluator
 from graphopt.errors import GraphoptError
 from graphopt.optim.base import Budget, get_optimizer, register
 from graphopt.optim.search.annealing import SimulatedAnnealing

@@ -28,7 +28,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from graphopt.dist.local import BudgetExhausted, LocalEvaluator
+from graphopt.evaluate.local import BudgetExhausted, LocalEvaluator
 from graphopt.errors import MAX_THREADS, GraphoptError
 from graphopt.ir.ops import OP_VOCAB
 from graphopt.optim.learned.go.policy import GOPolicy, GOPolicyConfig, PriorGOPolicy, PriorGOPolicyConfig

@@ -86,7 +86,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from graphopt.dist.local import LocalEvaluator
+from graphopt.evaluate.local import LocalEvaluator
 from graphopt.errors import MAX_THREADS, GraphoptError
 from graphopt.ir.features import layer_order
 from graphopt.nn import AttentionLSTMPlacer

@@ -47,7 +47,7 @@ from graphopt.ir.ops import OP_VOCAB
 from graphopt.optim.learned.mcm.chiplet import ChipletPolicy, ChipletPolicyConfig
 from graphopt.optim.base import PIPELINE, TASKS, Budget, register
 from graphopt.optim.partition.constraints import pipeline_units, valid_partitions
-from graphopt.dist.local import BudgetExhausted
+from graphopt.evaluate.local import BudgetExhausted
 from graphopt.optim.partition.methods import (
     PartitionSearch,
     _check_task,

@@ -41,7 +41,7 @@ import torch
 from scipy.optimize import linear_sum_assignment
 
 from graphopt._files import atomic_write, check_record, inside, npz_arrays, read_index, safe_name, write_json
-from graphopt.dist.local import stop_requested
+from graphopt.evaluate.interrupt import stop_requested
 from graphopt.errors import GraphoptError
 from graphopt.optim.base import Budget
 from graphopt.optim.learned.regal.config import ImitateConfig

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from graphopt.dist.local import BudgetExhausted, LocalEvaluator
+from graphopt.evaluate.local import BudgetExhausted, LocalEvaluator
 from graphopt.errors import GraphoptError
 from graphopt.hardware import load_cluster
 from graphopt.ir.generate import layered_graph, mlp_training_graph

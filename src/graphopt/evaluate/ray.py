@@ -1,7 +1,7 @@
 """Evaluation on Ray: batches of plans simulated by a pool of Ray actors, on one machine
 or a cluster (the ``ray`` extra).
 
-:class:`RayEvaluator` is a :class:`~graphopt.dist.local.LocalEvaluator` in everything but
+:class:`RayEvaluator` is a :class:`~graphopt.evaluate.local.LocalEvaluator` in everything but
 where a batch is simulated: the budget, the objective, the best plan and the history are
 its base class's, so every method runs on it unchanged and returns the same plan for the
 same seed (the simulator is deterministic, and a batch is split into contiguous parts
@@ -15,7 +15,7 @@ whose results are put back in order).
   held; the new actor fetches its problems again. The result is the same, nothing is
   lost. Ray does the recovery: graphopt schedules nothing itself.
 - :func:`ray_backend` starts (or joins, with ``address``) Ray, makes a pool and makes it
-  the backend of every evaluator built by a method (:func:`~graphopt.dist.local.use_evaluator`).
+  the backend of every evaluator built by a method (:func:`~graphopt.evaluate.backend.use_evaluator`).
 - :func:`map_tasks` runs independent jobs (benchmark rows) as Ray tasks, gathered in order.
 
 This module imports ray; nothing imports it but the commands given ``--backend ray``.
@@ -38,7 +38,8 @@ import numpy as np
 import ray
 from ray.exceptions import RayTaskError
 
-from graphopt.dist.local import LocalEvaluator, use_evaluator
+from graphopt.evaluate.backend import use_evaluator
+from graphopt.evaluate.local import LocalEvaluator
 from graphopt.errors import GraphoptError
 from graphopt.sim import BatchResult, Problem, simulate_batch
 
@@ -92,7 +93,7 @@ class SimulatorPool:
     Examples
     --------
     Starting Ray takes seconds, so the examples of this module are not run as doctests;
-    ``tests/dist/test_ray.py`` runs the same on one Ray for the module.
+    ``tests/evaluate/test_ray.py`` runs the same on one Ray for the module.
 
     >>> import ray
     >>> from graphopt.hardware import load_cluster
@@ -167,7 +168,7 @@ class SimulatorPool:
 
 @dataclass
 class RayEvaluator(LocalEvaluator):
-    """A :class:`~graphopt.dist.local.LocalEvaluator` whose batches are simulated by a
+    """A :class:`~graphopt.evaluate.local.LocalEvaluator` whose batches are simulated by a
     :class:`SimulatorPool`: the same budget accounting, objective, best plan and history;
     the same results, row for row.
 

@@ -1,185 +1,21 @@
-"""In-process evaluation with budget accounting, the objective and best-so-far tracking,
-and Ctrl-C as a request to stop long work at its next safe point.
-
-The objective lives here, in one place: ``runtime`` is a plan's step time, ``memory`` the
-highest peak memory over its devices (REGAL's objective); :meth:`LocalEvaluator.score`
-ranks invalid plans (out of memory) after every valid one for both, so a search only
-minimises the scores its evaluator hands back."""
+"""In-process evaluation with budget accounting and best-so-far tracking: the one owner of
+an optimizer's budget. What it minimises is :mod:`graphopt.evaluate.objective`'s; a stop
+request (:mod:`graphopt.evaluate.interrupt`) ends it like a spent budget."""
 
 from __future__ import annotations
 
-import contextlib
-import signal
-import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import numpy as np
 
 from graphopt.errors import GraphoptError
+from graphopt.evaluate.backend import make_evaluator
+from graphopt.evaluate.interrupt import stop_requested
+from graphopt.evaluate.objective import Budget, check_objective, objective_values, runtime_bound, score
 from graphopt.sim import BatchResult, Plan, Problem, SimResult, simulate, simulate_batch
-from graphopt.sim.plan import INVALID_PENALTY
 
-__all__ = ["OBJECTIVES", "LocalEvaluator", "BudgetExhausted", "check_objective",
-           "objective_values", "runtime_bound", "STOP_SIGNALS", "stop_on_interrupt", "stop_requested",
-           "make_evaluator", "use_evaluator"]
-
-#: What a search may minimise: step time, or the highest peak memory over devices.
-OBJECTIVES = ("runtime", "memory")
-
-
-_stop = threading.Event()
-_active = threading.Lock()
-# What LocalEvaluator.from_budget builds while use_evaluator blocks are open (innermost
-# last): methods never name a backend, so they run unchanged on any of them.
-_backend: list[Callable[..., LocalEvaluator]] = []
-
-
-@contextlib.contextmanager
-def use_evaluator(make: Callable[..., LocalEvaluator]) -> Iterator[None]:
-    """Within this block every evaluator made by :meth:`LocalEvaluator.from_budget` (so by
-    every method) is ``make(problem, max_evals, max_seconds, **options)``, e.g. a
-    :class:`graphopt.dist.ray.RayEvaluator` on a pool of Ray actors.
-
-    Examples
-    --------
-    >>> from types import SimpleNamespace
-    >>> from graphopt.hardware import load_cluster
-    >>> from graphopt.ir.generate import mlp_training_graph
-    >>> class Counting(LocalEvaluator): ...
-    >>> prob = Problem(mlp_training_graph(), load_cluster("dgx1-v100:2"))
-    >>> with use_evaluator(Counting):
-    ...     ev = LocalEvaluator.from_budget(prob, SimpleNamespace(evals=8, seconds=None))
-    >>> type(ev).__name__
-    'Counting'
-    """
-    _backend.append(make)
-    try:
-        yield
-    finally:
-        _backend.remove(make)
-
-
-def make_evaluator(problem: Problem, max_evals: int | None = None,
-                   max_seconds: float | None = None, *, default: type | None = None,
-                   **options) -> LocalEvaluator:
-    """An evaluator of the backend in use (:func:`use_evaluator`), else of ``default``
-    (:class:`LocalEvaluator`): what trainers call where they bound a run by hand rather
-    than by a ``Budget``."""
-    make = _backend[-1] if _backend else (default or LocalEvaluator)
-    return make(problem, max_evals, max_seconds, **options)
-
-
-#: The signals :func:`stop_on_interrupt` turns into a request to stop with the best so far.
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-def stop_requested() -> bool:
-    """Whether Ctrl-C (or another of :data:`STOP_SIGNALS`) asked the work under
-    :func:`stop_on_interrupt` to stop."""
-    return _stop.is_set()
-
-
-@contextlib.contextmanager
-def stop_on_interrupt(notice: str = "stopping at the next safe point with the best so far "
-                                    "(Ctrl-C again to abort) ...") -> Iterator[None]:
-    """Within this block the first Ctrl-C (SIGINT), or SIGTERM (``kill``, a batch system's
-    time limit) or SIGHUP (the terminal closed), only asks the work to stop: every
-    :class:`LocalEvaluator` then refuses further batches as if its budget were spent, so a
-    search ends with its best plan so far (an evaluator still admits its first batch), and
-    a trainer polls :func:`stop_requested` between whole updates. A second one raises
-    ``KeyboardInterrupt`` as Ctrl-C does.
-
-    A raised ``KeyboardInterrupt`` would land wherever the main thread happens to be:
-    inside numba's batch simulator (where it surfaces as a ``SystemError``) or halfway
-    through an optimizer step. Nested blocks share the outer one; outside the main
-    thread (where signals cannot be handled) the block changes nothing. The request is
-    cleared when the outermost block ends.
-
-    Examples
-    --------
-    >>> with stop_on_interrupt():
-    ...     stop_requested()
-    False
-    """
-    if threading.current_thread() is not threading.main_thread() or \
-            not _active.acquire(blocking=False):
-        yield
-        return
-
-    def request(signum, frame) -> None:
-        if _stop.is_set():
-            raise KeyboardInterrupt
-        _stop.set()
-        try:
-            name = "" if signum == signal.SIGINT else f"{signal.Signals(signum).name}: "
-            print(f"\n{name}{notice}", file=sys.stderr, flush=True)
-        except (OSError, ValueError):  # SIGHUP: the terminal may be gone
-            pass
-
-    previous = {sig: signal.signal(sig, request) for sig in STOP_SIGNALS}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        _stop.clear()
-        _active.release()
-
-
-def check_objective(objective: str) -> str:
-    """``objective`` if it is one of :data:`OBJECTIVES`.
-
-    Raises
-    ------
-    GraphoptError
-        Any other name; the message lists the known ones.
-
-    >>> check_objective("memory")
-    'memory'
-    """
-    if objective not in OBJECTIVES:
-        raise GraphoptError(f"unknown objective {objective!r}; objectives are "
-                            f"{', '.join(OBJECTIVES)}")
-    return objective
-
-
-def objective_values(result, objective: str) -> np.ndarray:
-    """The objective of simulated plans, lower is better, whether valid or not: the step
-    time (``runtime``) or the highest peak memory over devices in bytes (``memory``).
-    ``result`` is a :class:`BatchResult` (one value per row) or a :class:`SimResult` (a
-    0-d array). The batch simulator returns peak memory with step time, so neither
-    objective costs a second simulation.
-    """
-    if check_objective(objective) == "memory":
-        return np.max(result.peak_memory, axis=-1)
-    return np.asarray(result.step_time, dtype=np.float64)
-
-
-def runtime_bound(problem: Problem) -> float:
-    """No valid plan of ``problem`` takes longer: every kernel on its slowest device and
-    every transfer (each output sent to every other device over the slowest link, one
-    after another) in sequence."""
-    d = problem.num_devices
-    max_bytes = np.zeros(problem.num_nodes)
-    np.maximum.at(max_bytes, problem.graph.src, problem.graph.edge_bytes)
-    off = ~np.eye(d, dtype=bool)
-    sends = np.minimum(problem.graph.out_degree, d - 1)
-    comm = 0.0 if d == 1 else (sends * (problem.latency[off].max()
-                                        + max_bytes / problem.bandwidth[off].min())).sum()
-    return float(problem.costs.time.max(axis=1).sum() + comm)
-
-
-class _Bounds(Protocol):
-    """What :meth:`LocalEvaluator.from_budget` reads: ``graphopt.optim.Budget``'s fields
-    (dist sits below optim, so it names the shape, not the class)."""
-
-    evals: int | None
-    seconds: float | None
-    objective: str
+__all__ = ["LocalEvaluator", "BudgetExhausted"]
 
 
 class BudgetExhausted(GraphoptError):
@@ -205,7 +41,7 @@ class LocalEvaluator:
         Wall-clock seconds allowed from construction. A batch is never cut short by
         time: the bound is checked before each batch.
     objective : {"runtime", "memory"}
-        What "best" means (:func:`objective_values`); default step time.
+        What "best" means (:func:`~graphopt.evaluate.objective.objective_values`); default step time.
 
     Attributes
     ----------
@@ -243,10 +79,10 @@ class LocalEvaluator:
         self._bound: float | None = None
 
     @classmethod
-    def from_budget(cls, problem: Problem, budget: _Bounds) -> LocalEvaluator:
-        """An evaluator bounded by a :class:`graphopt.optim.Budget` (``evals``, ``seconds``)
-        and minimising its ``objective``, its clock started now: of the backend in use
-        (:func:`use_evaluator`, e.g. a Ray pool), else of ``cls``."""
+    def from_budget(cls, problem: Problem, budget: Budget) -> LocalEvaluator:
+        """An evaluator bounded by a :class:`~graphopt.evaluate.objective.Budget` (``evals``,
+        ``seconds``) and minimising its ``objective``, its clock started now: of the backend in use
+        (:func:`~graphopt.evaluate.backend.use_evaluator`, e.g. a Ray pool), else of ``cls``."""
         return make_evaluator(problem, budget.evals, budget.seconds, default=cls,
                               objective=getattr(budget, "objective", "runtime"))
 
@@ -260,10 +96,9 @@ class LocalEvaluator:
         return self._bound
 
     def score(self, result) -> np.ndarray:
-        """The objective of simulated plans (:func:`objective_values`) where valid; above
-        :attr:`bound` where not, higher the more a plan overflows memory (by
-        :data:`~graphopt.sim.plan.INVALID_PENALTY` bounds per unit of relative overflow), so that invalid
-        plans rank last and searches walk out of infeasibility. Lower is better.
+        """The objective of simulated plans where valid, above :attr:`bound` where not
+        (:func:`~graphopt.evaluate.objective.score`): invalid plans rank last. Lower is
+        better.
 
         >>> from graphopt.hardware import load_cluster
         >>> from graphopt.ir.generate import mlp_training_graph
@@ -273,9 +108,7 @@ class LocalEvaluator:
         >>> bool(ev.score(r)[0] == r.peak_memory[0].max())
         True
         """
-        value = objective_values(result, self.objective)
-        over = np.max(np.maximum(result.peak_memory / self.problem.capacity - 1.0, 0.0), axis=-1)
-        return np.where(result.valid, value, self.bound * (1.0 + INVALID_PENALTY * over) + value)
+        return score(result, self.objective, self.bound, self.problem.capacity)
 
     @property
     def elapsed(self) -> float:
@@ -289,9 +122,9 @@ class LocalEvaluator:
 
     def exhausted(self) -> bool:
         """Whether the evaluations or the seconds are spent, or a stop was requested
-        (:func:`stop_on_interrupt`) after the first batch (so that a method always has a
-        plan to end with)."""
-        return (self.remaining == 0 or (_stop.is_set() and self.evals > 0) or
+        (:func:`~graphopt.evaluate.interrupt.stop_on_interrupt`) after the first batch (so
+        that a method always has a plan to end with)."""
+        return (self.remaining == 0 or (stop_requested() and self.evals > 0) or
                 (self.max_seconds is not None and self.elapsed >= self.max_seconds))
 
     def fraction_spent(self) -> float:
@@ -315,7 +148,7 @@ class LocalEvaluator:
 
     def _admit(self, rows: int) -> int:
         """How many of ``rows`` plans the budget lets through; raises when none."""
-        if _stop.is_set() and self.evals:
+        if stop_requested() and self.evals:
             raise BudgetExhausted(f"interrupted after {self.evals} evaluations")
         if self.exhausted():
             raise BudgetExhausted(f"budget spent: {self.evals} of {self.max_evals} evaluations, "
@@ -330,7 +163,7 @@ class LocalEvaluator:
     def _simulate_batch(self, problem: Problem, placements: np.ndarray,
                         priorities: np.ndarray | None, fusion: np.ndarray | None) -> BatchResult:
         """How an admitted batch is simulated: here, in this process. The one thing a
-        backend (:class:`graphopt.dist.ray.RayEvaluator`) replaces; the budget, the
+        backend (:class:`graphopt.evaluate.ray.RayEvaluator`) replaces; the budget, the
         objective and the best plan stay in :meth:`evaluate`."""
         return simulate_batch(problem, placements, priorities, fusion)
 
