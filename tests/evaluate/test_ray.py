@@ -14,10 +14,10 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
+from graphopt.errors import BudgetExhausted, GraphoptError, PlanError  # noqa: E402
 from graphopt.evaluate.backend import use_evaluator  # noqa: E402
-from graphopt.evaluate.local import BudgetExhausted, LocalEvaluator  # noqa: E402
+from graphopt.evaluate.local import LocalEvaluator  # noqa: E402
 from graphopt.evaluate.ray import RayEvaluator, map_tasks, ray_backend  # noqa: E402
-from graphopt.errors import GraphoptError, PlanError  # noqa: E402
 from graphopt.hardware import load_cluster  # noqa: E402
 from graphopt.ir.generate import layered_graph, mlp_training_graph  # noqa: E402
 from graphopt.optim import Budget, optimize  # noqa: E402

@@ -29,7 +29,7 @@ from rich.markup import escape
 
 from graphopt._files import check_output
 from graphopt.cli.options import ADDRESS_HELP, BACKEND_HELP
-from graphopt.errors import GraphoptError, check_fields
+from graphopt.errors import BadFileError, GraphoptError, MissingDependencyError, UsageError, check_fields
 
 __all__ = ["ADDRESS_HELP", "BACKEND_HELP", "GRAPH_HELP", "LOCK_FILE", "PARAM_HELP",
            "OneLineUsageErrors", "check_run_folder", "compile_simulator", "console",
@@ -180,8 +180,8 @@ def lock_folder(folder: Path | None, option: str = "--out"):
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as err:  # a file where the folder goes, no permission
-        raise GraphoptError(f"{option} {folder}: cannot make the folder ({err.strerror or err})"
-                            ) from None
+        raise UsageError(f"{option} {folder}: cannot make the folder ({err.strerror or err})"
+                         ) from None
     while True:
         f = _open_lock(folder, option)
         try:
@@ -190,9 +190,9 @@ def lock_folder(folder: Path | None, option: str = "--out"):
             f.seek(0)
             pid = f.read().strip() or "?"
             f.close()
-            raise GraphoptError(f"{option} {folder}: another graphopt run (pid {pid}) is "
-                                "writing there; wait for it to end or choose another "
-                                "folder") from None
+            raise UsageError(f"{option} {folder}: another graphopt run (pid {pid}) is "
+                             "writing there; wait for it to end or choose another "
+                             "folder") from None
         if _same_file(f, folder / LOCK_FILE):
             break
         # the run that held it removed it as it ended (after we opened it): a lock on
@@ -226,18 +226,18 @@ def _open_lock(folder: Path, option: str):
         fd = os.open(path, flags, 0o666)
     except OSError as err:
         if os.path.islink(path):
-            raise GraphoptError(f"{where} is a symbolic link (to {os.readlink(path)}); graphopt "
-                                "follows none for its lock: remove it") from None
+            raise BadFileError(f"{where} is a symbolic link (to {os.readlink(path)}); graphopt "
+                               "follows none for its lock: remove it") from None
         if os.path.isdir(path):
-            raise GraphoptError(f"{where} is a folder, expected a lock file: remove it") from None
-        raise GraphoptError(f"{where}: cannot open ({err.strerror or err})") from None
+            raise BadFileError(f"{where} is a folder, expected a lock file: remove it") from None
+        raise BadFileError(f"{where}: cannot open ({err.strerror or err})") from None
     st = os.fstat(fd)
     problem = ("" if stat.S_ISREG(st.st_mode) and st.st_nlink <= 1 else
                f"has {st.st_nlink} names (a hard link), expected a file of its own"
                if stat.S_ISREG(st.st_mode) else "is not a regular file (a pipe, device or socket)")
     if problem:
         os.close(fd)
-        raise GraphoptError(f"{where} {problem}: remove it")
+        raise BadFileError(f"{where} {problem}: remove it")
     os.set_blocking(fd, True)
     return os.fdopen(fd, "r+")
 
@@ -343,16 +343,16 @@ def evaluation_backend(backend: str, address: str | None, *, pool: bool = True):
     import contextlib
 
     if backend not in ("local", "ray"):
-        raise GraphoptError(f"--backend {backend!r}: expected local or ray")
+        raise UsageError(f"--backend {backend!r}: expected local or ray")
     if backend == "local":
         if address:
-            raise GraphoptError(f"--address {address}: only with --backend ray")
+            raise UsageError(f"--address {address}: only with --backend ray")
         return contextlib.nullcontext()
     try:
         from graphopt.evaluate import ray as evaluate_ray
     except ModuleNotFoundError as err:
-        raise GraphoptError(f"--backend ray needs {err.name}: pip install 'graphopt[ray]'"
-                            ) from None
+        raise MissingDependencyError(f"--backend ray needs {err.name}: pip install 'graphopt[ray]'"
+                                     ) from None
     return evaluate_ray.ray_backend(address) if pool else evaluate_ray.ray_session(address)
 
 
@@ -447,17 +447,17 @@ def method_params(specs: list[str], methods: list[str]) -> dict[str, dict]:
         target, eq, text = spec.partition("=")
         method, dot, key = target.rpartition(".")
         if not (eq and dot and method and key):
-            raise GraphoptError(f"{where}: expected METHOD.KEY=VALUE, e.g. "
-                                "rl-lstm.lr=0.01")
+            raise UsageError(f"{where}: expected METHOD.KEY=VALUE, e.g. "
+                             "rl-lstm.lr=0.01")
         if method not in methods:
-            raise GraphoptError(f"{where}: method {method!r} is not among the methods "
-                                f"run ({', '.join(methods)})")
+            raise UsageError(f"{where}: method {method!r} is not among the methods "
+                             f"run ({', '.join(methods)})")
         cls = type(get_optimizer(method))
         fields = {f.name: f for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) \
             else {}
         if key not in fields:
-            raise GraphoptError(f"{where}: {method} has no parameter {key!r}; it has "
-                                f"{', '.join(sorted(fields)) or 'none'}")
+            raise UsageError(f"{where}: {method} has no parameter {key!r}; it has "
+                             f"{', '.join(sorted(fields)) or 'none'}")
         try:
             value = parse_field(cls, key, text)
         except ValueError as err:
@@ -490,8 +490,8 @@ def _param_file(spec: str) -> list[tuple[str, str]]:
     except GraphoptError as err:  # missing, not JSON, nested too deeply: read_json names it
         raise GraphoptError(f"--param {err}") from None
     except (KeyError, TypeError, AttributeError):
-        raise GraphoptError(f"--param {spec}: not a parameter file (JSON with \"params\": "
-                            "{METHOD: {KEY: VALUE}}, as 'graphopt tune' writes)") from None
+        raise BadFileError(f"--param {spec}: not a parameter file (JSON with \"params\": "
+                           "{METHOD: {KEY: VALUE}}, as 'graphopt tune' writes)") from None
 
 
 def options_from_fields(cls: type, *, unset_default: str | None = None) -> Callable:

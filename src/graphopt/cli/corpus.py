@@ -11,7 +11,7 @@ from graphopt._files import check_output
 from graphopt.cli._common import console, fail, lock_folder
 from graphopt.cli.mcm import corpus_mcm_targets
 from graphopt.cli.regal import corpus_regal_targets
-from graphopt.errors import GraphoptError
+from graphopt.errors import GraphoptError, UsageError
 from graphopt.ir.graph import format_bytes
 
 app = typer.Typer(no_args_is_help=True,
@@ -48,8 +48,8 @@ def corpus_build(
         load_manifest(out, missing_ok=True)  # refuse another format before any work
         items = default_items(quick=quick, families=families or None)
         if not items:
-            raise GraphoptError(f"--families {' '.join(families)}: no item of these families; "
-                                "see 'graphopt corpus build --help'")
+            raise UsageError(f"--families {' '.join(families)}: no item of these families; "
+                             "see 'graphopt corpus build --help'")
     except GraphoptError as err:
         fail(err)
     start = time.perf_counter()
@@ -167,7 +167,7 @@ def corpus_search(
         for spec in specs:
             load_cluster(spec)
         if not specs:
-            raise GraphoptError("--clusters: no cluster given")
+            raise UsageError("--clusters: no cluster given")
         if policy is not None:
             from graphopt.optim.learned.go.method import load_go_policy
             load_go_policy(policy)

@@ -11,7 +11,7 @@ from rich.table import Table
 from graphopt._files import check_output
 from graphopt.cli._common import check_run_folder, console, fail, options_from_fields
 from graphopt.costmodel.config import TrainConfig
-from graphopt.errors import GraphoptError
+from graphopt.errors import GraphoptError, UsageError
 
 app = typer.Typer(no_args_is_help=True, help="Learned cost models on TpuGraphs data: "
                                              "train, evaluate, rank configurations.")
@@ -32,11 +32,11 @@ def costmodel_train(**options) -> None:
         name = options["run_name"]
         if name:
             if name in (".", "..") or Path(name).name != name:
-                raise GraphoptError(f"--run-name {name}: expected a folder name, not a path")
+                raise UsageError(f"--run-name {name}: expected a folder name, not a path")
             run = Path(options["out"]) / name
             if (run / "config.json").exists():
-                raise GraphoptError(f"--run-name {name}: {run} holds a run already (continue it "
-                                    "with --resume, or give another name)")
+                raise UsageError(f"--run-name {name}: {run} holds a run already (continue it "
+                                 "with --resume, or give another name)")
             check_run_folder(run, "--run-name")  # a folder where a file goes fails only after training
             check_output(run / "config.json", "--run-name")
         run = train(TrainConfig(**options))

@@ -10,7 +10,7 @@ from rich.table import Table
 from graphopt._files import check_output
 from graphopt.cli._common import GRAPH_HELP, console, fail
 from graphopt.cli.options import cluster_option, out_option
-from graphopt.errors import GraphoptError, PlanError
+from graphopt.errors import GraphoptError, PlanError, UsageError
 from graphopt.frontends.source import Source
 
 app = typer.Typer()
@@ -61,15 +61,15 @@ def export(
 
     try:
         if fmt not in FORMATS:
-            raise GraphoptError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
+            raise UsageError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
         if _is_pipeline_plan(plan):
             _export_pipeline_plan(plan, graph, fmt, out, max_memory)
             return
         if max_memory is not None and fmt != "device-map":
-            raise GraphoptError("--max-memory applies to --format device-map only")
+            raise UsageError("--max-memory applies to --format device-map only")
         budget = parse_max_memory(max_memory) if max_memory is not None else None
         if graph is None:
-            raise GraphoptError(f"--graph: give the graph {plan} was made for")
+            raise UsageError(f"--graph: give the graph {plan} was made for")
         check_output(out, "--out")
         p = Plan.load(plan)
         fit = None
@@ -159,13 +159,13 @@ def _export_pipeline_plan(path: Path, graph: str | None, fmt: str, out: Path,
     from graphopt.sim.pipeline import PipelinePlan
 
     if fmt != "pipeline":
-        raise GraphoptError(f"--format {fmt}: {path} is a pipeline plan; give --format pipeline")
+        raise UsageError(f"--format {fmt}: {path} is a pipeline plan; give --format pipeline")
     if max_memory is not None:
-        raise GraphoptError("--max-memory applies to --format device-map only")
+        raise UsageError("--max-memory applies to --format device-map only")
     check_output(out, "--out")
     p = PipelinePlan.load(path)
     if graph is not None and graph != p.model:
-        raise GraphoptError(f"--graph {graph}: {path} splits {p.model}")
+        raise UsageError(f"--graph {graph}: {path} splits {p.model}")
     text = pipeline_script(p, out.name)
     atomic_write(out, lambda f: f.write(text.encode()))
     console.print(f"split_spec {p.split_spec()}; {p.stages} stage(s), {p.schedule}, "

@@ -9,7 +9,7 @@ import typer
 from graphopt._files import check_output
 from graphopt.cli._common import compile_simulator, console, fail
 from graphopt.cli.options import budget_option, cluster_option, out_option, seed_option
-from graphopt.errors import GraphoptError
+from graphopt.errors import GraphoptError, UsageError
 
 
 def _rows(text: str, default: tuple[str, ...]) -> tuple[str, ...]:
@@ -68,11 +68,11 @@ def bench_fusion(
         try:
             fr = tuple(float(f) for f in fractions.split(",") if f.strip())
         except ValueError:
-            raise GraphoptError(f"--fractions {fractions!r}: expected numbers, e.g. 0.9,0.8") \
+            raise UsageError(f"--fractions {fractions!r}: expected numbers, e.g. 0.9,0.8") \
                 from None
         if not fr or not all(0 < f <= 1 for f in fr):
-            raise GraphoptError(f"--fractions {fractions!r}: expected numbers in (0, 1], "
-                                "e.g. 0.9,0.8")
+            raise UsageError(f"--fractions {fractions!r}: expected numbers in (0, 1], "
+                             "e.g. 0.9,0.8")
         rows = (_rows(table3_rows, bench.TABLE3_ROWS), _rows(memory_rows, bench.MEMORY_ROWS),
                 _rows(multitask_rows, bench.MULTITASK_ROWS))
         say(plan_line(f"bench fusion: {sum(map(len, rows))} rows ({len(rows[0])} fusion, "

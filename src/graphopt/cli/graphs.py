@@ -10,7 +10,7 @@ from rich.table import Table
 from graphopt._files import check_output
 from graphopt.cli._common import GRAPH_HELP, console, fail
 from graphopt.cli.options import out_option
-from graphopt.errors import GraphoptError
+from graphopt.errors import GraphoptError, UsageError
 from graphopt.frontends import load_source
 from graphopt.ir.graph import format_bytes
 
@@ -64,10 +64,10 @@ def import_model(
     try:
         check_output(output, "--output")
         if output.suffix not in (".npz", ".json"):
-            raise GraphoptError(f"--output {output}: expected a .npz or .json file name")
+            raise UsageError(f"--output {output}: expected a .npz or .json file name")
         if input_shape:
             if model.suffix.lower() != ".onnx":
-                raise GraphoptError(f"--input-shape: only for .onnx models, not {model.name}")
+                raise UsageError(f"--input-shape: only for .onnx models, not {model.name}")
             from graphopt.frontends.onnx import from_onnx
 
             g = from_onnx(model, input_shapes=dict(_input_shape(s) for s in input_shape))
@@ -90,8 +90,8 @@ def _input_shape(spec: str) -> tuple[str, tuple[int, ...]]:
     except ValueError:
         shape = ()
     if not eq or not name or not shape or min(shape) < 0:
-        raise GraphoptError(f"--input-shape {spec!r}: expected NAME=D1xD2x... with whole sizes >= 0, "
-                            "e.g. input=8x3x224x224")
+        raise UsageError(f"--input-shape {spec!r}: expected NAME=D1xD2x... with whole sizes >= 0, "
+                         "e.g. input=8x3x224x224")
     return name, shape
 
 
@@ -144,7 +144,7 @@ def zoo_build(
     try:
         check_output(out, "--out")
         if out is not None and out.suffix not in (".npz", ".json"):
-            raise GraphoptError(f"--out {out}: expected a .npz or .json file name")
+            raise UsageError(f"--out {out}: expected a .npz or .json file name")
         entry = get_entry(name)
         start = time.perf_counter()
         with console.status(f"building {name} (up to a minute) ..."):

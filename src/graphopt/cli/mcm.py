@@ -14,7 +14,7 @@ from graphopt.cli._common import (PARAM_HELP, check_run_folder, compile_simulato
                                   options_from_fields, ppo_options)
 from graphopt.cli.options import (address_option, backend_option, budget_option,
                                   methods_option, out_option, seed_option)
-from graphopt.errors import MAX_THREADS, GraphoptError
+from graphopt.errors import GraphoptError, UsageError, MAX_THREADS
 from graphopt.rl.config import PPOConfig
 
 __all__ = ["bench_mcm", "corpus_mcm_targets", "train_mcm", "train_mcm_imitate"]
@@ -77,7 +77,7 @@ def train_mcm(
                             f"--repair-seconds {repair_seconds:g}", f"--seed {seed}",
                             *([f"--init {init}"] if init else []), *flags])
         if not items:
-            raise GraphoptError(f"--corpus {corpus!r}: no GRAPH@PRESET item")
+            raise UsageError(f"--corpus {corpus!r}: no GRAPH@PRESET item")
         problems = []
         for item in items:
             if Path(item, "targets.json").is_file():  # an MCM targets folder: its pairs
@@ -87,8 +87,8 @@ def train_mcm(
                 continue
             graph, sep, where = item.partition("@")
             if not sep:
-                raise GraphoptError(f"--corpus item {item!r}: expected GRAPH@PRESET, e.g. "
-                                    "resnet-50@mcm-ring4")
+                raise UsageError(f"--corpus item {item!r}: expected GRAPH@PRESET, e.g. "
+                                 "resnet-50@mcm-ring4")
             with console.status(f"loading {graph} ..."):
                 problems.append(Problem(forward_graph(graph), load_cluster(where)))
         compile_simulator()
@@ -151,7 +151,7 @@ def corpus_mcm_targets(
         check_output(out, "--out", folder=True)
         _lock = lock_folder(out)  # held while the run lasts: a second run into --out is refused
         if not items or not where:
-            raise GraphoptError("--sources and --presets need at least one item each")
+            raise UsageError("--sources and --presets need at least one item each")
         for preset in where:
             load_cluster(preset)
         compile_simulator()
@@ -251,8 +251,8 @@ def bench_mcm(
         known = (*mcm.METHODS, "mcm-one")
         unknown = [m for m in names if m not in known]
         if unknown:
-            raise GraphoptError(f"--methods: {', '.join(unknown)} not a multi-chip "
-                                f"partitioning method; known: {', '.join(known)}")
+            raise UsageError(f"--methods: {', '.join(unknown)} not a multi-chip "
+                             f"partitioning method; known: {', '.join(known)}")
         check_output(out, "--out")
         check_output(docs, "--docs")
         params = method_params(param, list(dict.fromkeys([*names, "mcm-one", "mcm-finetune"])))

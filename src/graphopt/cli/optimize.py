@@ -13,7 +13,7 @@ from graphopt.cli._common import (GRAPH_HELP, PARAM_HELP, compile_simulator, con
 from graphopt.cli.options import (address_option, backend_option, budget_option,
                                   cluster_option, default_cluster, methods_option, out_option,
                                   seed_option, split_methods)
-from graphopt.errors import ClusterError, GraphoptError
+from graphopt.errors import ClusterError, GraphoptError, UsageError
 from graphopt.frontends.source import Source
 
 #: :data:`graphopt.exec.api.PROGRAM_TIMING` (named here: that module imports torch)
@@ -125,9 +125,9 @@ def optimize(
                 ("--virtual-stages", virtual_stages != 2 and schedule != "interleaved"))
                 if given]
             if ignored:
-                raise GraphoptError(f"{ignored[0]}: not an option of --task pipeline (its "
-                                    "options: --stages, --microbatches, --schedule, "
-                                    "--virtual-stages, --methods, --measure, --out)")
+                raise UsageError(f"{ignored[0]}: not an option of --task pipeline (its "
+                                 "options: --stages, --microbatches, --schedule, "
+                                 "--virtual-stages, --methods, --measure, --out)")
             check_output(out, "--out", folder=True)
             _lock = lock_folder(out)  # held while the run lasts: a second run into --out is refused
             optimize_pipeline(graph, cluster, stages, microbatches, schedule, chosen, out,
@@ -138,8 +138,8 @@ def optimize(
     try:
         names = split_methods(methods)
         if not names:
-            raise GraphoptError(f"--methods {methods!r}: no method named; 'graphopt methods' "
-                                "lists them")
+            raise UsageError(f"--methods {methods!r}: no method named; 'graphopt methods' "
+                             "lists them")
         if measure and "single" not in names:  # what a user has without us: measured beside
             names = ["single", *names]
         check_output(out, "--out", folder=True)
@@ -151,7 +151,7 @@ def optimize(
         c = load_cluster(cluster or default_cluster(graph))
         traced = _measurable(graph, c.num_devices, devices) if measure else None
         if devices and not measure:
-            raise GraphoptError(f"--devices {devices}: only with --measure")
+            raise UsageError(f"--devices {devices}: only with --measure")
         source = Source.parse(graph)
         if traced is None and source.runs and c.calibration is not None:
             # a cluster of this machine's workers: search on the program's ops as the
@@ -235,12 +235,12 @@ def _measurable(graph: str, count: int, devices: str | None):
 
     _, n = parse_devices(devices or f"cpu:{count}")
     if n != count:
-        raise GraphoptError(f"--devices {devices} has {n} device(s); the cluster has {count}, "
-                            "and a plan needs one real device for each")
+        raise UsageError(f"--devices {devices} has {n} device(s); the cluster has {count}, "
+                         "and a plan needs one real device for each")
     try:
         return trace_source(graph)
     except GraphoptError as err:
-        raise GraphoptError(f"--measure: {err}") from err
+        raise UsageError(f"--measure: {err}") from err
 
 
 def _measure(traced, results: list, devices: str, steps: int, seed: int) -> None:

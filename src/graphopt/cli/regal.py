@@ -12,7 +12,7 @@ from graphopt.cli._common import (check_run_folder, compile_simulator, console, 
                                   evaluation_backend, fail, options_from_fields)
 from graphopt.cli.options import (address_option, backend_option, cluster_option,
                                   methods_option, out_option)
-from graphopt.errors import GraphoptError, check_fields
+from graphopt.errors import GraphoptError, UsageError, check_fields
 from graphopt.optim.learned.regal.config import ImitateConfig, RegalConfig
 
 __all__ = ["bench_regal", "corpus_regal_targets", "train_regal", "train_regal_imitate"]
@@ -73,13 +73,13 @@ def train_regal(
         items = TRAIN_CORPUS if corpus == "default" else tuple(
             c.strip() for c in corpus.split(",") if c.strip())
         if not items:
-            raise GraphoptError(f"--corpus {corpus!r}: no graph named")
+            raise UsageError(f"--corpus {corpus!r}: no graph named")
         with console.status("loading the corpus ..."):
             problems = load_corpus(items, cluster)
         if problems[0].num_devices > config.max_devices:  # one cluster for every graph
-            raise GraphoptError(f"--cluster {cluster} has {problems[0].num_devices} devices; "
-                                f"--max-devices {config.max_devices} gives the policy's head "
-                                "that many device slots")
+            raise UsageError(f"--cluster {cluster} has {problems[0].num_devices} devices; "
+                             f"--max-devices {config.max_devices} gives the policy's head "
+                             "that many device slots")
         compile_simulator()
         with evaluation_backend(backend, address), Progress(
                 TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -168,14 +168,14 @@ def bench_regal(
         try:
             check_section(section)
         except GraphoptError as err:
-            raise GraphoptError(f"--section: {err}") from None
+            raise UsageError(f"--section: {err}") from None
         bad = [m for m in labels if m not in bench.METHODS]
         if bad or not labels:
-            raise GraphoptError(f"--methods: unknown {bad or methods!r}; rows are "
-                                f"{', '.join(bench.METHODS)}")
+            raise UsageError(f"--methods: unknown {bad or methods!r}; rows are "
+                             f"{', '.join(bench.METHODS)}")
         if elite_bias_policy and not set(bench.ELITE_BIAS_ROWS) & set(labels):
-            raise GraphoptError(f"--elite-bias-policy: --methods has none of the rows that run it "
-                                f"({', '.join(bench.ELITE_BIAS_ROWS)})")
+            raise UsageError(f"--elite-bias-policy: --methods has none of the rows that run it "
+                             f"({', '.join(bench.ELITE_BIAS_ROWS)})")
         objs = tuple(o.strip() for o in objectives.split(",") if o.strip())
         from graphopt.evaluate.objective import check_objective
 
@@ -184,7 +184,7 @@ def bench_regal(
         items = TEST_GRAPHS if graphs == "default" else tuple(
             g.strip() for g in graphs.split(",") if g.strip())
         if not items:
-            raise GraphoptError(f"--graphs {graphs!r}: no graph named")
+            raise UsageError(f"--graphs {graphs!r}: no graph named")
         say(plan_line(f"bench regal: {len(labels)} methods x {len(items)} graphs x {seeds} seeds "
                       f"x {len(objs)} objectives, {evals} evaluations each", out, docs,
                       earlier_seconds(out, evals=evals, seeds=seeds)))

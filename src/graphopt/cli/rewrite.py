@@ -11,7 +11,7 @@ from rich.table import Table
 from graphopt._files import check_output
 from graphopt.cli._common import console, fail, options_from_fields
 from graphopt.cli.options import out_option
-from graphopt.errors import GraphoptError, check_fields
+from graphopt.errors import GraphoptError, UsageError, check_fields
 from graphopt.rewrite.config import RewriteConfig
 
 app = typer.Typer()
@@ -47,7 +47,7 @@ def rewrite_command(
         check_output(out, "--out")
         check_output(stats, "--stats")
         if out.suffix != ".pt2":
-            raise GraphoptError(f"--out {out}: expected a .pt2 file name")
+            raise UsageError(f"--out {out}: expected a .pt2 file name")
         cfg = RewriteConfig(**options)
         check_fields(cfg, lambda name: f"--{name.replace('_', '-')}")
         import torch
@@ -128,9 +128,9 @@ def bench_rewrite(
         check_fields(cfg, lambda name: f"--{name}")
         unknown = [m for m in names if m not in MODELS]
         if unknown or size not in ("bench", "tiny"):
-            raise GraphoptError(f"--models {','.join(unknown)}: expected some of "
-                                f"{', '.join(MODELS)}" if unknown else
-                                f"--size {size}: expected bench or tiny")
+            raise UsageError(f"--models {','.join(unknown)}: expected some of "
+                             f"{', '.join(MODELS)}" if unknown else
+                             f"--size {size}: expected bench or tiny")
         say(plan_line(f"bench rewrite: {len(names)} models ({size} size), {repeats} timed runs "
                       "of each program", out, docs,
                       earlier_seconds(out, size=size, repeats=repeats, compile=compile_)))

@@ -11,7 +11,7 @@ from rich.table import Table
 from graphopt._files import check_output
 from graphopt.cli._common import console, fail, interrupt_on_signals
 from graphopt.cli.options import cluster_option, out_option, seed_option
-from graphopt.errors import ClusterError, GraphoptError
+from graphopt.errors import ClusterError, GraphoptError, UsageError
 
 app = typer.Typer()
 
@@ -67,7 +67,7 @@ def run(
 
         try:
             if plan is not None or trace is not None:
-                raise GraphoptError("--pipeline runs a pipeline plan: leave out --plan and --trace")
+                raise UsageError("--pipeline runs a pipeline plan: leave out --plan and --trace")
             with interrupt_on_signals():
                 run_pipeline(graph, pipeline, devices, cluster, steps, seed)
         except GraphoptError as err:
@@ -88,8 +88,8 @@ def run(
             raise ClusterError(f"--devices {devices}: {err} (the default --cluster); give a "
                                f"cluster of {count} devices{hint}") from None
         if c.num_devices != count:
-            raise GraphoptError(f"--cluster {c.name} has {c.num_devices} devices; --devices "
-                                f"{devices} has {count}")
+            raise UsageError(f"--cluster {c.name} has {c.num_devices} devices; --devices "
+                             f"{devices} has {count}")
         traced = trace_source(graph)
         if plan is not None:  # before a calibrated cluster's timing
             try:
@@ -184,12 +184,12 @@ def calibrate(
         check_output(out, "--out")
         kind, count = parse_devices(devices)
         if kind != "cpu":
-            raise GraphoptError(f"--devices {devices}: calibration measures CPU workers (cpu:N)")
+            raise UsageError(f"--devices {devices}: calibration measures CPU workers (cpu:N)")
         cores = host_cores()
         if count > max(2, cores or 1):  # each worker a process of a few hundred MB, on its own core
-            raise GraphoptError(f"--devices {devices}: this machine gives graphopt {cores} core(s); "
-                                f"calibration measures one worker per core, so at most "
-                                f"cpu:{max(2, cores or 1)}")
+            raise UsageError(f"--devices {devices}: this machine gives graphopt {cores} core(s); "
+                             f"calibration measures one worker per core, so at most "
+                             f"cpu:{max(2, cores or 1)}")
         with interrupt_on_signals(), console.status(f"measuring {count} CPU worker(s)"):
             measured = measure(count)
         save_cluster(measured, out)

@@ -12,7 +12,7 @@ from rich.table import Table
 from graphopt._files import check_output
 from graphopt.cli._common import GRAPH_HELP, check_plan, console, fail
 from graphopt.cli.options import cluster_option, default_cluster, out_option
-from graphopt.errors import GraphoptError
+from graphopt.errors import GraphoptError, UsageError
 from graphopt.frontends import load_source
 from graphopt.ir.graph import format_bytes
 
@@ -88,7 +88,7 @@ def _load_profile_arg(spec: Path):
 
     path, _, kind = str(spec).partition("@")
     if not path:  # Path("") is the current folder: "cannot read ." would not say why
-        raise GraphoptError(f"--profile {spec}: no file before '@'; expected FILE or FILE@KIND")
+        raise UsageError(f"--profile {spec}: no file before '@'; expected FILE or FILE@KIND")
     p = Profile.load(path)
     return p.for_kind(kind) if kind else p
 

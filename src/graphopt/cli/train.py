@@ -11,7 +11,7 @@ from graphopt.cli._common import (check_run_folder, console, ppo_options, evalua
                                   fail, lock_folder, options_from_fields)
 from graphopt.cli.options import (address_option, backend_option, cluster_option, out_option,
                                   seed_option, split_item)
-from graphopt.errors import MAX_THREADS, GraphoptError
+from graphopt.errors import GraphoptError, UsageError, MAX_THREADS
 from graphopt.frontends import load_source
 from graphopt.cli.mcm import train_mcm, train_mcm_imitate
 from graphopt.cli.regal import train_regal, train_regal_imitate
@@ -73,7 +73,7 @@ def train_imitate(
             from graphopt.optim.learned.go.method import load_go_policy, reads_prior
 
             if reads_prior(load_go_policy(str(init))[0]) != prior:
-                raise GraphoptError(f"--init {init}: " + (
+                raise UsageError(f"--init {init}: " + (
                     "not a prior-aware policy; --prior continues only from one"
                     if prior else "a prior-aware policy; continue it with --prior"))
         with console.status(f"loading the targets of {corpus} ..."):
@@ -179,7 +179,7 @@ def train(
                             f"--task {task}", f"--seed {seed}",
                             *([f"--init {init}"] if init else []), *flags])
         if not items:
-            raise GraphoptError(f"--corpus {corpus!r}: no GRAPH@CLUSTER item")
+            raise UsageError(f"--corpus {corpus!r}: no GRAPH@CLUSTER item")
         problems, priors = [], []  # priors: a prior-aware policy's start plans
         for item in items:
             if (Path(item) / "manifest.json").is_file():  # a corpus: its train split

@@ -13,7 +13,7 @@ from graphopt._files import check_output
 from graphopt.cli._common import compile_simulator, console, evaluation_backend, fail
 from graphopt.cli.options import (address_option, budget_option, cluster_option, out_option,
                                   seed_option, split_item, trials_option)
-from graphopt.errors import MAX_SEED, GraphoptError
+from graphopt.errors import GraphoptError, UsageError, MAX_SEED
 from graphopt.frontends import load_source
 
 app = typer.Typer()
@@ -62,19 +62,19 @@ def tune(
         try:
             seed_list = [int(s) for s in seeds.split(",") if s.strip()]
         except ValueError:
-            raise GraphoptError(f"--seeds {seeds!r}: expected whole numbers, e.g. 0,1,2") from None
+            raise UsageError(f"--seeds {seeds!r}: expected whole numbers, e.g. 0,1,2") from None
         if any(not 0 <= s <= MAX_SEED for s in seed_list):
-            raise GraphoptError(f"--seeds {seeds!r}: expected whole numbers in 0..{MAX_SEED}, "
-                                "e.g. 0,1,2")
+            raise UsageError(f"--seeds {seeds!r}: expected whole numbers in 0..{MAX_SEED}, "
+                             "e.g. 0,1,2")
         if not seed_list:
-            raise GraphoptError(f"--seeds {seeds!r}: no seed")
+            raise UsageError(f"--seeds {seeds!r}: no seed")
         problems = []
         for item in (g.strip() for g in graphs.split(",") if g.strip()):
             graph, where = split_item(item, cluster)
             with console.status(f"loading {graph} ..."):
                 problems.append(Problem(load_source(graph), load_cluster(where)))
         if not problems:
-            raise GraphoptError(f"{graphs!r}: no graph")
+            raise UsageError(f"{graphs!r}: no graph")
         compile_simulator()
         with evaluation_backend("ray", address, pool=False), \
                 console.status(f"tuning {method}: {trials} trials on Ray Tune ..."):

@@ -10,7 +10,8 @@ evaluation budgets are counted in one place and the best plan seen is never lost
 """
 
 from graphopt.evaluate.interrupt import stop_on_interrupt, stop_requested
-from graphopt.evaluate.local import BudgetExhausted, LocalEvaluator
+from graphopt.errors import BudgetExhausted
+from graphopt.evaluate.local import LocalEvaluator
 from graphopt.evaluate.objective import OBJECTIVES, Budget
 
 __all__ = ["OBJECTIVES", "Budget", "LocalEvaluator", "BudgetExhausted", "stop_on_interrupt",

@@ -9,19 +9,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from graphopt.errors import GraphoptError
+from graphopt.errors import BudgetExhausted
 from graphopt.evaluate.backend import make_evaluator
 from graphopt.evaluate.interrupt import stop_requested
 from graphopt.evaluate.objective import Budget, check_objective, objective_values, runtime_bound, score
 from graphopt.sim import BatchResult, Plan, Problem, SimResult, simulate, simulate_batch
 
 __all__ = ["LocalEvaluator", "BudgetExhausted"]
-
-
-class BudgetExhausted(GraphoptError):
-    """Raised by :meth:`LocalEvaluator.evaluate` and :meth:`LocalEvaluator.simulate` once
-    the evaluation or time budget is spent. Methods catch it to end their search; one
-    that escapes a method means the budget ran out before it could simulate a plan."""
 
 
 @dataclass

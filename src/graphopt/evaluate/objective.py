@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from graphopt.errors import GraphoptError
+from graphopt.errors import UsageError
 from graphopt.sim import Problem
 from graphopt.sim.plan import INVALID_PENALTY
 
@@ -47,8 +47,8 @@ def check_objective(objective: str) -> str:
     'memory'
     """
     if objective not in OBJECTIVES:
-        raise GraphoptError(f"unknown objective {objective!r}; objectives are "
-                            f"{', '.join(OBJECTIVES)}")
+        raise UsageError(f"unknown objective {objective!r}; objectives are "
+                         f"{', '.join(OBJECTIVES)}")
     return objective
 
 

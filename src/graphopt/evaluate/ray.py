@@ -40,7 +40,7 @@ from ray.exceptions import RayTaskError
 
 from graphopt.evaluate.backend import use_evaluator
 from graphopt.evaluate.local import LocalEvaluator
-from graphopt.errors import GraphoptError
+from graphopt.errors import GraphoptError, UsageError
 from graphopt.sim import BatchResult, Problem, simulate_batch
 
 __all__ = ["RayEvaluator", "SimulatorPool", "map_tasks", "ray_backend", "ray_session"]
@@ -111,8 +111,8 @@ class SimulatorPool:
         if workers is None:
             workers = max(int(ray.cluster_resources().get("CPU", 1)) // threads, 1)
         if workers < 1 or threads < 1:
-            raise GraphoptError(f"a Ray pool needs at least one worker and one thread each; "
-                                f"got {workers} worker(s) of {threads} thread(s)")
+            raise UsageError(f"a Ray pool needs at least one worker and one thread each; "
+                             f"got {workers} worker(s) of {threads} thread(s)")
         self.threads = threads
         # Ray's default for actors: a CPU to place one, none held while it lives, so an
         # idle pool blocks no task; SPREAD puts the actors on as many nodes as it can
@@ -198,8 +198,8 @@ class RayEvaluator(LocalEvaluator):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.pool is None:
-            raise GraphoptError("RayEvaluator needs a pool: RayEvaluator(problem, ..., "
-                                "pool=SimulatorPool())")
+            raise UsageError("RayEvaluator needs a pool: RayEvaluator(problem, ..., "
+                             "pool=SimulatorPool())")
         self.pool.send(self.problem)
 
     def _simulate_batch(self, problem: Problem, placements: np.ndarray,
@@ -213,20 +213,20 @@ def _check_reachable(address: str | None, timeout: float = 5.0) -> None:
 
     >>> _check_reachable("127.0.0.1:1")
     Traceback (most recent call last):
-    graphopt.errors.GraphoptError: --address 127.0.0.1:1: no Ray cluster answers there (Connection refused)
+    graphopt.errors.UsageError: --address 127.0.0.1:1: no Ray cluster answers there (Connection refused)
     """
     if not address or address == "auto":
         return
     host, _, port = address.removeprefix("ray://").rpartition(":")
     if not host or not port.isdigit():
-        raise GraphoptError(f"--address {address}: expected auto, HOST:PORT or "
-                            "ray://HOST:PORT")
+        raise UsageError(f"--address {address}: expected auto, HOST:PORT or "
+                         "ray://HOST:PORT")
     try:
         socket.create_connection((host, int(port)), timeout=timeout).close()
     except OSError as err:
         reason = err.strerror or type(err).__name__
-        raise GraphoptError(f"--address {address}: no Ray cluster answers there ({reason})"
-                            ) from None
+        raise UsageError(f"--address {address}: no Ray cluster answers there ({reason})"
+                         ) from None
 
 
 @contextlib.contextmanager

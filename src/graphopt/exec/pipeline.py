@@ -40,7 +40,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from graphopt.errors import ExecutionError, GraphoptError
+from graphopt.errors import ExecutionError, GraphoptError, UsageError
 from graphopt.exec.runner import AllocationPeak
 from graphopt.frontends.model import Model
 from graphopt.frontends.source import Source
@@ -486,15 +486,15 @@ def measure_pipelines(spec: str, plans: list[PipelinePlan], steps: int = 5, warm
         A process failed (its first line), or the processes ran past ``timeout``.
     """
     if not plans:
-        raise GraphoptError("no pipeline plan to run")
+        raise UsageError("no pipeline plan to run")
     world = plans[0].stages
     model = pipeline_model(spec, seed)
     for p in plans:
         if p.stages != world:
-            raise GraphoptError(f"plans of {world} and {p.stages} stages: run them apart")
+            raise UsageError(f"plans of {world} and {p.stages} stages: run them apart")
         if p.bounds[-1] != len(model.blocks):
-            raise GraphoptError(f"plan bounds {list(p.bounds)} end at block {p.bounds[-1]}; "
-                                f"{spec} has {len(model.blocks)} blocks")
+            raise UsageError(f"plan bounds {list(p.bounds)} end at block {p.bounds[-1]}; "
+                             f"{spec} has {len(model.blocks)} blocks")
         model.check_microbatches(p.microbatches)
     if not pipeline_available():
         raise ExecutionError("this PyTorch has no torch.distributed.pipelining with gloo")

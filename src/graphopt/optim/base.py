@@ -6,8 +6,9 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from graphopt.evaluate.interrupt import stop_requested
 from graphopt.evaluate.objective import OBJECTIVES, Budget, check_objective
-from graphopt.errors import GraphoptError, check_fields
+from graphopt.errors import BudgetExhausted, UsageError, check_fields
 from graphopt.sim import Plan, Problem
 
 __all__ = ["TASKS", "OBJECTIVES", "PIPELINE", "Budget", "Optimizer", "check_objectives",
@@ -120,11 +121,11 @@ def get_optimizer(name: str, **kwargs) -> Optimizer:
     """
     _load_all()
     if name not in _REGISTRY:
-        raise GraphoptError(f"unknown method {name!r}; known methods: {', '.join(sorted(_REGISTRY))}")
+        raise UsageError(f"unknown method {name!r}; known methods: {', '.join(sorted(_REGISTRY))}")
     try:
         opt = _REGISTRY[name](**kwargs)
     except (TypeError, ValueError) as err:
-        raise GraphoptError(f"method {name}: {err}") from None
+        raise UsageError(f"method {name}: {err}") from None
     check_params(opt)
     return opt
 
@@ -161,13 +162,13 @@ def check_objectives(method: str, objective: str) -> None:
     --------
     >>> check_objectives("hdp", "memory")
     Traceback (most recent call last):
-    graphopt.errors.GraphoptError: method hdp cannot minimise memory; it takes runtime only
+    graphopt.errors.UsageError: method hdp cannot minimise memory; it takes runtime only
     """
     _load_all()
     takes = getattr(_REGISTRY.get(method), "objectives", OBJECTIVES)
     if check_objective(objective) not in takes:
-        raise GraphoptError(f"method {method} cannot minimise {objective}; it takes "
-                            f"{', '.join(takes)} only")
+        raise UsageError(f"method {method} cannot minimise {objective}; it takes "
+                         f"{', '.join(takes)} only")
 
 
 def tasks_of(method: str) -> frozenset[str]:
@@ -183,7 +184,7 @@ def tasks_of(method: str) -> frozenset[str]:
     """
     _load_all()
     if method not in _REGISTRY:
-        raise GraphoptError(f"unknown method {method!r}; known methods: {', '.join(sorted(_REGISTRY))}")
+        raise UsageError(f"unknown method {method!r}; known methods: {', '.join(sorted(_REGISTRY))}")
     return frozenset(getattr(_REGISTRY[method], "tasks", TASKS))
 
 
@@ -192,8 +193,8 @@ def parse_task(task: str | frozenset[str] | set[str]) -> frozenset[str]:
     parts = frozenset(t.strip() for t in task.split(",")) if isinstance(task, str) else frozenset(task)
     bad = parts - TASKS
     if bad or not parts:
-        raise GraphoptError(f"unknown task {sorted(bad) or task!r}; tasks are "
-                            f"{', '.join(sorted(TASKS))} (comma-separated)")
+        raise UsageError(f"unknown task {sorted(bad) or task!r}; tasks are "
+                         f"{', '.join(sorted(TASKS))} (comma-separated)")
     return parts
 
 
@@ -212,12 +213,17 @@ def optimize(problem: Problem, method: str = "single", task: str | frozenset[str
     budget = budget or Budget()
     tasks = parse_task(task)
     if not tasks <= tasks_of(method):
-        raise GraphoptError(f"method {method} serves the {', '.join(sorted(tasks_of(method)))} "
-                            f"task, not {', '.join(sorted(tasks - tasks_of(method)))}")
+        raise UsageError(f"method {method} serves the {', '.join(sorted(tasks_of(method)))} "
+                         f"task, not {', '.join(sorted(tasks - tasks_of(method)))}")
     check_objectives(method, budget.objective)
     opt = get_optimizer(method, **kwargs)
     t0 = time.perf_counter()
-    plan, stats = opt.optimize(problem, parse_task(task), budget, seed, init)
+    try:
+        plan, stats = opt.optimize(problem, parse_task(task), budget, seed, init)
+    except BudgetExhausted as err:
+        if stop_requested():  # a stop before the method had a plan: the caller ends the run
+            raise
+        raise UsageError(str(err)) from err  # a budget too small to simulate one plan
     stats = {"method": method, "seed": seed, "objective": budget.objective, **stats,
              "seconds": stats.get("seconds", time.perf_counter() - t0)}
     return plan.replace(meta={**plan.meta, "method": method, "seed": seed}), stats

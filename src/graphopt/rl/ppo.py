@@ -46,7 +46,8 @@ from torch import Tensor
 from graphopt._files import save_figure
 from graphopt.evaluate.backend import make_evaluator
 from graphopt.evaluate.interrupt import stop_on_interrupt, stop_requested
-from graphopt.evaluate.local import BudgetExhausted, LocalEvaluator
+from graphopt.errors import BudgetExhausted
+from graphopt.evaluate.local import LocalEvaluator
 from graphopt.runs.checkpoint import load_checkpoint, save_checkpoint
 from graphopt.rl.config import PPOConfig
 from graphopt.runs.run import CURVE_FILE, LOG_FILE, seed_everything, write_log

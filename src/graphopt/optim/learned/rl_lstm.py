@@ -66,7 +66,7 @@ import numpy as np
 import torch
 
 from graphopt.evaluate.local import LocalEvaluator
-from graphopt.errors import MAX_THREADS, GraphoptError
+from graphopt.errors import UsageError, MAX_THREADS
 from graphopt.ir.coarsen import bounded_groups, colocation_groups
 from graphopt.nn import AttentionLSTMPlacer
 from graphopt.optim.base import Budget, compose, register
@@ -139,7 +139,7 @@ class RLLSTM:
     def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,
                  init: Plan | None = None) -> tuple[Plan, dict]:
         if "placement" not in task:
-            raise GraphoptError(f"rl-lstm decides placement; task {sorted(task)} leaves it out")
+            raise UsageError(f"rl-lstm decides placement; task {sorted(task)} leaves it out")
         graph, base = problem.graph, init or Plan()
         hparams = run_hparams(self)
         config = {"method": "rl-lstm", "graph": graph.name, "nodes": graph.num_nodes,
