@@ -186,7 +186,7 @@ def test_the_command_line_never_imports_ray():
 
 def test_tune_writes_a_file_that_p_reads(pool, tmp_path):
     from graphopt.benchmarks import save_json
-    from graphopt.cli._common import method_params
+    from graphopt.cli.params import method_params
     from graphopt.optim.tune import score, tune
 
     small = Problem(mlp_training_graph(), load_cluster("p100:2"))

@@ -18,7 +18,7 @@ from typing import Any
 
 import typer
 
-from graphopt.errors import GraphoptError, UsageError, MAX_SEED
+from graphopt.errors import UsageError, MAX_SEED
 from graphopt.frontends.source import DEFAULT_CLUSTER, Source
 
 __all__ = ["ADDRESS_HELP", "BACKEND_HELP", "DEFAULT_CLUSTER", "MAX_BUDGET", "MAX_TRIALS",
@@ -69,12 +69,6 @@ def split_item(item: str, cluster: str | None) -> tuple[str, str]:
     graph, at, _ = item.rpartition("@")
     graph = graph if at else item
     return split_source(item, cluster or (default_cluster(graph) if graph and not at else None))
-
-
-def _fail(err: GraphoptError) -> None:
-    from graphopt.cli._common import fail
-
-    fail(err)
 
 
 def check_cluster_spec(spec: str, option: str = "--cluster") -> str:
@@ -137,10 +131,7 @@ def _checked(check, option: str):
     def callback(value):
         if value is None:
             return value
-        try:
-            return check(value, option)
-        except GraphoptError as err:
-            _fail(err)
+        return check(value, option)  # a GraphoptError: the command group's one-line handler
     return callback
 
 
