@@ -17,8 +17,7 @@ from pathlib import Path
 import numpy as np
 import ray
 from graphopt.benchmarks import replace_section, save_json
-from graphopt.evaluate.backend import use_evaluator
-from graphopt.evaluate.local import LocalEvaluator
+from graphopt.evaluate import LocalEvaluator, use_evaluator
 from graphopt.evaluate.ray import RayEvaluator, SimulatorPool, ray_backend
 from graphopt.hardware import load_cluster
 from graphopt.ir.generate import layered_graph, mlp_training_graph

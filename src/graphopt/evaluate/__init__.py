@@ -9,10 +9,11 @@ Ctrl-C as a request to stop with the best so far (:mod:`~graphopt.evaluate.inter
 evaluation budgets are counted in one place and the best plan seen is never lost.
 """
 
-from graphopt.evaluate.interrupt import stop_on_interrupt, stop_requested
 from graphopt.errors import BudgetExhausted
+from graphopt.evaluate.backend import make_evaluator, use_evaluator
+from graphopt.evaluate.interrupt import stop_on_interrupt, stop_requested
 from graphopt.evaluate.local import LocalEvaluator
 from graphopt.evaluate.objective import OBJECTIVES, Budget
 
-__all__ = ["OBJECTIVES", "Budget", "LocalEvaluator", "BudgetExhausted", "stop_on_interrupt",
-           "stop_requested"]
+__all__ = ["OBJECTIVES", "Budget", "LocalEvaluator", "BudgetExhausted", "make_evaluator",
+           "stop_on_interrupt", "stop_requested", "use_evaluator"]
