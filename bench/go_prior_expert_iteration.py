@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from graphopt._files import check_output
-from graphopt.dist.local import LocalEvaluator
+from graphopt.evaluate.local import LocalEvaluator
 from graphopt.errors import GraphoptError
 from graphopt.ir.coarsen import colocation_groups
 from graphopt.optim.learned.go.env import GOEnv

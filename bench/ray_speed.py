@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import ray
 from graphopt.benchmarks import replace_section, save_json
-from graphopt.dist.local import LocalEvaluator, use_evaluator
-from graphopt.dist.ray import RayEvaluator, SimulatorPool, ray_backend
+from graphopt.evaluate import LocalEvaluator, use_evaluator
+from graphopt.evaluate.ray import RayEvaluator, SimulatorPool, ray_backend
 from graphopt.hardware import load_cluster
 from graphopt.ir.generate import layered_graph, mlp_training_graph
 from graphopt.optim import Budget, optimize
@@ -121,7 +121,7 @@ def main() -> None:
                           "wall_s_all": walls, "same_policy": same_policy}
     # -- a benchmark suite: GO's Table 2 (small versions), its rows as Ray tasks --------
     from graphopt.benchmarks import go_table2
-    from graphopt.dist.ray import map_tasks
+    from graphopt.evaluate.ray import map_tasks
 
     suite = {"cluster": "p100", "methods": ("single", "metis", "sa"), "budget": 400,
              "quick": True, "rows": go_table2.ROWS[:6], "progress": False}

@@ -20,7 +20,7 @@ import numpy as np
 
 from graphopt.benchmarks.regal_imitate import held_out_items
 from graphopt.corpus import load_manifest
-from graphopt.dist.local import LocalEvaluator
+from graphopt.evaluate.local import LocalEvaluator
 from graphopt.hardware import load_cluster
 from graphopt.ir import load_graph
 from graphopt.optim.base import Budget

@@ -22,25 +22,25 @@ ALLOWED: dict[str, set[str]] = {
     "data": {"errors", "_files"},  # where the shipped TpuGraphs files are
     "frontends": {"errors", "_files", "ir", "data"},
     "cost": {"errors", "_files", "ir", "hardware"},
-    "zoo": {"errors", "_files", "ir", "frontends"},
+    "zoo": {"errors", "_files", "ir", "hardware", "frontends"},  # hf: bounds a model by MAX_DEVICES
     "sim": {"errors", "_files", "ir", "hardware", "cost"},
     "runs": {"_lazy", "errors", "_files"},  # checkpoints, seeding, run logs: below rl and costmodel
     "costmodel": {"_lazy", "errors", "_files", "ir", "hardware", "cost", "frontends", "data", "runs",
                   "viz", "nn"},
     "nn": {"errors", "_files", "ir"},
     "viz": {"errors", "_files", "ir", "sim"},
-    "dist": {"errors", "_files", "ir", "hardware", "sim"},
-    "rl": {"_lazy", "errors", "_files", "ir", "hardware", "sim", "dist", "nn", "runs", "viz"},
-    "optim": {"_lazy", "errors", "_files", "ir", "hardware", "cost", "sim", "dist", "nn", "rl", "runs", "viz",
-              "frontends", "zoo", "corpus"},  # the learned methods learn from a corpus's targets
+    "evaluate": {"errors", "_files", "ir", "hardware", "sim"},
+    "rl": {"_lazy", "errors", "_files", "ir", "hardware", "sim", "evaluate", "nn", "runs", "viz"},
+    "optim": {"_lazy", "errors", "_files", "ir", "hardware", "cost", "sim", "evaluate", "nn", "rl", "runs",
+              "viz", "frontends", "zoo", "corpus"},  # the learned methods learn from a corpus's targets
     "exec": {"errors", "_files", "ir", "hardware", "cost", "sim", "frontends", "zoo", "viz"},
     "rewrite": {"_lazy", "errors", "_files", "ir", "hardware", "cost", "sim", "frontends", "zoo"},
-    "benchmarks": {"errors", "_files", "ir", "hardware", "cost", "sim", "dist", "nn", "rl", "runs", "viz",
+    "benchmarks": {"errors", "_files", "ir", "hardware", "cost", "sim", "evaluate", "nn", "rl", "runs", "viz",
                    "frontends", "data", "zoo", "optim", "exec", "rewrite", "costmodel", "corpus"},
     # a corpus builds its graphs through load_source (zoo:, hf:, example: sources)
     "corpus": {"errors", "_files", "ir", "frontends"},
     # and "_main": ``python -m graphopt.cli`` (cli/__main__.py) runs the command's entry point
-    "cli": {"errors", "_files", "ir", "hardware", "cost", "sim", "dist", "nn", "rl", "runs", "viz",
+    "cli": {"errors", "_files", "ir", "hardware", "cost", "sim", "evaluate", "nn", "rl", "runs", "viz",
             "frontends", "data", "zoo", "optim", "exec", "rewrite", "costmodel", "benchmarks", "corpus",
             "_main"},
     # the package root re-exports the core API

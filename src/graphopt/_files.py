@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from graphopt.errors import GraphFormatError, GraphoptError, WriteError
+from graphopt.errors import BadFileError, GraphFormatError, GraphoptError, UsageError, WriteError
 
 __all__ = ["MAX_JSON_BYTES", "MAX_NPZ_BYTES", "atomic_write", "check_output", "env_limit", "fd_alias",
            "check_record", "inside", "npz_arrays", "read_index", "read_json", "regular_file",
@@ -59,7 +59,7 @@ def env_limit(name: str, default: int, unit: str = "bytes") -> int:
     # ASCII digits only: int() also reads '٢', '+2' and ' 2'
     value = int(digits) if digits.isascii() and digits.isdigit() else 0
     if not 1 <= value <= 2**62:
-        raise GraphoptError(f"${name}={text!r}: expected a whole number of {unit} from 1 to 2**62")
+        raise UsageError(f"${name}={text!r}: expected a whole number of {unit} from 1 to 2**62")
     return value
 
 
@@ -139,13 +139,13 @@ def _write_in_place(path: str | os.PathLike, fd: int | None, real: str | None, w
         else:
             mode = os.stat(real).st_mode
             if stat.S_ISSOCK(mode) or stat.S_ISBLK(mode):
-                raise GraphoptError(f"{path}: a {'socket' if stat.S_ISSOCK(mode) else 'block device'}"
-                                    ", which graphopt does not write")
+                raise UsageError(f"{path}: a {'socket' if stat.S_ISSOCK(mode) else 'block device'}"
+                                 ", which graphopt does not write")
             try:
                 out = os.open(real, os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY)
             except OSError as err:
                 if err.errno == errno.ENXIO:
-                    raise GraphoptError(f"{path}: a pipe with no reader") from None
+                    raise UsageError(f"{path}: a pipe with no reader") from None
                 raise
             os.set_blocking(out, True)
         with os.fdopen(out, "wb") as f:
@@ -253,10 +253,10 @@ def read_index(path: str | os.PathLike, fmt: str, version: int, key: str, what: 
     """
     doc = read_json(path, GraphoptError)
     if not isinstance(doc, dict) or doc.get("format") != fmt or not isinstance(doc.get(key), dict):
-        raise GraphoptError(f"{path}: not {what}")
+        raise BadFileError(f"{path}: not {what}")
     if type(doc.get("version")) is not int or doc["version"] != version:
-        raise GraphoptError(f"{path}: field 'version': format version {doc.get('version')!r}; "
-                            f"this graphopt reads version {version}: make it anew")
+        raise BadFileError(f"{path}: field 'version': format version {doc.get('version')!r}; "
+                           f"this graphopt reads version {version}: make it anew")
     return doc
 
 
@@ -280,11 +280,11 @@ def safe_name(value: Any, where: str) -> str:
     'bert-0123abcd'
     >>> safe_name("../../x", "m.json: items")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
-    graphopt.errors.GraphoptError: m.json: items: '../../x' is not a name graphopt makes (...)
+    graphopt.errors.BadFileError: m.json: items: '../../x' is not a name graphopt makes (...)
     """
     if not isinstance(value, str) or not _SAFE_NAME.fullmatch(value) or ".." in value:
-        raise GraphoptError(f"{where}: {_shown(value)} is not a name graphopt makes (letters, "
-                            "digits and _.+=,:@-; no '/', '..' or NUL)")
+        raise BadFileError(f"{where}: {_shown(value)} is not a name graphopt makes (letters, "
+                           "digits and _.+=,:@-; no '/', '..' or NUL)")
     return value
 
 
@@ -297,11 +297,11 @@ def inside(folder: str | os.PathLike, rel: Any, where: str) -> Path:
     PosixPath('corpus/graphs/a.npz')
     >>> inside("corpus", "/etc/passwd", "corpus/m.json: field 'file'")
     Traceback (most recent call last):
-    graphopt.errors.GraphoptError: corpus/m.json: field 'file': '/etc/passwd' is not a path inside corpus
+    graphopt.errors.BadFileError: corpus/m.json: field 'file': '/etc/passwd' is not a path inside corpus
     """
     if not isinstance(rel, str) or not rel or "\0" in rel or "\\" in rel or os.path.isabs(rel) \
             or ".." in Path(rel).parts or any(c in rel for c in "\n\r"):
-        raise GraphoptError(f"{where}: {_shown(rel)} is not a path inside {folder}")
+        raise BadFileError(f"{where}: {_shown(rel)} is not a path inside {folder}")
     return Path(folder) / rel
 
 
@@ -339,20 +339,20 @@ def check_record(record: Any, where: str, fields: dict[str, Any]) -> dict:
     >>> check_record({"status": "built", "nodes": True}, "m.json: items['a']",
     ...              {"status": {"built", "skipped"}, "nodes": "count"})  # doctest: +ELLIPSIS
     Traceback (most recent call last):
-    graphopt.errors.GraphoptError: m.json: items['a']: field 'nodes': expected a whole number ..., got True
+    graphopt.errors.BadFileError: m.json: items['a']: field 'nodes': expected a whole number ..., got True
     """
     if not isinstance(record, dict):
-        raise GraphoptError(f"{where}: expected an object, got {_shown(record)}")
+        raise BadFileError(f"{where}: expected an object, got {_shown(record)}")
     for name, kind in fields.items():
         key, optional = name.rstrip("?"), name.endswith("?")
         if key not in record:
             if optional:
                 continue
-            raise GraphoptError(f"{where}: field {key!r} is missing")
+            raise BadFileError(f"{where}: field {key!r} is missing")
         expected = _kind_ok(kind, record[key])
         if expected is not None:
-            raise GraphoptError(f"{where}: field {key!r}: expected {expected}, got "
-                                f"{_shown(record[key])}")
+            raise BadFileError(f"{where}: field {key!r}: expected {expected}, got "
+                               f"{_shown(record[key])}")
     return record
 
 
@@ -451,7 +451,7 @@ def check_output(path: Path | None, option: str, *, folder: bool = False) -> Non
     --------
     >>> check_output(Path("/"), "--out")
     Traceback (most recent call last):
-    graphopt.errors.GraphoptError: --out /: is a folder, expected a file
+    graphopt.errors.UsageError: --out /: is a folder, expected a file
     """
     if path is None:
         return
@@ -463,17 +463,17 @@ def check_output(path: Path | None, option: str, *, folder: bool = False) -> Non
             try:
                 mode = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE
             except OSError:
-                raise GraphoptError(f"{where}: descriptor {fd} is not open") from None
+                raise UsageError(f"{where}: descriptor {fd} is not open") from None
             if mode == os.O_RDONLY:
-                raise GraphoptError(f"{where}: descriptor {fd} is open for reading only")
+                raise UsageError(f"{where}: descriptor {fd} is open for reading only")
             return
         if special is not None:
             mode = os.stat(special).st_mode
             if stat.S_ISSOCK(mode) or stat.S_ISBLK(mode):
-                raise GraphoptError(f"{where}: a {'socket' if stat.S_ISSOCK(mode) else 'block device'}"
-                                    ", which graphopt does not write")
+                raise UsageError(f"{where}: a {'socket' if stat.S_ISSOCK(mode) else 'block device'}"
+                                 ", which graphopt does not write")
             if not os.access(special, os.W_OK):
-                raise GraphoptError(f"{where}: cannot write {special} (permission denied)")
+                raise UsageError(f"{where}: cannot write {special} (permission denied)")
             return
     existing = path.absolute()
     while not os.path.lexists(existing) and existing != existing.parent:
@@ -481,25 +481,25 @@ def check_output(path: Path | None, option: str, *, folder: bool = False) -> Non
     name_max = os.pathconf(existing if existing.is_dir() else existing.parent, "PC_NAME_MAX")
     long = [p for p in path.parts if len(os.fsencode(p)) > name_max]
     if long:
-        raise GraphoptError(f"{where}: a name of {len(os.fsencode(long[0]))} bytes exceeds the "
-                            f"file system's limit of {name_max}")
+        raise UsageError(f"{where}: a name of {len(os.fsencode(long[0]))} bytes exceeds the "
+                         f"file system's limit of {name_max}")
     if len(os.fsencode(str(path.absolute()))) >= os.pathconf("/", "PC_PATH_MAX"):
-        raise GraphoptError(f"{where}: the path exceeds the file system's limit of "
-                            f"{os.pathconf('/', 'PC_PATH_MAX')} bytes")
+        raise UsageError(f"{where}: the path exceeds the file system's limit of "
+                         f"{os.pathconf('/', 'PC_PATH_MAX')} bytes")
     if existing == path.absolute():
         if folder and not path.is_dir():
-            raise GraphoptError(f"{where}: is a file, expected a folder")
+            raise UsageError(f"{where}: is a file, expected a folder")
         if not folder and path.is_dir():
-            raise GraphoptError(f"{where}: is a folder, expected a file")
+            raise UsageError(f"{where}: is a folder, expected a file")
         if not folder and path.exists() and not path.is_file():  # links followed
-            raise GraphoptError(f"{where}: not a regular file (a device, pipe or socket)")
+            raise UsageError(f"{where}: not a regular file (a device, pipe or socket)")
         existing = path.absolute() if folder else path.absolute().parent
     if not existing.is_dir():
-        raise GraphoptError(f"{where}: {existing} is a file, not a folder")
+        raise UsageError(f"{where}: {existing} is a file, not a folder")
     if not os.access(existing, os.W_OK | os.X_OK):
-        raise GraphoptError(f"{where}: cannot write in {existing} (permission denied)")
+        raise UsageError(f"{where}: cannot write in {existing} (permission denied)")
     try:  # access() says yes to root everywhere, and to folders like /proc where nothing can be made
         with tempfile.TemporaryFile(dir=existing):
             pass
     except OSError as err:
-        raise GraphoptError(f"{where}: cannot write in {existing} ({err.strerror})") from None
+        raise UsageError(f"{where}: cannot write in {existing} ({err.strerror})") from None

@@ -25,16 +25,16 @@ def main() -> None:
     # torch.export's own use of a deprecated torch API: nothing a user can act on
     warnings.filterwarnings("ignore", message=r".*LeafSpec.*", category=FutureWarning)
     try:
-        from graphopt.errors import GraphoptError
+        from graphopt.errors import GraphoptException
         from graphopt.cli import app
 
         app()
     except KeyboardInterrupt:
         print("graphopt: interrupted", file=sys.stderr)
         raise SystemExit(130) from None
-    except GraphoptError as err:  # one a command raised past its own one-line handler
+    except GraphoptException as err:  # one a command raised past its own one-line handler
         print(f"error: {err}", file=sys.stderr)
-        raise SystemExit(2) from None
+        raise SystemExit(err.exit_code) from None
     except OSError as err:
         if err.errno not in WRITE_ERRNOS:
             raise

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from graphopt.errors import GraphoptError
+from graphopt.errors import UsageError
 
 __all__ = ["tpugraphs_dir"]
 
@@ -46,7 +46,7 @@ def tpugraphs_dir() -> Path:
         return Path(env)
     if _CHECKOUT_DIR.is_dir():
         return _CHECKOUT_DIR
-    raise GraphoptError(
+    raise UsageError(
         "GRAPHOPT_TPUGRAPHS_DIR is not set and this is not a source checkout (no "
         f"{_CHECKOUT_DIR}): set GRAPHOPT_TPUGRAPHS_DIR to the folder holding the TpuGraphs "
         "tuning records (module_tuning_data_layout.pb, op_tuning_data.pb), e.g. the testdata "

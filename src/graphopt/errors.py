@@ -1,10 +1,23 @@
-"""One error hierarchy for everything graphopt rejects, the one range check of the
-numbers in a dataclass of options (:func:`check_fields`), and of a network size read from
-a file (:func:`check_size`).
+"""One error hierarchy for everything graphopt raises on purpose, by meaning a caller can
+catch (NetworkX's habit), the one range check of the numbers in a dataclass of options
+(:func:`check_fields`), and of a network size read from a file (:func:`check_size`).
 
-The CLI catches :class:`GraphoptError`, prints its message on one line and exits 2,
-so every message must say what is wrong and where (file, node, option), the value
-received and what was expected.
+::
+
+    GraphoptException                 everything below; exit_code 1
+    ├── BudgetExhausted               a search's budget ran out: its normal end, not bad input
+    └── GraphoptError                 bad input; exit_code 2
+        ├── UsageError                a bad option or value on the command line (or argument)
+        ├── BadFileError              a file that is not what it claims: format, fields
+        │   ├── GraphFormatError, ProfileError, CheckpointError
+        ├── InfeasibleError           a problem no plan can solve (nothing fits)
+        ├── MissingDependencyError    an optional package that is not installed
+        └── GraphError, FrontendError, ClusterError, PlanError, CostModelError,
+            ExecutionError, RewriteError, WriteError
+
+The command line turns any of them into one line, ``error: MESSAGE``, and its
+:attr:`~GraphoptException.exit_code`, so every message must say what is wrong and where
+(file, node, option), the value received and what was expected.
 """
 
 import dataclasses
@@ -14,15 +27,23 @@ from collections.abc import Callable
 __all__ = [
     "MAX_SEED",
     "MAX_THREADS",
+    "BadFileError",
+    "BudgetExhausted",
+    "CheckpointError",
     "ClusterError",
     "FrontendError",
     "GraphError",
     "GraphFormatError",
     "GraphoptError",
+    "GraphoptException",
+    "InfeasibleError",
+    "MissingDependencyError",
     "PlanError",
     "ProfileError",
     "CostModelError",
     "ExecutionError",
+    "RewriteError",
+    "UsageError",
     "WriteError",
     "check_fields",
     "check_size",
@@ -38,8 +59,47 @@ MAX_SEED = 2**32 - 1
 MAX_THREADS = 1024
 
 
-class GraphoptError(Exception):
-    """Base class of every error graphopt raises for bad input."""
+class GraphoptException(Exception):
+    """Base class of everything graphopt raises on purpose. The command line prints its
+    message on one line and exits with :attr:`exit_code`."""
+
+    #: The command's exit status when one reaches the command line.
+    exit_code = 1
+
+
+class GraphoptError(GraphoptException):
+    """Base class of every error graphopt raises for bad input (exit status 2)."""
+
+    exit_code = 2
+
+
+class BudgetExhausted(GraphoptException):
+    """A search's evaluation or time budget is spent, or a stop was requested: raised by
+    :meth:`graphopt.evaluate.local.LocalEvaluator.evaluate` and ``.simulate``. Methods
+    catch it to end their search: it is the normal end of one, not bad input, so it is no
+    :class:`GraphoptError`. :func:`graphopt.optim.optimize` turns one that escapes a
+    method before it had any plan (a budget too small to simulate once) into a
+    :class:`UsageError`."""
+
+
+class UsageError(GraphoptError):
+    """A bad option or value on the command line (or the same argument to a function):
+    out of range, of the wrong form, unknown, or given with an option it excludes."""
+
+
+class BadFileError(GraphoptError):
+    """A file (or folder) that is not what it claims: the wrong format or version, a field
+    missing or of the wrong type, a policy or index that does not match this graphopt."""
+
+
+class InfeasibleError(GraphoptError):
+    """A problem no plan can solve: nothing fits the devices' memory, no candidate is
+    valid."""
+
+
+class MissingDependencyError(GraphoptError):
+    """An optional package (an extra) a method or source needs is not installed; the
+    message says what to install."""
 
 
 class GraphError(GraphoptError):
@@ -50,7 +110,7 @@ class FrontendError(GraphoptError):
     """A model cannot be turned into a graph: it fails to export or trace."""
 
 
-class GraphFormatError(GraphoptError):
+class GraphFormatError(BadFileError):
     """A graph file cannot be read: truncated, wrong format, pickled, missing keys."""
 
 
@@ -62,7 +122,7 @@ class PlanError(GraphoptError):
     """A plan does not fit its problem: wrong length, device index out of range."""
 
 
-class ProfileError(GraphoptError):
+class ProfileError(BadFileError):
     """A measured-profile file is malformed."""
 
 
@@ -83,6 +143,14 @@ class WriteError(GraphoptError, OSError):
 
 class ExecutionError(GraphoptError):
     """A plan cannot be run for real: a worker died, hung, or an op failed on its device."""
+
+
+class CheckpointError(BadFileError):
+    """A checkpoint folder that cannot be resumed: corrupt, or from another run."""
+
+
+class RewriteError(GraphoptError):
+    """A program cannot be rewritten: it fails to export, or its rewritten form differs."""
 
 
 def check_fields(obj: object, label: Callable[[str], str],

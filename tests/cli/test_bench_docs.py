@@ -47,7 +47,7 @@ def test_docs_file_is_written_only_when_named(tmp_path):
 
 def test_no_bench_script_imports_the_cli_helpers():
     """What bench/ needs from the library is public API (graphopt.benchmarks,
-    graphopt._files, ...), never the command line's private ``cli._common``."""
+    graphopt._files, ...), never the command line's private helpers (``graphopt.cli``)."""
     offenders = [p.name for p in sorted((ROOT / "bench").glob("*.py"))
                  if re.search(r"graphopt\.cli\b|from graphopt import cli\b", p.read_text())]
     assert offenders == []

@@ -165,7 +165,7 @@ def test_sigterm_and_sighup_in_optimize_save_the_best_plan_like_ctrl_c(tmp_path,
 
 
 def test_a_second_run_into_one_folder_is_refused(tmp_path):
-    from graphopt.cli._common import lock_folder
+    from graphopt.cli.locks import lock_folder
 
     held = lock_folder(tmp_path / "out")
     with pytest.raises(GraphoptError, match=f"another graphopt run \\(pid {os.getpid()}\\)"):
@@ -352,7 +352,7 @@ def test_a_run_that_failed_before_any_result_leaves_no_folder_it_made(tmp_path):
     from typer.testing import CliRunner
 
     from graphopt.cli import app
-    from graphopt.cli._common import lock_folder
+    from graphopt.cli.locks import lock_folder
 
     bad = ["optimize", "example:layered-0", "-c", "p100:2", "--methods", "single", "--out"]
     r = graphopt(*bad, str(tmp_path / "new" / "out"))
@@ -379,20 +379,20 @@ def test_a_lock_file_removed_by_the_run_that_held_it_is_not_taken_over(tmp_path,
     and a third run that made the new one would both write the folder)."""
     import fcntl
 
-    from graphopt.cli import _common
+    from graphopt.cli import locks
 
-    (tmp_path / _common.LOCK_FILE).write_text("1\n")
+    (tmp_path / locks.LOCK_FILE).write_text("1\n")
     real_flock, calls = fcntl.flock, []
 
     def flock(f, op):  # the holder ends between our open and our flock: its file is gone
         if not calls:
-            os.unlink(tmp_path / _common.LOCK_FILE)
+            os.unlink(tmp_path / locks.LOCK_FILE)
         calls.append(op)
         return real_flock(f, op)
 
     monkeypatch.setattr(fcntl, "flock", flock)
-    held = _common.lock_folder(tmp_path)
-    assert len(calls) == 2 and _common._same_file(held, tmp_path / _common.LOCK_FILE)
+    held = locks.lock_folder(tmp_path)
+    assert len(calls) == 2 and locks._same_file(held, tmp_path / locks.LOCK_FILE)
     held.close()
 
 
@@ -589,7 +589,7 @@ def _hostile_lock(kind: str, out: Path, victim: Path) -> Path:
 
 @pytest.mark.parametrize("kind", LOCK_PATHS)
 def test_a_lock_path_that_is_not_a_file_of_its_own_is_refused(tmp_path, kind):
-    from graphopt.cli._common import lock_folder
+    from graphopt.cli.locks import lock_folder
 
     victim, out = tmp_path / "victim.txt", tmp_path / "out"
     victim.write_text("mine")
@@ -802,7 +802,7 @@ LOCKED_OUTS = {
 
 @pytest.mark.parametrize("command", LOCKED_OUTS)
 def test_every_out_folder_is_claimed_a_second_run_refused(tmp_path, command):
-    from graphopt.cli._common import lock_folder
+    from graphopt.cli.locks import lock_folder
 
     out, corpus = _minimal_corpus(tmp_path / "out"), _minimal_corpus(tmp_path / "corpus")
     held = lock_folder(out)  # the first run, still running

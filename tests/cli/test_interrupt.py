@@ -10,7 +10,8 @@ import threading
 import time
 from pathlib import Path
 
-from graphopt.dist.local import LocalEvaluator, stop_on_interrupt, stop_requested
+from graphopt.evaluate.interrupt import stop_on_interrupt, stop_requested
+from graphopt.evaluate.local import LocalEvaluator
 from graphopt.hardware import load_cluster
 from graphopt.ir.generate import layered_graph
 from graphopt.optim import Budget

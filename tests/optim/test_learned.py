@@ -129,7 +129,7 @@ def test_ctrl_c_checkpoints_between_whole_updates_and_resumes_exactly(layered, m
     import os
     import signal
 
-    from graphopt.dist.local import LocalEvaluator
+    from graphopt.evaluate.local import LocalEvaluator
 
     evaluate, calls = LocalEvaluator.evaluate, []
 

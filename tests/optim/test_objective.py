@@ -7,7 +7,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from graphopt.dist.local import LocalEvaluator, objective_values
+from graphopt.evaluate.local import LocalEvaluator
+from graphopt.evaluate.objective import objective_values
 from graphopt.errors import GraphoptError
 from graphopt.hardware import load_cluster
 from graphopt.ir.generate import layered_graph, mlp_training_graph

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from graphopt.dist.local import LocalEvaluator
+from graphopt.evaluate.local import LocalEvaluator
 from graphopt.errors import GraphoptError
 from graphopt.hardware import load_cluster
 from graphopt.ir.generate import layered_graph
@@ -223,7 +223,7 @@ def test_an_update_cut_short_by_a_signal_is_undone_and_resumed_whole(prob, tmp_p
     import os
     import signal
 
-    from graphopt.dist.local import stop_on_interrupt
+    from graphopt.evaluate.interrupt import stop_on_interrupt
 
     space = RegalSpace(prob, TASK)
 

@@ -130,7 +130,7 @@ def test_time_budget_stops():
 
 @pytest.mark.parametrize("name", SEARCHES)
 def test_interrupt_returns_best_so_far(name, monkeypatch):
-    import graphopt.dist.local as local
+    import graphopt.evaluate.local as local
 
     calls = {"n": 0}
 

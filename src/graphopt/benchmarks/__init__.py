@@ -15,7 +15,7 @@ import re
 import sys
 from pathlib import Path
 
-from graphopt.errors import GraphoptError
+from graphopt.errors import GraphoptError, UsageError
 from graphopt._files import atomic_write, check_output
 
 __all__ = ["RESULTS", "earlier_seconds", "geomean", "parse_bench_args", "plan_line", "publish",
@@ -47,8 +47,8 @@ def check_section(tag: str) -> str:
     """``tag`` if it can name a section's markers: lowercase words joined by single
     hyphens (``--`` would end the HTML comment), else a :class:`GraphoptError`."""
     if not re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", tag):
-        raise GraphoptError(f"section {tag!r}: expected lowercase letters and digits joined by "
-                            "single hyphens, e.g. regal-elite-bias")
+        raise UsageError(f"section {tag!r}: expected lowercase letters and digits joined by "
+                         "single hyphens, e.g. regal-elite-bias")
     return tag
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from graphopt.benchmarks import geomean, replace_section, row_line, save_json, say
 from graphopt.benchmarks.go_table2 import ROWS, row_entry
 from graphopt.benchmarks.go_table2 import METHODS as BASELINES
-from graphopt.errors import GraphoptError
+from graphopt.errors import UsageError
 from graphopt.optim.base import Budget
 from graphopt.optim.compare import compare
 from graphopt.rl.reinforce import time_to_within
@@ -93,8 +93,8 @@ def run(cluster: str = "p100", budget: int = 2000, seed: int = 0, quick: bool = 
     from graphopt.zoo import get_entry
 
     if "expert" not in baselines:
-        raise GraphoptError(f"baselines {', '.join(baselines)}: expert must be among them "
-                            "(every speed-up is over it)")
+        raise UsageError(f"baselines {', '.join(baselines)}: expert must be among them "
+                         "(every speed-up is over it)")
     settings = {"cluster": cluster, "budget": budget, "seed": seed, "quick": quick,
                 "learned_rows": list(learned_rows), "learned": list(learned),
                 "zero_shot_rows": list(zero_shot_rows), "multitask_rows": list(multitask_rows),

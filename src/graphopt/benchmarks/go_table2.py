@@ -71,7 +71,7 @@ def run(cluster: str = "p100", methods: tuple[str, ...] = METHODS, budget: int =
         The command line that ran this, appended to the results' ``commands``.
     tasks : callable, optional
         ``tasks(fn, jobs)`` yields ``fn(*job)`` for each job in order: each row then runs
-        as one job, e.g. a Ray task (:func:`graphopt.dist.ray.map_tasks`); default one
+        as one job, e.g. a Ray task (:func:`graphopt.evaluate.ray.map_tasks`); default one
         row after another here.
 
     Notes

@@ -34,7 +34,7 @@ import torch
 
 from graphopt.benchmarks import geomean, row_line, save_json, say
 from graphopt.corpus import HELD_OUT_FAMILIES, load_manifest
-from graphopt.dist.local import LocalEvaluator
+from graphopt.evaluate.local import LocalEvaluator
 from graphopt.hardware import load_cluster
 from graphopt.ir import load_graph
 from graphopt.optim.base import Budget, optimize

@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from graphopt.benchmarks import replace_section, row_line, save_json
-from graphopt.errors import GraphoptError
+from graphopt.errors import BadFileError, UsageError
 from graphopt.optim.base import Budget, optimize
 from graphopt.optim.heuristics.schedulers import dfs_memory
 from graphopt.optim.learned.regal.method import (TEST_GRAPHS, TRAIN_CORPUS, RegalSpace, _params, _prior,
@@ -213,13 +213,13 @@ def _elite_bias_policy(folder: Path | None) -> dict:
     """Where the policy of :data:`ELITE_BIAS_ROWS` is and how it was made (its command and
     updates), refusing none or one trained without elite bias (its offsets are zero)."""
     if folder is None:
-        raise GraphoptError(f"the rows {', '.join(ELITE_BIAS_ROWS)} need a policy trained with "
-                            "--elite-bias (graphopt bench regal --elite-bias-policy FOLDER)")
+        raise UsageError(f"the rows {', '.join(ELITE_BIAS_ROWS)} need a policy trained with "
+                         "--elite-bias (graphopt bench regal --elite-bias-policy FOLDER)")
     _, info = load_regal_policy(folder)
     if not info.get("config", {}).get("elite_bias"):
-        raise GraphoptError(f"{folder}: policy trained without --elite-bias (its elite-bias "
-                            f"offsets are zero); the rows {', '.join(ELITE_BIAS_ROWS)} need one "
-                            "trained with it")
+        raise BadFileError(f"{folder}: policy trained without --elite-bias (its elite-bias "
+                           f"offsets are zero); the rows {', '.join(ELITE_BIAS_ROWS)} need one "
+                           "trained with it")
     return {"path": str(folder), "command": info.get("command"), "updates": info.get("updates")}
 
 

@@ -14,7 +14,8 @@ import typer
 
 from graphopt.cli import (bench, corpus, costmodel, export, graphs, optimize, rewrite, run,
                           simulate, train, tune)
-from graphopt.cli._common import OneLineUsageErrors, method_params
+from graphopt.cli.errors import OneLineUsageErrors
+from graphopt.cli.params import method_params
 
 __all__ = ["app", "method_params"]
 

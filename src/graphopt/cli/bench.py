@@ -8,8 +8,9 @@ from pathlib import Path
 import typer
 
 from graphopt._files import check_output
-from graphopt.cli._common import (PARAM_HELP, compile_simulator, console,
-                                  evaluation_backend, fail, method_params)
+from graphopt.cli._common import console, evaluation_backend
+from graphopt.cli.params import PARAM_HELP, method_params
+from graphopt.cli.warmup import compile_simulator
 from graphopt.cli.fusion import bench_fusion
 from graphopt.cli.mcm import bench_mcm
 from graphopt.cli.regal import bench_regal
@@ -17,7 +18,6 @@ from graphopt.cli.options import (address_option, backend_option, budget_option,
                                   cluster_option, methods_option, out_option, seed_option)
 from graphopt.cli.rewrite import bench_rewrite
 from graphopt.benchmarks import RESULTS, earlier_seconds, plan_line, say
-from graphopt.errors import GraphoptError
 
 app = typer.Typer(no_args_is_help=True, help="Benchmarks; results go to --out (default under "
                                              "runs/bench/); a Markdown file's tables change only "
@@ -77,24 +77,21 @@ def bench_go_table2(
                         *([f"--redo {redo}"] if redo else []), *(f"-p {p}" for p in param),
                         *([f"--out {out}"] if out != RESULTS / out.name else []),
                         *([f"--docs {docs}"] if docs else [])])
-    try:
-        check_output(out, "--out")
-        check_output(docs, "--docs")
-        params = method_params(param, list(names))
-        say(plan_line(f"bench go-table2: {len(names)} methods on {len(chosen)} rows"
-                      f"{' (quick sizes)' if quick else ''}, budget {budget}",
-                      out, docs, earlier_seconds(out, cluster=cluster, budget=budget, seed=seed,
-                                                 quick=quick)))
-        compile_simulator()
-        with evaluation_backend(backend, address, pool=False):
-            tasks = None
-            if backend == "ray":
-                from graphopt.dist.ray import map_tasks as tasks
-            res = go_table2.run(cluster, names, budget, seed, quick, chosen, out, resume,
-                                params=params, command=command, tasks=tasks,
-                                redo=tuple(m.strip() for m in redo.split(",") if m.strip()))
-    except GraphoptError as err:
-        fail(err)
+    check_output(out, "--out")
+    check_output(docs, "--docs")
+    params = method_params(param, list(names))
+    say(plan_line(f"bench go-table2: {len(names)} methods on {len(chosen)} rows"
+                  f"{' (quick sizes)' if quick else ''}, budget {budget}",
+                  out, docs, earlier_seconds(out, cluster=cluster, budget=budget, seed=seed,
+                                             quick=quick)))
+    compile_simulator()
+    with evaluation_backend(backend, address, pool=False):
+        tasks = None
+        if backend == "ray":
+            from graphopt.evaluate.ray import map_tasks as tasks
+        res = go_table2.run(cluster, names, budget, seed, quick, chosen, out, resume,
+                            params=params, command=command, tasks=tasks,
+                            redo=tuple(m.strip() for m in redo.split(",") if m.strip()))
     console.print(go_table2.to_markdown(res))
     if docs:
         go_table2.update_docs(res, docs)
@@ -156,25 +153,22 @@ def bench_go(
                         *(f"-p {p}" for p in param),
                         *([f"--out {out}"] if out != RESULTS / out.name else []),
                         *([f"--docs {docs}"] if docs else [])])
-    try:
-        check_output(out, "--out")
-        check_output(docs, "--docs")
-        from graphopt.benchmarks.go_table2 import METHODS
+    check_output(out, "--out")
+    check_output(docs, "--docs")
+    from graphopt.benchmarks.go_table2 import METHODS
 
-        params = method_params(param, list(METHODS) + list(names))
-        rows = (pick(learned_rows, go_bench.LEARNED_ROWS), pick(zero_shot_rows, go_bench.ROWS),
-                pick(multitask_rows, go_bench.MULTITASK_ROWS))
-        say(plan_line(f"bench go{' --quick' if quick else ''}: {len(rows[0])} placement rows "
-                      f"(every method), {len([r for r in rows[1] if r not in rows[0]])} "
-                      f"zero-shot rows, {len(rows[2])} multi-task rows; budget {budget}",
-                      out, docs, earlier_seconds(out, cluster=cluster, budget=budget, seed=seed,
-                                                 quick=quick)))
-        compile_simulator()
-        res = go_bench.run(cluster, budget, seed, quick, *rows, multitask_budget,
-                           names, out, resume, params=params,
-                           baselines=pick(baselines, METHODS))
-    except GraphoptError as err:
-        fail(err)
+    params = method_params(param, list(METHODS) + list(names))
+    rows = (pick(learned_rows, go_bench.LEARNED_ROWS), pick(zero_shot_rows, go_bench.ROWS),
+            pick(multitask_rows, go_bench.MULTITASK_ROWS))
+    say(plan_line(f"bench go{' --quick' if quick else ''}: {len(rows[0])} placement rows "
+                  f"(every method), {len([r for r in rows[1] if r not in rows[0]])} "
+                  f"zero-shot rows, {len(rows[2])} multi-task rows; budget {budget}",
+                  out, docs, earlier_seconds(out, cluster=cluster, budget=budget, seed=seed,
+                                             quick=quick)))
+    compile_simulator()
+    res = go_bench.run(cluster, budget, seed, quick, *rows, multitask_budget,
+                       names, out, resume, params=params,
+                       baselines=pick(baselines, METHODS))
     console.print(go_bench.to_markdown(res))
     if docs:
         go_bench.update_docs(res, docs, command)

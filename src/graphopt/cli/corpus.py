@@ -8,10 +8,11 @@ import typer
 from rich.table import Table
 
 from graphopt._files import check_output
-from graphopt.cli._common import console, fail, lock_folder
+from graphopt.cli._common import console
+from graphopt.cli.locks import lock_folder
 from graphopt.cli.mcm import corpus_mcm_targets
 from graphopt.cli.regal import corpus_regal_targets
-from graphopt.errors import GraphoptError
+from graphopt.errors import UsageError
 from graphopt.ir.graph import format_bytes
 
 app = typer.Typer(no_args_is_help=True,
@@ -42,16 +43,13 @@ def corpus_build(
 
     from graphopt.corpus import build_corpus, default_items, load_manifest
 
-    try:
-        check_output(out, "--out", folder=True)
-        _lock = lock_folder(out)  # held while the run lasts: a second build (or search) is refused
-        load_manifest(out, missing_ok=True)  # refuse another format before any work
-        items = default_items(quick=quick, families=families or None)
-        if not items:
-            raise GraphoptError(f"--families {' '.join(families)}: no item of these families; "
-                                "see 'graphopt corpus build --help'")
-    except GraphoptError as err:
-        fail(err)
+    check_output(out, "--out", folder=True)
+    _lock = lock_folder(out)  # held while the run lasts: a second build (or search) is refused
+    load_manifest(out, missing_ok=True)  # refuse another format before any work
+    items = default_items(quick=quick, families=families or None)
+    if not items:
+        raise UsageError(f"--families {' '.join(families)}: no item of these families; "
+                         "see 'graphopt corpus build --help'")
     start = time.perf_counter()
 
     def progress(done: int, total: int, item, record) -> None:
@@ -61,10 +59,7 @@ def corpus_build(
         console.print(f"[{done}/{total}] {what:7} {record.get('seconds', 0):7.1f} s  "
                       f"{item.split:8} {item.source}  {size}", highlight=False, soft_wrap=True)
 
-    try:
-        manifest = build_corpus(out, items, retry_skipped=retry_skipped, progress=progress)
-    except GraphoptError as err:
-        fail(err)
+    manifest = build_corpus(out, items, retry_skipped=retry_skipped, progress=progress)
     last = manifest["builds"][-1]
     console.print(f"built {last['built']}, skipped {last['skipped']}, kept {last['reused']} "
                   f"in {time.perf_counter() - start:,.1f} s; manifest: {out / 'manifest.json'}")
@@ -73,10 +68,7 @@ def corpus_build(
 def _show(folder: Path) -> None:
     from graphopt.corpus import load_manifest, summarize
 
-    try:
-        manifest = load_manifest(folder)
-    except GraphoptError as err:
-        fail(err)
+    manifest = load_manifest(folder)
     rows = summarize(manifest)
     t = Table(title=f"corpus {folder} (format version {manifest['version']})")
     for col in ("family", "split", "graphs", "skipped", "ops (min-max)", "size", "build s"):
@@ -155,24 +147,21 @@ def corpus_search(
     from graphopt.optim.learned.targets import search_targets
 
     if split not in ("train", "held-out"):
-        fail(GraphoptError(f"--split {split!r}: expected train or held-out"))
+        raise UsageError(f"--split {split!r}: expected train or held-out")
     specs = tuple(c.strip() for c in clusters.split(",") if c.strip())
-    try:
-        from graphopt.hardware import load_cluster
-        from graphopt.optim.base import get_optimizer
+    from graphopt.hardware import load_cluster
+    from graphopt.optim.base import get_optimizer
 
-        get_optimizer(method)  # an unknown method fails before any search
-        load_manifest(folder)  # not a corpus: refused before the folder is claimed
-        _lock = lock_folder(folder, "FOLDER")  # targets.json is written there: one run at a time
-        for spec in specs:
-            load_cluster(spec)
-        if not specs:
-            raise GraphoptError("--clusters: no cluster given")
-        if policy is not None:
-            from graphopt.optim.learned.go.method import load_go_policy
-            load_go_policy(policy)
-    except GraphoptError as err:
-        fail(err)
+    get_optimizer(method)  # an unknown method fails before any search
+    load_manifest(folder)  # not a corpus: refused before the folder is claimed
+    _lock = lock_folder(folder, "FOLDER")  # targets.json is written there: one run at a time
+    for spec in specs:
+        load_cluster(spec)
+    if not specs:
+        raise UsageError("--clusters: no cluster given")
+    if policy is not None:
+        from graphopt.optim.learned.go.method import load_go_policy
+        load_go_policy(policy)
     start = time.perf_counter()
 
     def progress(done: int, total: int, key: str, entry: dict) -> None:
@@ -184,10 +173,7 @@ def corpus_search(
                       + (f"{step * 1e3:.3f} ms{gain}" if step else entry.get("status", "")),
                       highlight=False, soft_wrap=True)
 
-    try:
-        doc = search_targets(folder, method=method, budget=budget, clusters=specs, seed=seed,
-                             split=split, policy=policy, limit=limit, progress=progress)
-    except GraphoptError as err:
-        fail(err)
+    doc = search_targets(folder, method=method, budget=budget, clusters=specs, seed=seed,
+                         split=split, policy=policy, limit=limit, progress=progress)
     console.print(f"{len(doc['entries'])} targets in {folder / 'targets.json'} "
                   f"({time.perf_counter() - start:,.1f} s this run)")

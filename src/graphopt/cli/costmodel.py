@@ -9,9 +9,11 @@ import typer
 from rich.table import Table
 
 from graphopt._files import check_output
-from graphopt.cli._common import check_run_folder, console, fail, options_from_fields
+from graphopt.cli._common import console
+from graphopt.cli.locks import check_run_folder
+from graphopt.cli.params import options_from_fields
 from graphopt.costmodel.config import TrainConfig
-from graphopt.errors import GraphoptError
+from graphopt.errors import UsageError
 
 app = typer.Typer(no_args_is_help=True, help="Learned cost models on TpuGraphs data: "
                                              "train, evaluate, rank configurations.")
@@ -27,22 +29,19 @@ def costmodel_train(**options) -> None:
     """
     from graphopt.costmodel.trainer import evaluate, train
 
-    try:
-        check_output(Path(options["out"]), "--out", folder=True)
-        name = options["run_name"]
-        if name:
-            if name in (".", "..") or Path(name).name != name:
-                raise GraphoptError(f"--run-name {name}: expected a folder name, not a path")
-            run = Path(options["out"]) / name
-            if (run / "config.json").exists():
-                raise GraphoptError(f"--run-name {name}: {run} holds a run already (continue it "
-                                    "with --resume, or give another name)")
-            check_run_folder(run, "--run-name")  # a folder where a file goes fails only after training
-            check_output(run / "config.json", "--run-name")
-        run = train(TrainConfig(**options))
-        res = evaluate(run)
-    except GraphoptError as err:
-        fail(err)
+    check_output(Path(options["out"]), "--out", folder=True)
+    name = options["run_name"]
+    if name:
+        if name in (".", "..") or Path(name).name != name:
+            raise UsageError(f"--run-name {name}: expected a folder name, not a path")
+        run = Path(options["out"]) / name
+        if (run / "config.json").exists():
+            raise UsageError(f"--run-name {name}: {run} holds a run already (continue it "
+                             "with --resume, or give another name)")
+        check_run_folder(run, "--run-name")  # a folder where a file goes fails only after training
+        check_output(run / "config.json", "--run-name")
+    run = train(TrainConfig(**options))
+    res = evaluate(run)
     _print_costmodel_metrics(res, f"held-out metrics ({run})")
 
 
@@ -87,11 +86,8 @@ def costmodel_eval(
     from graphopt.costmodel.trainer import evaluate
     from graphopt._files import atomic_write
 
-    try:
-        check_output(json_out, "--json")
-        res = evaluate(run, data, chunk)
-    except GraphoptError as err:
-        fail(err)
+    check_output(json_out, "--json")
+    res = evaluate(run, data, chunk)
     _print_costmodel_metrics(res, f"metrics of {run}")
     if json_out is not None:
         text = json.dumps(res, indent=1)
@@ -111,10 +107,7 @@ def costmodel_rank(
     """
     from graphopt.costmodel.trainer import rank
 
-    try:
-        res = rank(run, graph, top)
-    except GraphoptError as err:
-        fail(err)
+    res = rank(run, graph, top)
     for g in res:
         t = Table(title=f"{g['graph']}: top {len(g['top'])} of {g['configs']} configurations")
         for c in ("try", "config", "predicted score", "measured runtime"):

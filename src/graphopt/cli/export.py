@@ -8,9 +8,9 @@ import typer
 from rich.table import Table
 
 from graphopt._files import check_output
-from graphopt.cli._common import GRAPH_HELP, console, fail
+from graphopt.cli._common import GRAPH_HELP, console
 from graphopt.cli.options import cluster_option, out_option
-from graphopt.errors import GraphoptError, PlanError
+from graphopt.errors import PlanError, UsageError
 from graphopt.frontends.source import Source
 
 app = typer.Typer()
@@ -59,41 +59,38 @@ def export(
     from graphopt.hardware import load_cluster
     from graphopt.sim import Plan
 
+    if fmt not in FORMATS:
+        raise UsageError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
+    if _is_pipeline_plan(plan):
+        _export_pipeline_plan(plan, graph, fmt, out, max_memory)
+        return
+    if max_memory is not None and fmt != "device-map":
+        raise UsageError("--max-memory applies to --format device-map only")
+    budget = parse_max_memory(max_memory) if max_memory is not None else None
+    if graph is None:
+        raise UsageError(f"--graph: give the graph {plan} was made for")
+    check_output(out, "--out")
+    p = Plan.load(plan)
+    fit = None
     try:
-        if fmt not in FORMATS:
-            raise GraphoptError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
-        if _is_pipeline_plan(plan):
-            _export_pipeline_plan(plan, graph, fmt, out, max_memory)
-            return
-        if max_memory is not None and fmt != "device-map":
-            raise GraphoptError("--max-memory applies to --format device-map only")
-        budget = parse_max_memory(max_memory) if max_memory is not None else None
-        if graph is None:
-            raise GraphoptError(f"--graph: give the graph {plan} was made for")
-        check_output(out, "--out")
-        p = Plan.load(plan)
-        fit = None
-        try:
-            if fmt == "device-map":
-                g = load_source(graph)
-                c = load_cluster(cluster) if cluster else None
-                dm = device_map(g, p, c)
-                if budget is None:
-                    dm.save(out)
-                else:
-                    fit = fit_device_map(_forward(g, graph), dm.device_map, budget)
-                    fit.save(out)
+        if fmt == "device-map":
+            g = load_source(graph)
+            c = load_cluster(cluster) if cluster else None
+            dm = device_map(g, p, c)
+            if budget is None:
+                dm.save(out)
             else:
-                from graphopt.exec.api import trace_source
+                fit = fit_device_map(_forward(g, graph), dm.device_map, budget)
+                fit.save(out)
+        else:
+            from graphopt.exec.api import trace_source
 
-                # a model's graph is a training step: only its program tells forward from backward
-                program = trace_source(graph) if Source.parse(graph).has_model else load_source(graph)
-                split = pipeline_split(program, p)
-                split.save(out)
-        except PlanError as err:  # the plan does not fit the graph or the cluster
-            raise PlanError(f"{plan}: {err}") from None
-    except GraphoptError as err:
-        fail(err)
+            # a model's graph is a training step: only its program tells forward from backward
+            program = trace_source(graph) if Source.parse(graph).has_model else load_source(graph)
+            split = pipeline_split(program, p)
+            split.save(out)
+    except PlanError as err:  # the plan does not fit the graph or the cluster
+        raise PlanError(f"{plan}: {err}") from None
     if fmt == "pipeline":
         console.print(f"{len(split.stages)} stage(s) on devices "
                       f"{', '.join(map(str, split.stages))}; split_spec {split.split_spec}; "
@@ -159,13 +156,13 @@ def _export_pipeline_plan(path: Path, graph: str | None, fmt: str, out: Path,
     from graphopt.sim.pipeline import PipelinePlan
 
     if fmt != "pipeline":
-        raise GraphoptError(f"--format {fmt}: {path} is a pipeline plan; give --format pipeline")
+        raise UsageError(f"--format {fmt}: {path} is a pipeline plan; give --format pipeline")
     if max_memory is not None:
-        raise GraphoptError("--max-memory applies to --format device-map only")
+        raise UsageError("--max-memory applies to --format device-map only")
     check_output(out, "--out")
     p = PipelinePlan.load(path)
     if graph is not None and graph != p.model:
-        raise GraphoptError(f"--graph {graph}: {path} splits {p.model}")
+        raise UsageError(f"--graph {graph}: {path} splits {p.model}")
     text = pipeline_script(p, out.name)
     atomic_write(out, lambda f: f.write(text.encode()))
     console.print(f"split_spec {p.split_spec()}; {p.stages} stage(s), {p.schedule}, "

@@ -7,9 +7,10 @@ from pathlib import Path
 import typer
 
 from graphopt._files import check_output
-from graphopt.cli._common import compile_simulator, console, fail
+from graphopt.cli._common import console
+from graphopt.cli.warmup import compile_simulator
 from graphopt.cli.options import budget_option, cluster_option, out_option, seed_option
-from graphopt.errors import GraphoptError
+from graphopt.errors import UsageError
 
 
 def _rows(text: str, default: tuple[str, ...]) -> tuple[str, ...]:
@@ -62,29 +63,26 @@ def bench_fusion(
                         *(["--learned"] if learned else []),
                         *([f"--out {out}"] if out != RESULTS / "fusion.json" else []),
                         *([f"--docs {docs}"] if docs else [])])
+    check_output(out, "--out")
+    check_output(docs, "--docs")
     try:
-        check_output(out, "--out")
-        check_output(docs, "--docs")
-        try:
-            fr = tuple(float(f) for f in fractions.split(",") if f.strip())
-        except ValueError:
-            raise GraphoptError(f"--fractions {fractions!r}: expected numbers, e.g. 0.9,0.8") \
-                from None
-        if not fr or not all(0 < f <= 1 for f in fr):
-            raise GraphoptError(f"--fractions {fractions!r}: expected numbers in (0, 1], "
-                                "e.g. 0.9,0.8")
-        rows = (_rows(table3_rows, bench.TABLE3_ROWS), _rows(memory_rows, bench.MEMORY_ROWS),
-                _rows(multitask_rows, bench.MULTITASK_ROWS))
-        say(plan_line(f"bench fusion: {sum(map(len, rows))} rows ({len(rows[0])} fusion, "
-                      f"{len(rows[1])} tight-memory, {len(rows[2])} multi-task), budget {budget}"
-                      f"{'' if full else ', quick models'}", out, docs,
-                      earlier_seconds(out, cluster=cluster, budget=budget, seed=seed,
-                                      quick=not full, learned=learned)))
-        compile_simulator()
-        res = bench.run(cluster, budget, seed, not full, rows[0], rows[1], fr, rows[2], method,
-                        learned, out)
-    except GraphoptError as err:
-        fail(err)
+        fr = tuple(float(f) for f in fractions.split(",") if f.strip())
+    except ValueError:
+        raise UsageError(f"--fractions {fractions!r}: expected numbers, e.g. 0.9,0.8") \
+            from None
+    if not fr or not all(0 < f <= 1 for f in fr):
+        raise UsageError(f"--fractions {fractions!r}: expected numbers in (0, 1], "
+                         "e.g. 0.9,0.8")
+    rows = (_rows(table3_rows, bench.TABLE3_ROWS), _rows(memory_rows, bench.MEMORY_ROWS),
+            _rows(multitask_rows, bench.MULTITASK_ROWS))
+    say(plan_line(f"bench fusion: {sum(map(len, rows))} rows ({len(rows[0])} fusion, "
+                  f"{len(rows[1])} tight-memory, {len(rows[2])} multi-task), budget {budget}"
+                  f"{'' if full else ', quick models'}", out, docs,
+                  earlier_seconds(out, cluster=cluster, budget=budget, seed=seed,
+                                  quick=not full, learned=learned)))
+    compile_simulator()
+    res = bench.run(cluster, budget, seed, not full, rows[0], rows[1], fr, rows[2], method,
+                    learned, out)
     console.print(bench.to_markdown(res))
     if docs:
         bench.update_docs(res, docs, command)

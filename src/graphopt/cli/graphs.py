@@ -8,9 +8,9 @@ import typer
 from rich.table import Table
 
 from graphopt._files import check_output
-from graphopt.cli._common import GRAPH_HELP, console, fail
+from graphopt.cli._common import GRAPH_HELP, console
 from graphopt.cli.options import out_option
-from graphopt.errors import GraphoptError
+from graphopt.errors import UsageError
 from graphopt.frontends import load_source
 from graphopt.ir.graph import format_bytes
 
@@ -23,10 +23,7 @@ def info(graph: str = typer.Argument(..., help=GRAPH_HELP)) -> None:
 
     Example: graphopt info example:mlp
     """
-    try:
-        g = load_source(graph)
-    except GraphoptError as err:
-        fail(err)
+    g = load_source(graph)
     s = g.summary()
     t = Table(title=f"graph {g.name}", show_header=False)
     t.add_row("ops", f"{s['nodes']:,}")
@@ -61,21 +58,18 @@ def import_model(
     """
     from graphopt.ir import save_graph
 
-    try:
-        check_output(output, "--output")
-        if output.suffix not in (".npz", ".json"):
-            raise GraphoptError(f"--output {output}: expected a .npz or .json file name")
-        if input_shape:
-            if model.suffix.lower() != ".onnx":
-                raise GraphoptError(f"--input-shape: only for .onnx models, not {model.name}")
-            from graphopt.frontends.onnx import from_onnx
+    check_output(output, "--output")
+    if output.suffix not in (".npz", ".json"):
+        raise UsageError(f"--output {output}: expected a .npz or .json file name")
+    if input_shape:
+        if model.suffix.lower() != ".onnx":
+            raise UsageError(f"--input-shape: only for .onnx models, not {model.name}")
+        from graphopt.frontends.onnx import from_onnx
 
-            g = from_onnx(model, input_shapes=dict(_input_shape(s) for s in input_shape))
-        else:
-            g = load_source(str(model))  # as every command reads a graph: empty files refused
-        path = save_graph(g, output)
-    except GraphoptError as err:
-        fail(err)
+        g = from_onnx(model, input_shapes=dict(_input_shape(s) for s in input_shape))
+    else:
+        g = load_source(str(model))  # as every command reads a graph: empty files refused
+    path = save_graph(g, output)
     s = g.summary()
     console.print(f"{g.name}: {s['nodes']:,} ops, {s['edges']:,} edges, "
                   f"{s['flops'] / 1e9:.3f} GFLOP, {s['persistent_bytes'] / 2**20:.1f} MiB "
@@ -90,8 +84,8 @@ def _input_shape(spec: str) -> tuple[str, tuple[int, ...]]:
     except ValueError:
         shape = ()
     if not eq or not name or not shape or min(shape) < 0:
-        raise GraphoptError(f"--input-shape {spec!r}: expected NAME=D1xD2x... with whole sizes >= 0, "
-                            "e.g. input=8x3x224x224")
+        raise UsageError(f"--input-shape {spec!r}: expected NAME=D1xD2x... with whole sizes >= 0, "
+                         "e.g. input=8x3x224x224")
     return name, shape
 
 
@@ -141,19 +135,16 @@ def zoo_build(
     from graphopt.ir import save_graph
     from graphopt.zoo import build, cache_path, get_entry
 
-    try:
-        check_output(out, "--out")
-        if out is not None and out.suffix not in (".npz", ".json"):
-            raise GraphoptError(f"--out {out}: expected a .npz or .json file name")
-        entry = get_entry(name)
-        start = time.perf_counter()
-        with console.status(f"building {name} (up to a minute) ..."):
-            g = build(entry, cache=not no_cache)
-        seconds = time.perf_counter() - start
-        if out is not None:
-            save_graph(g, out)
-    except GraphoptError as err:
-        fail(err)
+    check_output(out, "--out")
+    if out is not None and out.suffix not in (".npz", ".json"):
+        raise UsageError(f"--out {out}: expected a .npz or .json file name")
+    entry = get_entry(name)
+    start = time.perf_counter()
+    with console.status(f"building {name} (up to a minute) ..."):
+        g = build(entry, cache=not no_cache)
+    seconds = time.perf_counter() - start
+    if out is not None:
+        save_graph(g, out)
     s = g.summary()
     t = Table(title=f"zoo model {name}: {entry.description}", show_header=False)
     t.add_row("ops", f"{s['nodes']:,}")

@@ -9,12 +9,13 @@ import typer
 from rich.table import Table
 
 from graphopt._files import check_output
-from graphopt.cli._common import (PARAM_HELP, check_run_folder, compile_simulator, lock_folder,
-                                  console, evaluation_backend, fail, method_params,
-                                  options_from_fields, ppo_options)
+from graphopt.cli._common import console, evaluation_backend
+from graphopt.cli.locks import check_run_folder, lock_folder
+from graphopt.cli.params import PARAM_HELP, method_params, options_from_fields, ppo_options
+from graphopt.cli.warmup import compile_simulator
 from graphopt.cli.options import (address_option, backend_option, budget_option,
                                   methods_option, out_option, seed_option)
-from graphopt.errors import MAX_THREADS, GraphoptError
+from graphopt.errors import UsageError, MAX_THREADS
 from graphopt.rl.config import PPOConfig
 
 __all__ = ["bench_mcm", "corpus_mcm_targets", "train_mcm", "train_mcm_imitate"]
@@ -68,36 +69,33 @@ def train_mcm(
     torch.set_num_threads(threads)
     items = PRETRAIN_CORPUS if corpus == "default" else tuple(
         c.strip() for c in corpus.split(",") if c.strip())
-    try:
-        _lock = check_run_folder(out)  # held while the run lasts
-        cfg, flags = ppo_options(PRETRAIN_PPO, ppo)
-        command = " ".join(["graphopt train mcm", f"--out {out}",
-                            *([f"--corpus {corpus}"] if corpus != "default" else []),
-                            f"--updates {updates}", *([f"--minutes {minutes:g}"] if minutes else []),
-                            f"--repair-seconds {repair_seconds:g}", f"--seed {seed}",
-                            *([f"--init {init}"] if init else []), *flags])
-        if not items:
-            raise GraphoptError(f"--corpus {corpus!r}: no GRAPH@PRESET item")
-        problems = []
-        for item in items:
-            if Path(item, "targets.json").is_file():  # an MCM targets folder: its pairs
-                from graphopt.optim.learned.mcm.imitate import load_targets
+    _lock = check_run_folder(out)  # held while the run lasts
+    cfg, flags = ppo_options(PRETRAIN_PPO, ppo)
+    command = " ".join(["graphopt train mcm", f"--out {out}",
+                        *([f"--corpus {corpus}"] if corpus != "default" else []),
+                        f"--updates {updates}", *([f"--minutes {minutes:g}"] if minutes else []),
+                        f"--repair-seconds {repair_seconds:g}", f"--seed {seed}",
+                        *([f"--init {init}"] if init else []), *flags])
+    if not items:
+        raise UsageError(f"--corpus {corpus!r}: no GRAPH@PRESET item")
+    problems = []
+    for item in items:
+        if Path(item, "targets.json").is_file():  # an MCM targets folder: its pairs
+            from graphopt.optim.learned.mcm.imitate import load_targets
 
-                problems += [p for p, _, _ in load_targets(item)]
-                continue
-            graph, sep, where = item.partition("@")
-            if not sep:
-                raise GraphoptError(f"--corpus item {item!r}: expected GRAPH@PRESET, e.g. "
-                                    "resnet-50@mcm-ring4")
-            with console.status(f"loading {graph} ..."):
-                problems.append(Problem(forward_graph(graph), load_cluster(where)))
-        compile_simulator()
-        with evaluation_backend(backend, address):
-            res = pretrain(problems, out, updates=updates,
-                           seconds=None if minutes is None else minutes * 60, seed=seed, ppo=cfg,
-                           repair_seconds=repair_seconds, command=command, init=init)
-    except GraphoptError as err:
-        fail(err)
+            problems += [p for p, _, _ in load_targets(item)]
+            continue
+        graph, sep, where = item.partition("@")
+        if not sep:
+            raise UsageError(f"--corpus item {item!r}: expected GRAPH@PRESET, e.g. "
+                             "resnet-50@mcm-ring4")
+        with console.status(f"loading {graph} ..."):
+            problems.append(Problem(forward_graph(graph), load_cluster(where)))
+    compile_simulator()
+    with evaluation_backend(backend, address):
+        res = pretrain(problems, out, updates=updates,
+                       seconds=None if minutes is None else minutes * 60, seed=seed, ppo=cfg,
+                       repair_seconds=repair_seconds, command=command, init=init)
     t = Table(title=f"MCM pre-training: {res['updates']} updates, {res['total_evals']:,} "
                     f"partitions ({res['seconds']:.0f} s this run)")
     for col in ("graph", "chips", "first batch mean / bound", "last batch mean / bound",
@@ -145,20 +143,17 @@ def corpus_mcm_targets(
     items = DEFAULT_SOURCES if sources == "default" else tuple(
         x.strip() for x in sources.split(",") if x.strip())
     where = tuple(x.strip() for x in presets.split(",") if x.strip())
-    try:
-        from graphopt.hardware import load_cluster
+    from graphopt.hardware import load_cluster
 
-        check_output(out, "--out", folder=True)
-        _lock = lock_folder(out)  # held while the run lasts: a second run into --out is refused
-        if not items or not where:
-            raise GraphoptError("--sources and --presets need at least one item each")
-        for preset in where:
-            load_cluster(preset)
-        compile_simulator()
-        doc = search_targets(items, where, out, budget=budget, repair_seconds=repair_seconds,
-                             seed=seed, progress=lambda line: console.print(line, highlight=False))
-    except GraphoptError as err:
-        fail(err)
+    check_output(out, "--out", folder=True)
+    _lock = lock_folder(out)  # held while the run lasts: a second run into --out is refused
+    if not items or not where:
+        raise UsageError("--sources and --presets need at least one item each")
+    for preset in where:
+        load_cluster(preset)
+    compile_simulator()
+    doc = search_targets(items, where, out, budget=budget, repair_seconds=repair_seconds,
+                         seed=seed, progress=lambda line: console.print(line, highlight=False))
     skipped = sum("error" in e for e in doc["entries"].values())
     console.print(f"{len(doc['entries']) - skipped} targets in {out}/targets.json"
                   + (f" ({skipped} graph-preset pairs skipped: no valid partition)" if skipped else ""))
@@ -191,21 +186,18 @@ def train_mcm_imitate(
     torch.set_num_threads(threads)
     command = (f"graphopt train mcm-imitate {targets} --out {out} --epochs {epochs} --lr {lr:g} "
                f"--distance {distance:g} --seed {seed}")
-    try:
-        _lock = check_run_folder(out)  # held while the run lasts
-        with console.status(f"loading the targets of {targets} ..."):
-            items = load_targets(targets)
-        console.print(f"{len(items)} target partitions")
+    _lock = check_run_folder(out)  # held while the run lasts
+    with console.status(f"loading the targets of {targets} ..."):
+        items = load_targets(targets)
+    console.print(f"{len(items)} target partitions")
 
-        def progress(row: dict) -> None:
-            console.print(f"epoch {row['epoch']}/{epochs}  loss {row['loss']:.4f}  "
-                          f"accuracy {row['accuracy']:.3f}  {row['seconds']:.1f} s",
-                          highlight=False)
+    def progress(row: dict) -> None:
+        console.print(f"epoch {row['epoch']}/{epochs}  loss {row['loss']:.4f}  "
+                      f"accuracy {row['accuracy']:.3f}  {row['seconds']:.1f} s",
+                      highlight=False)
 
-        imitate(items, out, epochs=epochs, lr=lr, distance=distance, seed=seed,
-                command=command, progress=progress)
-    except GraphoptError as err:
-        fail(err)
+    imitate(items, out, epochs=epochs, lr=lr, distance=distance, seed=seed,
+            command=command, progress=progress)
     console.print(f"policy and checkpoint in {out}/")
 
 
@@ -247,24 +239,21 @@ def bench_mcm(
                         f"--seed {seed}", *(f"-p {p}" for p in param),
                         *([f"--out {out}"] if out != RESULTS / "mcm.json" else []),
                         *([f"--docs {docs}"] if docs else [])])
-    try:
-        known = (*mcm.METHODS, "mcm-one")
-        unknown = [m for m in names if m not in known]
-        if unknown:
-            raise GraphoptError(f"--methods: {', '.join(unknown)} not a multi-chip "
-                                f"partitioning method; known: {', '.join(known)}")
-        check_output(out, "--out")
-        check_output(docs, "--docs")
-        params = method_params(param, list(dict.fromkeys([*names, "mcm-one", "mcm-finetune"])))
-        say(plan_line(f"bench mcm: {len(names)} methods on {len(pick(graphs, mcm.GRAPHS))} graphs x "
-                      f"{len(pick(presets, mcm.PRESETS))} presets, budget {budget}", out, docs,
-                      earlier_seconds(out, budget=budget, seed=seed)))
-        compile_simulator()
-        res = mcm.run(pick(graphs, mcm.GRAPHS), pick(presets, mcm.PRESETS), names, budget,
-                      seed, out, params=params, scratch_budget=scratch_budget, command=command,
-                      progress=say)
-    except GraphoptError as err:
-        fail(err)
+    known = (*mcm.METHODS, "mcm-one")
+    unknown = [m for m in names if m not in known]
+    if unknown:
+        raise UsageError(f"--methods: {', '.join(unknown)} not a multi-chip "
+                         f"partitioning method; known: {', '.join(known)}")
+    check_output(out, "--out")
+    check_output(docs, "--docs")
+    params = method_params(param, list(dict.fromkeys([*names, "mcm-one", "mcm-finetune"])))
+    say(plan_line(f"bench mcm: {len(names)} methods on {len(pick(graphs, mcm.GRAPHS))} graphs x "
+                  f"{len(pick(presets, mcm.PRESETS))} presets, budget {budget}", out, docs,
+                  earlier_seconds(out, budget=budget, seed=seed)))
+    compile_simulator()
+    res = mcm.run(pick(graphs, mcm.GRAPHS), pick(presets, mcm.PRESETS), names, budget,
+                  seed, out, params=params, scratch_budget=scratch_budget, command=command,
+                  progress=say)
     console.print(mcm.to_markdown(res))
     if docs:
         mcm.update_docs(res, docs)

@@ -8,12 +8,14 @@ import typer
 from rich.table import Table
 
 from graphopt._files import check_output
-from graphopt.cli._common import (GRAPH_HELP, PARAM_HELP, compile_simulator, console,
-                                  evaluation_backend, fail, field_help, lock_folder, method_params)
+from graphopt.cli._common import GRAPH_HELP, console, evaluation_backend
+from graphopt.cli.locks import lock_folder
+from graphopt.cli.params import PARAM_HELP, field_help, method_params
+from graphopt.cli.warmup import compile_simulator
 from graphopt.cli.options import (address_option, backend_option, budget_option,
                                   cluster_option, default_cluster, methods_option, out_option,
                                   seed_option, split_methods)
-from graphopt.errors import ClusterError, GraphoptError
+from graphopt.errors import ClusterError, GraphoptError, UsageError
 from graphopt.frontends.source import Source
 
 #: :data:`graphopt.exec.api.PROGRAM_TIMING` (named here: that module imports torch)
@@ -115,81 +117,75 @@ def optimize(
     if task == "pipeline":
         from graphopt.cli.pipeline import DEFAULT_METHODS, optimize_pipeline
 
-        try:
-            chosen = split_methods(DEFAULT_METHODS if methods == _DEFAULT_METHODS else methods)
-            ignored = [opt for opt, given in (
-                ("--init", init is not None), ("-p", bool(param)),
-                ("--objective", objective != "runtime"), ("--time", seconds is not None),
-                ("--memory-fraction", memory_fraction is not None),
-                ("--devices", devices is not None), ("--backend", backend != "local"),
-                ("--virtual-stages", virtual_stages != 2 and schedule != "interleaved"))
-                if given]
-            if ignored:
-                raise GraphoptError(f"{ignored[0]}: not an option of --task pipeline (its "
-                                    "options: --stages, --microbatches, --schedule, "
-                                    "--virtual-stages, --methods, --measure, --out)")
-            check_output(out, "--out", folder=True)
-            _lock = lock_folder(out)  # held while the run lasts: a second run into --out is refused
-            optimize_pipeline(graph, cluster, stages, microbatches, schedule, chosen, out,
-                              measure, measure_steps, seed, virtual_stages)
-        except GraphoptError as err:
-            fail(err)
-        return
-    try:
-        names = split_methods(methods)
-        if not names:
-            raise GraphoptError(f"--methods {methods!r}: no method named; 'graphopt methods' "
-                                "lists them")
-        if measure and "single" not in names:  # what a user has without us: measured beside
-            names = ["single", *names]
+        chosen = split_methods(DEFAULT_METHODS if methods == _DEFAULT_METHODS else methods)
+        ignored = [opt for opt, given in (
+            ("--init", init is not None), ("-p", bool(param)),
+            ("--objective", objective != "runtime"), ("--time", seconds is not None),
+            ("--memory-fraction", memory_fraction is not None),
+            ("--devices", devices is not None), ("--backend", backend != "local"),
+            ("--virtual-stages", virtual_stages != 2 and schedule != "interleaved"))
+            if given]
+        if ignored:
+            raise UsageError(f"{ignored[0]}: not an option of --task pipeline (its "
+                             "options: --stages, --microbatches, --schedule, "
+                             "--virtual-stages, --methods, --measure, --out)")
         check_output(out, "--out", folder=True)
-        for path in output_paths(out, names) if out else ():  # a file where a method's folder goes
-            check_output(path, "--out")
-        check_output(out and out / PROGRAM_TIMING, "--out")  # a calibrated cluster's
-        params = method_params(param, names)
         _lock = lock_folder(out)  # held while the run lasts: a second run into --out is refused
-        c = load_cluster(cluster or default_cluster(graph))
-        traced = _measurable(graph, c.num_devices, devices) if measure else None
-        if devices and not measure:
-            raise GraphoptError(f"--devices {devices}: only with --measure")
-        source = Source.parse(graph)
-        if traced is None and source.runs and c.calibration is not None:
-            # a cluster of this machine's workers: search on the program's ops as the
-            # engine runs them, as 'graphopt run' predicts
-            from graphopt.exec.api import trace_source
+        optimize_pipeline(graph, cluster, stages, microbatches, schedule, chosen, out,
+                          measure, measure_steps, seed, virtual_stages)
+        return
+    names = split_methods(methods)
+    if not names:
+        raise UsageError(f"--methods {methods!r}: no method named; 'graphopt methods' "
+                         "lists them")
+    if measure and "single" not in names:  # what a user has without us: measured beside
+        names = ["single", *names]
+    check_output(out, "--out", folder=True)
+    for path in output_paths(out, names) if out else ():  # a file where a method's folder goes
+        check_output(path, "--out")
+    check_output(out and out / PROGRAM_TIMING, "--out")  # a calibrated cluster's
+    params = method_params(param, names)
+    _lock = lock_folder(out)  # held while the run lasts: a second run into --out is refused
+    c = load_cluster(cluster or default_cluster(graph))
+    traced = _measurable(graph, c.num_devices, devices) if measure else None
+    if devices and not measure:
+        raise UsageError(f"--devices {devices}: only with --measure")
+    source = Source.parse(graph)
+    if traced is None and source.runs and c.calibration is not None:
+        # a cluster of this machine's workers: search on the program's ops as the
+        # engine runs them, as 'graphopt run' predicts
+        from graphopt.exec.api import trace_source
 
-            traced = trace_source(graph)
-        g = traced.graph if traced is not None else source.graph()
-        compile_simulator()
-        if traced is not None:
-            from graphopt.cli.run import timing_status
-            from graphopt.exec.api import program_problem
+        traced = trace_source(graph)
+    g = traced.graph if traced is not None else source.graph()
+    compile_simulator()
+    if traced is not None:
+        from graphopt.cli.run import timing_status
+        from graphopt.exec.api import program_problem
 
-            with timing_status(c):
-                prob = timed = program_problem(traced, c)
-        else:
-            prob = Problem(g, c)
-        if memory_fraction is not None:
-            try:
-                prob = prob.with_memory_fraction(memory_fraction)
-            except ClusterError as err:  # a fraction so large a device's memory is inf
-                raise ClusterError(f"--memory-fraction {memory_fraction:g}: {err}") from None
-            c = prob.cluster
-        with evaluation_backend(backend, address), console.status("") as status:
-            results = compare(prob, names, task, Budget(budget, seconds, objective), seed, init,
-                              on_start=lambda m: status.update(f"running {m} on {g.name} ..."),
-                              params=params)
-        if traced is not None:
-            from graphopt.dist.local import stop_on_interrupt, stop_requested
+        with timing_status(c):
+            prob = timed = program_problem(traced, c)
+    else:
+        prob = Problem(g, c)
+    if memory_fraction is not None:
+        try:
+            prob = prob.with_memory_fraction(memory_fraction)
+        except ClusterError as err:  # a fraction so large a device's memory is inf
+            raise ClusterError(f"--memory-fraction {memory_fraction:g}: {err}") from None
+        c = prob.cluster
+    with evaluation_backend(backend, address), console.status("") as status:
+        results = compare(prob, names, task, Budget(budget, seconds, objective), seed, init,
+                          on_start=lambda m: status.update(f"running {m} on {g.name} ..."),
+                          params=params)
+    if traced is not None:
+        from graphopt.evaluate.interrupt import stop_on_interrupt, stop_requested
 
-            with stop_on_interrupt():  # a signal while measuring keeps the plans
-                _measure(traced, results, devices or f"cpu:{c.num_devices}", measure_steps,
-                         seed, stop_requested)
-                stopped = stop_requested()
-            if stopped and results:
-                results[-1].stats["interrupted"] = True
-    except GraphoptError as err:
-        fail(err)
+        with stop_on_interrupt():  # a signal while measuring keeps the plans
+            _measure(traced, results, devices or f"cpu:{c.num_devices}", measure_steps,
+                     seed, stop_requested)
+            stopped = stop_requested()
+        if stopped and results:
+            results[-1].stats["interrupted"] = True
     ref = {r.method: r.step_time for r in results if r.result.valid}
     t = Table(title=f"{g.name} ({g.num_nodes:,} ops) on {c.name}, task {task}, objective "
                     f"{objective}, lower bound {prob.lower_bound * 1e3:.3f} ms")
@@ -245,12 +241,12 @@ def _measurable(graph: str, count: int, devices: str | None):
 
     _, n = parse_devices(devices or f"cpu:{count}")
     if n != count:
-        raise GraphoptError(f"--devices {devices} has {n} device(s); the cluster has {count}, "
-                            "and a plan needs one real device for each")
+        raise UsageError(f"--devices {devices} has {n} device(s); the cluster has {count}, "
+                         "and a plan needs one real device for each")
     try:
         return trace_source(graph)
     except GraphoptError as err:
-        raise GraphoptError(f"--measure: {err}") from err
+        raise UsageError(f"--measure: {err}") from err
 
 
 def _measure(traced, results: list, devices: str, steps: int, seed: int, stop=None) -> None:
@@ -339,10 +335,7 @@ def methods(
         console.print(t)
         return
     from graphopt.optim import get_optimizer
-    try:
-        cls = type(get_optimizer(name))
-    except GraphoptError as err:
-        fail(err)
+    cls = type(get_optimizer(name))
     hints = typing.get_type_hints(cls)
     t = Table(title=f"{name}: hyperparameters, set with -p {name}.KEY=VALUE")
     for col in ("key", "type", "default", "what it is"):

@@ -18,7 +18,7 @@ from typing import Any
 
 import typer
 
-from graphopt.errors import MAX_SEED, GraphoptError
+from graphopt.errors import UsageError, MAX_SEED
 from graphopt.frontends.source import DEFAULT_CLUSTER, Source
 
 __all__ = ["ADDRESS_HELP", "BACKEND_HELP", "DEFAULT_CLUSTER", "MAX_BUDGET", "MAX_TRIALS",
@@ -71,12 +71,6 @@ def split_item(item: str, cluster: str | None) -> tuple[str, str]:
     return split_source(item, cluster or (default_cluster(graph) if graph and not at else None))
 
 
-def _fail(err: GraphoptError) -> None:
-    from graphopt.cli._common import fail
-
-    fail(err)
-
-
 def check_cluster_spec(spec: str, option: str = "--cluster") -> str:
     """``spec`` when it can name a cluster (``NAME[:COUNT]`` or a .toml file) and its
     device count, if any, is ASCII digits (Python's ``int`` also reads ``٢``).
@@ -92,13 +86,13 @@ def check_cluster_spec(spec: str, option: str = "--cluster") -> str:
     'h100:2'
     >>> check_cluster_spec("h100:٢")
     Traceback (most recent call last):
-    graphopt.errors.GraphoptError: --cluster 'h100:٢': device count '٢' is not ASCII digits (NAME[:COUNT])
+    graphopt.errors.UsageError: --cluster 'h100:٢': device count '٢' is not ASCII digits (NAME[:COUNT])
     """
     if ":" in spec and not spec.endswith(".toml"):
         count = spec.rpartition(":")[2]
         if not (count.isascii() and count.isdigit()):
-            raise GraphoptError(f"{option} {spec!r}: device count {count!r} is not ASCII "
-                                "digits (NAME[:COUNT])")
+            raise UsageError(f"{option} {spec!r}: device count {count!r} is not ASCII "
+                             "digits (NAME[:COUNT])")
     return spec
 
 
@@ -116,12 +110,12 @@ def split_methods(text: str, option: str = "--methods") -> list[str]:
     ['metis', 'sa']
     >>> split_methods("sa,sa")
     Traceback (most recent call last):
-    graphopt.errors.GraphoptError: --methods 'sa,sa': sa is named twice
+    graphopt.errors.UsageError: --methods 'sa,sa': sa is named twice
     """
     names = [m.strip() for m in text.split(",") if m.strip()]
     for i, name in enumerate(names):
         if name in names[:i]:
-            raise GraphoptError(f"{option} {text!r}: {name} is named twice")
+            raise UsageError(f"{option} {text!r}: {name} is named twice")
     return names
 
 
@@ -137,17 +131,14 @@ def _checked(check, option: str):
     def callback(value):
         if value is None:
             return value
-        try:
-            return check(value, option)
-        except GraphoptError as err:
-            _fail(err)
+        return check(value, option)  # a GraphoptError: the command group's one-line handler
     return callback
 
 
 def _bounded(lo: float, hi: float, option: str, what: str = "a whole number"):
     def check(value, option):
         if not lo <= value <= hi:
-            raise GraphoptError(f"{option} {value}: expected {what} in {lo:,}..{hi:,}")
+            raise UsageError(f"{option} {value}: expected {what} in {lo:,}..{hi:,}")
         return value
     return _checked(check, option)
 

@@ -11,7 +11,7 @@ import typer
 from rich.table import Table
 
 from graphopt.cli._common import console
-from graphopt.errors import ExecutionError, GraphoptError
+from graphopt.errors import ExecutionError, GraphoptError, UsageError
 from graphopt.optim.partition.pipeline import DEFAULT_SPLIT_METHODS
 
 #: ``--methods``' default for the pipeline task (``mcm`` is asked for by name).
@@ -43,7 +43,7 @@ def optimize_pipeline(graph: str, cluster: str | None, stages: int, microbatches
     ``out`` a plan file per method and ``report.json``; with ``measure``, each plan run
     for real. Ctrl-C (SIGTERM, SIGHUP) while measuring keeps the plans, without their
     measured figures, and exits 130."""
-    from graphopt.dist.local import stop_on_interrupt, stop_requested
+    from graphopt.evaluate.interrupt import stop_on_interrupt, stop_requested
     from graphopt.exec.pipeline import (Stopped, measure_pipelines, pipeline_model,
                                         pipeline_problem, runtime_overhead, stage_cluster)
     from graphopt.exec.workers import host_cores
@@ -56,18 +56,18 @@ def optimize_pipeline(graph: str, cluster: str | None, stages: int, microbatches
 
     if microbatches != "auto" and not (microbatches.isascii() and microbatches.isdigit()
                                        and int(microbatches) >= 1):
-        raise GraphoptError(f"--microbatches {microbatches}: give a count of at least 1, or auto")
+        raise UsageError(f"--microbatches {microbatches}: give a count of at least 1, or auto")
     if schedule not in (*SCHEDULES, "auto"):
-        raise GraphoptError(f"--schedule {schedule!r}: give {', '.join(SCHEDULES)} or auto")
+        raise UsageError(f"--schedule {schedule!r}: give {', '.join(SCHEDULES)} or auto")
     for m in methods:
         try:
             serves = PIPELINE in tasks_of(m)
         except GraphoptError:  # an unknown name
             serves = False
         if not serves:
-            raise GraphoptError(f"--methods: {m!r} is no pipeline method; give "
-                                f"{', '.join(SPLIT_METHODS)} ('graphopt methods' lists each "
-                                "method's tasks)")
+            raise UsageError(f"--methods: {m!r} is no pipeline method; give "
+                             f"{', '.join(SPLIT_METHODS)} ('graphopt methods' lists each "
+                             "method's tasks)")
     interrupted = False
     measured = None
     with stop_on_interrupt():  # from here a signal asks to stop: the plans are then kept
@@ -226,17 +226,17 @@ def run_pipeline(graph: str, plan_path: Path, devices: str, cluster: str | None,
 
     kind, count = parse_devices(devices)
     if kind != "cpu":
-        raise GraphoptError(f"--devices {devices}: pipelines run on CPU processes (cpu:K) here")
+        raise UsageError(f"--devices {devices}: pipelines run on CPU processes (cpu:K) here")
     plan = PipelinePlan.load(plan_path)
     if plan.model != graph:
-        raise GraphoptError(f"{plan_path}: the plan splits {plan.model}, not {graph}")
+        raise UsageError(f"{plan_path}: the plan splits {plan.model}, not {graph}")
     if plan.stages != count:
-        raise GraphoptError(f"--devices {devices}: {plan_path} has {plan.stages} stages; give "
-                            f"cpu:{plan.stages}")
+        raise UsageError(f"--devices {devices}: {plan_path} has {plan.stages} stages; give "
+                         f"cpu:{plan.stages}")
     model = pipeline_model(graph, seed)
     if plan.bounds[-1] != len(model.blocks) or (plan.blocks and plan.blocks != model.blocks):
-        raise GraphoptError(f"{plan_path}: the plan's blocks are not {graph}'s "
-                            f"({len(model.blocks)} blocks, {model.blocks[0]} .. {model.blocks[-1]})")
+        raise UsageError(f"{plan_path}: the plan's blocks are not {graph}'s "
+                         f"({len(model.blocks)} blocks, {model.blocks[0]} .. {model.blocks[-1]})")
     c = stage_cluster(load_cluster(cluster or "cpu"), count)
     # priced as the plan was made: profiled blocks and shared cores where it was measured
     prob, costs = pipeline_problem(model, plan.microbatches, c,

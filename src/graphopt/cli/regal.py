@@ -8,11 +8,13 @@ import typer
 from rich.table import Table
 
 from graphopt._files import check_output
-from graphopt.cli._common import (check_run_folder, compile_simulator, console, lock_folder,
-                                  evaluation_backend, fail, options_from_fields)
+from graphopt.cli._common import console, evaluation_backend
+from graphopt.cli.locks import check_run_folder, lock_folder
+from graphopt.cli.params import options_from_fields
+from graphopt.cli.warmup import compile_simulator
 from graphopt.cli.options import (address_option, backend_option, cluster_option,
                                   methods_option, out_option)
-from graphopt.errors import GraphoptError, check_fields
+from graphopt.errors import GraphoptError, UsageError, check_fields
 from graphopt.optim.learned.regal.config import ImitateConfig, RegalConfig
 
 __all__ = ["bench_regal", "corpus_regal_targets", "train_regal", "train_regal_imitate"]
@@ -52,7 +54,8 @@ def train_regal(
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from graphopt.dist.local import check_objective, stop_on_interrupt, stop_requested
+    from graphopt.evaluate.interrupt import stop_on_interrupt, stop_requested
+    from graphopt.evaluate.objective import check_objective
     from graphopt.optim.learned.regal.method import TRAIN_CORPUS, load_corpus, pretrain_regal
 
     config = RegalConfig(**options)
@@ -65,35 +68,32 @@ def train_regal(
                         *((f"--{'' if v else 'no-'}{k.replace('_', '-')}" if isinstance(v, bool)
                            else f"--{k.replace('_', '-')} {v}")
                           for k, v in vars(config).items() if v != getattr(defaults, k))])
-    try:
-        _lock = check_run_folder(out)  # held while the run lasts
-        check_fields(config, lambda key: "--" + key.replace("_", "-"))
-        check_objective(objective)
-        items = TRAIN_CORPUS if corpus == "default" else tuple(
-            c.strip() for c in corpus.split(",") if c.strip())
-        if not items:
-            raise GraphoptError(f"--corpus {corpus!r}: no graph named")
-        with console.status("loading the corpus ..."):
-            problems = load_corpus(items, cluster)
-        if problems[0].num_devices > config.max_devices:  # one cluster for every graph
-            raise GraphoptError(f"--cluster {cluster} has {problems[0].num_devices} devices; "
-                                f"--max-devices {config.max_devices} gives the policy's head "
-                                "that many device slots")
-        compile_simulator()
-        with evaluation_backend(backend, address), Progress(
-                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                TimeElapsedColumn(), console=console) as bar, stop_on_interrupt():
-            job = bar.add_task("REGAL training", total=config.updates)
+    _lock = check_run_folder(out)  # held while the run lasts
+    check_fields(config, lambda key: "--" + key.replace("_", "-"))
+    check_objective(objective)
+    items = TRAIN_CORPUS if corpus == "default" else tuple(
+        c.strip() for c in corpus.split(",") if c.strip())
+    if not items:
+        raise UsageError(f"--corpus {corpus!r}: no graph named")
+    with console.status("loading the corpus ..."):
+        problems = load_corpus(items, cluster)
+    if problems[0].num_devices > config.max_devices:  # one cluster for every graph
+        raise UsageError(f"--cluster {cluster} has {problems[0].num_devices} devices; "
+                         f"--max-devices {config.max_devices} gives the policy's head "
+                         "that many device slots")
+    compile_simulator()
+    with evaluation_backend(backend, address), Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TimeElapsedColumn(), console=console) as bar, stop_on_interrupt():
+        job = bar.add_task("REGAL training", total=config.updates)
 
-            def step(update: int, row: dict) -> None:
-                bar.update(job, completed=update, description=f"REGAL {row['graph']}: reward "
-                                                              f"{row['charts/reward_mean']:+.4f}")
+        def step(update: int, row: dict) -> None:
+            bar.update(job, completed=update, description=f"REGAL {row['graph']}: reward "
+                                                          f"{row['charts/reward_mean']:+.4f}")
 
-            state = pretrain_regal(problems, out, config, objective,
-                                   None if minutes is None else minutes * 60, step, command)
-            interrupted = stop_requested()
-    except GraphoptError as err:
-        fail(err)
+        state = pretrain_regal(problems, out, config, objective,
+                               None if minutes is None else minutes * 60, step, command)
+        interrupted = stop_requested()
     t = Table(title=f"REGAL training: {state['update']} of {config.updates} updates "
                     f"({state['seconds']:.0f} s in all)")
     for col in ("graph", "updates", "mean reward, first half", "mean reward, second half"):
@@ -161,43 +161,40 @@ def bench_regal(
                         *([f"--out {out}"] if out != Path("runs/bench/regal.json") else []),
                         *([f"--docs {docs}"] if docs else []),
                         *([f"--section {section}"] if section != "regal" else [])])
+    check_output(out, "--out")
+    check_output(docs, "--docs")
     try:
-        check_output(out, "--out")
-        check_output(docs, "--docs")
-        try:
-            check_section(section)
-        except GraphoptError as err:
-            raise GraphoptError(f"--section: {err}") from None
-        bad = [m for m in labels if m not in bench.METHODS]
-        if bad or not labels:
-            raise GraphoptError(f"--methods: unknown {bad or methods!r}; rows are "
-                                f"{', '.join(bench.METHODS)}")
-        if elite_bias_policy and not set(bench.ELITE_BIAS_ROWS) & set(labels):
-            raise GraphoptError(f"--elite-bias-policy: --methods has none of the rows that run it "
-                                f"({', '.join(bench.ELITE_BIAS_ROWS)})")
-        objs = tuple(o.strip() for o in objectives.split(",") if o.strip())
-        from graphopt.dist.local import check_objective
-
-        for o in objs or (objectives,):
-            check_objective(o)
-        items = TEST_GRAPHS if graphs == "default" else tuple(
-            g.strip() for g in graphs.split(",") if g.strip())
-        if not items:
-            raise GraphoptError(f"--graphs {graphs!r}: no graph named")
-        say(plan_line(f"bench regal: {len(labels)} methods x {len(items)} graphs x {seeds} seeds "
-                      f"x {len(objs)} objectives, {evals} evaluations each", out, docs,
-                      earlier_seconds(out, evals=evals, seeds=seeds)))
-        compile_simulator()
-        with console.status("") as status:
-            res = bench.run(objs, evals, seeds, items, labels, out,
-                            on_step=lambda text: status.update(text + " ..."),
-                            elite_bias_policy=elite_bias_policy, progress=say)
-            if train_check:
-                status.update("the shipped policy on the training graphs ...")
-                res["train_check"] = bench.train_check()
-                bench.save_json(res, out)
+        check_section(section)
     except GraphoptError as err:
-        fail(err)
+        raise UsageError(f"--section: {err}") from None
+    bad = [m for m in labels if m not in bench.METHODS]
+    if bad or not labels:
+        raise UsageError(f"--methods: unknown {bad or methods!r}; rows are "
+                         f"{', '.join(bench.METHODS)}")
+    if elite_bias_policy and not set(bench.ELITE_BIAS_ROWS) & set(labels):
+        raise UsageError(f"--elite-bias-policy: --methods has none of the rows that run it "
+                         f"({', '.join(bench.ELITE_BIAS_ROWS)})")
+    objs = tuple(o.strip() for o in objectives.split(",") if o.strip())
+    from graphopt.evaluate.objective import check_objective
+
+    for o in objs or (objectives,):
+        check_objective(o)
+    items = TEST_GRAPHS if graphs == "default" else tuple(
+        g.strip() for g in graphs.split(",") if g.strip())
+    if not items:
+        raise UsageError(f"--graphs {graphs!r}: no graph named")
+    say(plan_line(f"bench regal: {len(labels)} methods x {len(items)} graphs x {seeds} seeds "
+                  f"x {len(objs)} objectives, {evals} evaluations each", out, docs,
+                  earlier_seconds(out, evals=evals, seeds=seeds)))
+    compile_simulator()
+    with console.status("") as status:
+        res = bench.run(objs, evals, seeds, items, labels, out,
+                        on_step=lambda text: status.update(text + " ..."),
+                        elite_bias_policy=elite_bias_policy, progress=say)
+        if train_check:
+            status.update("the shipped policy on the training graphs ...")
+            res["train_check"] = bench.train_check()
+            bench.save_json(res, out)
     console.print(bench.to_markdown(res))
     if docs:
         bench.update_docs(res, docs, command, section, out)
@@ -229,7 +226,8 @@ def corpus_regal_targets(
 
     Example: graphopt corpus regal-targets corpus --out runs/regal-targets --minutes 15
     """
-    from graphopt.dist.local import check_objective, stop_on_interrupt
+    from graphopt.evaluate.interrupt import stop_on_interrupt
+    from graphopt.evaluate.objective import check_objective
     from graphopt.hardware import load_cluster
     from graphopt.optim.learned.regal.imitate import build_targets
 
@@ -240,24 +238,21 @@ def corpus_regal_targets(
                      *([f"--limit {limit}"] if limit else []),
                      *([f"--minutes {minutes:g}"] if minutes is not None else []),
                      *([f"--seed {seed}"] if seed else [])])
-    try:
-        check_output(out, "--out", folder=True)
-        _lock = lock_folder(out)  # held while the run lasts: a second run into --out is refused
-        check_objective(objective)
-        load_cluster(cluster)
-        compile_simulator()
+    check_output(out, "--out", folder=True)
+    _lock = lock_folder(out)  # held while the run lasts: a second run into --out is refused
+    check_objective(objective)
+    load_cluster(cluster)
+    compile_simulator()
 
-        def line(key: str, entry: dict) -> None:
-            console.print(f"{entry['seconds']:6.1f} s  {key}  {entry['nodes']} ops  peak "
-                          f"{entry['value'] / 2**20:.3f} MiB", highlight=False, soft_wrap=True)
+    def line(key: str, entry: dict) -> None:
+        console.print(f"{entry['seconds']:6.1f} s  {key}  {entry['nodes']} ops  peak "
+                      f"{entry['value'] / 2**20:.3f} MiB", highlight=False, soft_wrap=True)
 
-        with stop_on_interrupt():
-            doc = build_targets(folder, out, evals=evals, seed=seed, cluster=cluster,
-                                objective=objective, limit=limit,
-                                max_seconds=None if minutes is None else minutes * 60,
-                                on_item=line, argv=argv)
-    except GraphoptError as err:
-        fail(err)
+    with stop_on_interrupt():
+        doc = build_targets(folder, out, evals=evals, seed=seed, cluster=cluster,
+                            objective=objective, limit=limit,
+                            max_seconds=None if minutes is None else minutes * 60,
+                            on_item=line, argv=argv)
     fams = {v["family"] for v in doc["items"].values()}
     console.print(f"{len(doc['items'])} graphs of {len(fams)} families in {out}/index.json "
                   f"({doc['builds'][-1]['seconds']:,.1f} s this run)")
@@ -288,20 +283,17 @@ def train_regal_imitate(
                         *([f"--minutes {minutes:g}"] if minutes is not None else []),
                         *(f"--{k.replace('_', '-')} {v}" for k, v in vars(config).items()
                           if v != getattr(defaults, k))])
-    try:
-        _lock = check_run_folder(out)  # held while the run lasts
-        check_fields(config, lambda key: "--" + key.replace("_", "-"))
+    _lock = check_run_folder(out)  # held while the run lasts
+    check_fields(config, lambda key: "--" + key.replace("_", "-"))
 
-        def line(epoch: int, row: dict) -> None:
-            val = "" if row["val_loss"] is None else (
-                f"  val {row['val_loss']:.4f} (prior alone {row['val_loss_prior']:.4f}, "
-                f"a constant {row['val_loss_constant']:.4f})")
-            console.print(f"epoch {epoch}/{config.epochs}  train {row['train_loss']:.4f}{val}  "
-                          f"{row['seconds']:.1f} s", highlight=False)
+    def line(epoch: int, row: dict) -> None:
+        val = "" if row["val_loss"] is None else (
+            f"  val {row['val_loss']:.4f} (prior alone {row['val_loss_prior']:.4f}, "
+            f"a constant {row['val_loss_constant']:.4f})")
+        console.print(f"epoch {epoch}/{config.epochs}  train {row['train_loss']:.4f}{val}  "
+                      f"{row['seconds']:.1f} s", highlight=False)
 
-        state = imitate_regal(targets, out, config,
-                              None if minutes is None else minutes * 60, line, command)
-    except GraphoptError as err:
-        fail(err)
+    state = imitate_regal(targets, out, config,
+                          None if minutes is None else minutes * 60, line, command)
     console.print(f"policy, checkpoint and log.csv in {out}/ ({state['epoch']} epochs; "
                   f"validation families: {', '.join(state['val_families']) or 'none'})")

@@ -9,9 +9,10 @@ import typer
 from rich.table import Table
 
 from graphopt._files import check_output
-from graphopt.cli._common import console, fail, options_from_fields
+from graphopt.cli._common import console
+from graphopt.cli.params import options_from_fields
 from graphopt.cli.options import out_option
-from graphopt.errors import GraphoptError, check_fields
+from graphopt.errors import UsageError, check_fields
 from graphopt.rewrite.config import RewriteConfig
 
 app = typer.Typer()
@@ -43,27 +44,24 @@ def rewrite_command(
 
     Example: graphopt rewrite nasrnn --size tiny -o nasrnn.pt2 --extractor greedy
     """
-    try:
-        check_output(out, "--out")
-        check_output(stats, "--stats")
-        if out.suffix != ".pt2":
-            raise GraphoptError(f"--out {out}: expected a .pt2 file name")
-        cfg = RewriteConfig(**options)
-        check_fields(cfg, lambda name: f"--{name.replace('_', '-')}")
-        import torch
+    check_output(out, "--out")
+    check_output(stats, "--stats")
+    if out.suffix != ".pt2":
+        raise UsageError(f"--out {out}: expected a .pt2 file name")
+    cfg = RewriteConfig(**options)
+    check_fields(cfg, lambda name: f"--{name.replace('_', '-')}")
+    import torch
 
-        from graphopt._files import atomic_write
-        from graphopt.rewrite.api import load_model, rewrite, sequential_rewrite
+    from graphopt._files import atomic_write
+    from graphopt.rewrite.api import load_model, rewrite, sequential_rewrite
 
-        module, inputs = load_model(model, size)
-        res = (sequential_rewrite if sequential else rewrite)(module, inputs, cfg)
-        program = torch.export.export(res.module, tuple(inputs))
-        atomic_write(out, lambda f: torch.export.save(program, f))
-        if stats is not None:
-            text = json.dumps(res.stats, indent=1)
-            atomic_write(stats, lambda f: f.write(text.encode()))
-    except GraphoptError as err:
-        fail(err)
+    module, inputs = load_model(model, size)
+    res = (sequential_rewrite if sequential else rewrite)(module, inputs, cfg)
+    program = torch.export.export(res.module, tuple(inputs))
+    atomic_write(out, lambda f: torch.export.save(program, f))
+    if stats is not None:
+        text = json.dumps(res.stats, indent=1)
+        atomic_write(stats, lambda f: f.write(text.encode()))
     s = res.stats
     t = Table(title=f"{model}: {'sequential greedy' if sequential else 'saturation'} rewrite")
     t.add_column("")
@@ -121,24 +119,21 @@ def bench_rewrite(
                         *([f"--cost {cost}"] if cost != "roofline" else []),
                         *([f"--out {out}"] if out != RESULTS / out.name else []),
                         *([f"--docs {docs}"] if docs else [])])
-    try:
-        check_output(out, "--out")
-        check_output(docs, "--docs")
-        cfg = RewriteConfig(cost=cost)
-        check_fields(cfg, lambda name: f"--{name}")
-        unknown = [m for m in names if m not in MODELS]
-        if unknown or size not in ("bench", "tiny"):
-            raise GraphoptError(f"--models {','.join(unknown)}: expected some of "
-                                f"{', '.join(MODELS)}" if unknown else
-                                f"--size {size}: expected bench or tiny")
-        say(plan_line(f"bench rewrite: {len(names)} models ({size} size), {repeats} timed runs "
-                      "of each program", out, docs,
-                      earlier_seconds(out, size=size, repeats=repeats, compile=compile_)))
-        res = bench.run(names, size, repeats, warmup, compile_, out, cfg=cfg,
-                        seq_time_limit=sequential_limit, command=command,
-                        progress=say)
-    except GraphoptError as err:
-        fail(err)
+    check_output(out, "--out")
+    check_output(docs, "--docs")
+    cfg = RewriteConfig(cost=cost)
+    check_fields(cfg, lambda name: f"--{name}")
+    unknown = [m for m in names if m not in MODELS]
+    if unknown or size not in ("bench", "tiny"):
+        raise UsageError(f"--models {','.join(unknown)}: expected some of "
+                         f"{', '.join(MODELS)}" if unknown else
+                         f"--size {size}: expected bench or tiny")
+    say(plan_line(f"bench rewrite: {len(names)} models ({size} size), {repeats} timed runs "
+                  "of each program", out, docs,
+                  earlier_seconds(out, size=size, repeats=repeats, compile=compile_)))
+    res = bench.run(names, size, repeats, warmup, compile_, out, cfg=cfg,
+                    seq_time_limit=sequential_limit, command=command,
+                    progress=say)
     console.print(bench.to_markdown(res))
     if docs:
         bench.update_docs(res, docs)

@@ -9,9 +9,10 @@ import typer
 from rich.table import Table
 
 from graphopt._files import check_output
-from graphopt.cli._common import console, fail, interrupt_on_signals
+from graphopt.cli._common import console
+from graphopt.cli.signals import interrupt_on_signals
 from graphopt.cli.options import cluster_option, out_option, seed_option
-from graphopt.errors import ClusterError, GraphoptError
+from graphopt.errors import ClusterError, GraphoptError, UsageError
 
 app = typer.Typer()
 
@@ -65,59 +66,53 @@ def run(
     if pipeline is not None:
         from graphopt.cli.pipeline import run_pipeline
 
-        try:
-            if plan is not None or trace is not None:
-                raise GraphoptError("--pipeline runs a pipeline plan: leave out --plan and --trace")
-            with interrupt_on_signals():
-                run_pipeline(graph, pipeline, devices, cluster, steps, seed)
-        except GraphoptError as err:
-            fail(err)
+        if plan is not None or trace is not None:
+            raise UsageError("--pipeline runs a pipeline plan: leave out --plan and --trace")
+        with interrupt_on_signals():
+            run_pipeline(graph, pipeline, devices, cluster, steps, seed)
         return
+    check_output(trace, "--trace")
+    check_output(trace and trace.with_suffix(".sim.json"), "--trace (the simulated trace beside it)")
+    kind, count = parse_devices(devices)
+    p = Plan.load(plan) if plan else Plan()
     try:
-        check_output(trace, "--trace")
-        check_output(trace and trace.with_suffix(".sim.json"), "--trace (the simulated trace beside it)")
-        kind, count = parse_devices(devices)
-        p = Plan.load(plan) if plan else Plan()
+        c = load_cluster(cluster or default_cluster(kind, count))
+    except ClusterError as err:
+        if cluster:
+            raise
+        hint = f" ('graphopt calibrate --devices {devices} -o FILE' writes one)" \
+            if kind == "cpu" else ""
+        raise ClusterError(f"--devices {devices}: {err} (the default --cluster); give a "
+                           f"cluster of {count} devices{hint}") from None
+    if c.num_devices != count:
+        raise UsageError(f"--cluster {c.name} has {c.num_devices} devices; --devices "
+                         f"{devices} has {count}")
+    traced = trace_source(graph)
+    if plan is not None:  # before a calibrated cluster's timing
         try:
-            c = load_cluster(cluster or default_cluster(kind, count))
-        except ClusterError as err:
-            if cluster:
-                raise
-            hint = f" ('graphopt calibrate --devices {devices} -o FILE' writes one)" \
-                if kind == "cpu" else ""
-            raise ClusterError(f"--devices {devices}: {err} (the default --cluster); give a "
-                               f"cluster of {count} devices{hint}") from None
-        if c.num_devices != count:
-            raise GraphoptError(f"--cluster {c.name} has {c.num_devices} devices; --devices "
-                                f"{devices} has {count}")
-        traced = trace_source(graph)
-        if plan is not None:  # before a calibrated cluster's timing
-            try:
-                check_made_for(p, traced.graph)
-                p.check(traced.graph.num_nodes, c.num_devices)
-            except GraphoptError as err:
-                raise type(err)(f"{plan}: {err}") from None
-        with interrupt_on_signals():  # SIGTERM as Ctrl-C: the workers closed, exit 130
-            # the op times `optimize --out` timed this program with, where it made the plan
-            kept = plan.parent.parent / PROGRAM_TIMING if plan is not None else None
-            prob = load_program_timing(kept, traced, c) if kept and c.calibration else None
-            if prob is not None:
-                console.print(f"op times of {kept} (as graphopt optimize predicted the plan)")
-            else:
-                with timing_status(c):
-                    prob = program_problem(traced, c)
-            # the engine runs op by op: no fusion in the prediction
-            sim = simulate(prob, p.replace(fusion=np.zeros(prob.num_nodes)), timeline=trace is not None)
-            with console.status(f"starting {count} {kind} device(s)"):
-                placed = apply_traced(traced, p, devices, seed=seed)
-            with placed:
-                with console.status(f"running {steps + 1} steps"):
-                    timing = placed.measure(steps=steps, warmup=1)
-                    last = placed()
-                with console.status("one step measuring memory"):
-                    peaks = placed.peak_memory()
-    except GraphoptError as err:
-        fail(err)
+            check_made_for(p, traced.graph)
+            p.check(traced.graph.num_nodes, c.num_devices)
+        except GraphoptError as err:
+            raise type(err)(f"{plan}: {err}") from None
+    with interrupt_on_signals():  # SIGTERM as Ctrl-C: the workers closed, exit 130
+        # the op times `optimize --out` timed this program with, where it made the plan
+        kept = plan.parent.parent / PROGRAM_TIMING if plan is not None else None
+        prob = load_program_timing(kept, traced, c) if kept and c.calibration else None
+        if prob is not None:
+            console.print(f"op times of {kept} (as graphopt optimize predicted the plan)")
+        else:
+            with timing_status(c):
+                prob = program_problem(traced, c)
+        # the engine runs op by op: no fusion in the prediction
+        sim = simulate(prob, p.replace(fusion=np.zeros(prob.num_nodes)), timeline=trace is not None)
+        with console.status(f"starting {count} {kind} device(s)"):
+            placed = apply_traced(traced, p, devices, seed=seed)
+        with placed:
+            with console.status(f"running {steps + 1} steps"):
+                timing = placed.measure(steps=steps, warmup=1)
+                last = placed()
+            with console.status("one step measuring memory"):
+                peaks = placed.peak_memory()
     t = Table(title=f"{traced.graph.name}: {traced.graph.num_nodes} ops on {devices}")
     for col in ("measured median", "spread (min-max)", "simulated", "simulated / measured",
                 "in-place ops moved"):
@@ -180,22 +175,19 @@ def calibrate(
     from graphopt.exec.workers import host_cores
     from graphopt.hardware import save_cluster
 
-    try:
-        check_output(out, "--out")
-        kind, count = parse_devices(devices)
-        if kind != "cpu":
-            raise GraphoptError(f"--devices {devices}: calibration measures CPU workers (cpu:N)")
-        cores = host_cores()
-        if count > max(2, cores or 1):  # each worker a process of a few hundred MB, on its own core
-            raise GraphoptError(f"--devices {devices}: this machine gives graphopt {cores} core(s); "
-                                f"calibration measures one worker per core, so at most "
-                                f"cpu:{max(2, cores or 1)}")
-        with interrupt_on_signals(), console.status(f"measuring {count} CPU worker(s)"):
-            measured = measure(count)
-        save_cluster(measured, out)
-        cal = measured.calibration
-    except GraphoptError as err:
-        fail(err)
+    check_output(out, "--out")
+    kind, count = parse_devices(devices)
+    if kind != "cpu":
+        raise UsageError(f"--devices {devices}: calibration measures CPU workers (cpu:N)")
+    cores = host_cores()
+    if count > max(2, cores or 1):  # each worker a process of a few hundred MB, on its own core
+        raise UsageError(f"--devices {devices}: this machine gives graphopt {cores} core(s); "
+                         f"calibration measures one worker per core, so at most "
+                         f"cpu:{max(2, cores or 1)}")
+    with interrupt_on_signals(), console.status(f"measuring {count} CPU worker(s)"):
+        measured = measure(count)
+    save_cluster(measured, out)
+    cal = measured.calibration
     t = Table(title=f"{count} CPU worker(s), {cal.cores_per_device} core(s) each")
     for col in ("link latency", "link bandwidth", "dispatch per op", "matmul", "copy",
                 "waking: us after an idle of ms"):

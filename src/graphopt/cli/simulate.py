@@ -10,9 +10,9 @@ import typer
 from rich.table import Table
 
 from graphopt._files import check_output
-from graphopt.cli._common import GRAPH_HELP, check_plan, console, fail
+from graphopt.cli._common import GRAPH_HELP, check_plan, console
 from graphopt.cli.options import cluster_option, default_cluster, out_option
-from graphopt.errors import GraphoptError
+from graphopt.errors import UsageError
 from graphopt.frontends import load_source
 from graphopt.ir.graph import format_bytes
 
@@ -52,18 +52,15 @@ def simulate(
     from graphopt.sim import Plan, Problem
     from graphopt.sim import simulate as run
 
-    try:
-        for path, option in ((trace, "--trace"), (gantt, "--gantt"), (out, "--json")):
-            check_output(path, option)
-        g = load_source(graph)
-        c = load_cluster(cluster or default_cluster(graph))
-        prof = _load_profile_arg(profile) if profile else None
-        p = Plan.load(plan) if plan else Plan()
-        prob = Problem(g, c, profile=prof)
-        check_plan(p, prob, plan, same_graph=True)
-        r = run(prob, p, timeline=bool(trace or gantt))
-    except GraphoptError as err:
-        fail(err)
+    for path, option in ((trace, "--trace"), (gantt, "--gantt"), (out, "--json")):
+        check_output(path, option)
+    g = load_source(graph)
+    c = load_cluster(cluster or default_cluster(graph))
+    prof = _load_profile_arg(profile) if profile else None
+    p = Plan.load(plan) if plan else Plan()
+    prob = Problem(g, c, profile=prof)
+    check_plan(p, prob, plan, same_graph=True)
+    r = run(prob, p, timeline=bool(trace or gantt))
     show_result(prob, r, title=f"{g.name} on {c.name}")
     if trace:
         from graphopt.sim.trace import save_chrome_trace
@@ -88,7 +85,7 @@ def _load_profile_arg(spec: Path):
 
     path, _, kind = str(spec).partition("@")
     if not path:  # Path("") is the current folder: "cannot read ." would not say why
-        raise GraphoptError(f"--profile {spec}: no file before '@'; expected FILE or FILE@KIND")
+        raise UsageError(f"--profile {spec}: no file before '@'; expected FILE or FILE@KIND")
     p = Profile.load(path)
     return p.for_kind(kind) if kind else p
 
@@ -137,14 +134,11 @@ def profile(
     """
     from graphopt.cost.profile import profile_graph
 
-    try:
-        check_output(output, "--output")
-        g = load_source(graph)
-        p = profile_graph(g, device=device, repeats=repeats, max_ops=max_ops,
-                          time_limit=time_limit)
-        p.save(output)
-    except GraphoptError as err:
-        fail(err)
+    check_output(output, "--output")
+    g = load_source(graph)
+    p = profile_graph(g, device=device, repeats=repeats, max_ops=max_ops,
+                      time_limit=time_limit)
+    p.save(output)
     console.print(f"measured {len(p.entries)} distinct ops on {p.device_kind}; wrote {output}")
     if p.meta.get("repeats_cut"):
         console.print(f"--time-limit {time_limit:g} s reached: the last op kept the median of "
@@ -199,11 +193,8 @@ def demo(out: Path = out_option(Path("runs/demo"), "Folder for the output files.
     from graphopt.sim.trace import save_chrome_trace
     from graphopt.viz import gantt as draw
 
-    try:
-        check_output(out, "--out", folder=True)
-        c = load_cluster(cluster)
-    except GraphoptError as err:
-        fail(err)
+    check_output(out, "--out", folder=True)
+    c = load_cluster(cluster)
     g = mlp_training_graph(layers=8, hidden=4096, batch=256)
     prob = Problem(g, c)
     layer = np.array([int(m.split(".")[1]) if m.startswith("layers.") else -1 for m in g.module])

@@ -7,11 +7,12 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from graphopt.cli._common import (check_run_folder, console, ppo_options, evaluation_backend,
-                                  fail, lock_folder, options_from_fields)
+from graphopt.cli._common import console, evaluation_backend
+from graphopt.cli.locks import check_run_folder, lock_folder
+from graphopt.cli.params import options_from_fields, ppo_options
 from graphopt.cli.options import (address_option, backend_option, cluster_option, out_option,
                                   seed_option, split_item)
-from graphopt.errors import MAX_THREADS, GraphoptError
+from graphopt.errors import UsageError, MAX_THREADS
 from graphopt.frontends import load_source
 from graphopt.cli.mcm import train_mcm, train_mcm_imitate
 from graphopt.cli.regal import train_regal, train_regal_imitate
@@ -63,49 +64,46 @@ def train_imitate(
     torch.set_num_threads(threads)
     command = (f"graphopt train imitate {corpus} --epochs {epochs} --lr {lr:g} --seed {seed}"
                + (f" --init {init}" if init else "") + (" --prior" if prior else ""))
-    try:
-        _lock = check_run_folder(out)  # held while the run lasts
-        # --prior keeps the priors in the corpus's priors/: one writer of the corpus at a time
-        # (a 'corpus search' or another 'train imitate --prior' there is refused)
-        _corpus_lock = lock_folder(corpus, "CORPUS") if prior and (corpus / "manifest.json").is_file() \
-            else None
-        if init is not None:  # a bad or mismatched --init fails now, not after the priors
-            from graphopt.optim.learned.go.method import load_go_policy, reads_prior
+    _lock = check_run_folder(out)  # held while the run lasts
+    # --prior keeps the priors in the corpus's priors/: one writer of the corpus at a time
+    # (a 'corpus search' or another 'train imitate --prior' there is refused)
+    _corpus_lock = lock_folder(corpus, "CORPUS") if prior and (corpus / "manifest.json").is_file() \
+        else None
+    if init is not None:  # a bad or mismatched --init fails now, not after the priors
+        from graphopt.optim.learned.go.method import load_go_policy, reads_prior
 
-            if reads_prior(load_go_policy(str(init))[0]) != prior:
-                raise GraphoptError(f"--init {init}: " + (
-                    "not a prior-aware policy; --prior continues only from one"
-                    if prior else "a prior-aware policy; continue it with --prior"))
-        with console.status(f"loading the targets of {corpus} ..."):
-            targets = load_targets(corpus)
-        console.print(f"{len(targets)} target plans from "
-                      f"{len({t.family for t in targets})} families")
-        priors = moves = None
-        if prior:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+        if reads_prior(load_go_policy(str(init))[0]) != prior:
+            raise UsageError(f"--init {init}: " + (
+                "not a prior-aware policy; --prior continues only from one"
+                if prior else "a prior-aware policy; continue it with --prior"))
+    with console.status(f"loading the targets of {corpus} ..."):
+        targets = load_targets(corpus)
+    console.print(f"{len(targets)} target plans from "
+                  f"{len({t.family for t in targets})} families")
+    priors = moves = None
+    if prior:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-            with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                          console=console) as bar:
-                job = bar.add_task("priors (every heuristic; kept in priors/)", total=len(targets))
-                priors = prior_plans(corpus, targets, seed,
-                                     lambda done, total, key: bar.update(job, completed=done))
-                job = bar.add_task("every single move off each prior (kept)", total=len(targets))
-                from graphopt.ir.coarsen import colocation_groups
-                from graphopt.optim.learned.targets import prior_moves
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      console=console) as bar:
+            job = bar.add_task("priors (every heuristic; kept in priors/)", total=len(targets))
+            priors = prior_plans(corpus, targets, seed,
+                                 lambda done, total, key: bar.update(job, completed=done))
+            job = bar.add_task("every single move off each prior (kept)", total=len(targets))
+            from graphopt.ir.coarsen import colocation_groups
+            from graphopt.optim.learned.targets import prior_moves
 
-                moves = prior_moves(corpus, targets, priors,
-                                    [colocation_groups(t.problem.graph) for t in targets],
-                                    lambda done, total, key: bar.update(job, completed=done))
+            moves = prior_moves(corpus, targets, priors,
+                                [colocation_groups(t.problem.graph) for t in targets],
+                                lambda done, total, key: bar.update(job, completed=done))
 
-        def progress(row: dict) -> None:
-            console.print(f"epoch {row['epoch']}/{epochs}  loss {row['loss']:.4f}  "
-                          f"accuracy {row['accuracy']:.3f}  {row['seconds']:.1f} s",
-                          highlight=False)
+    def progress(row: dict) -> None:
+        console.print(f"epoch {row['epoch']}/{epochs}  loss {row['loss']:.4f}  "
+                      f"accuracy {row['accuracy']:.3f}  {row['seconds']:.1f} s",
+                      highlight=False)
 
-        imitate(targets, out, epochs=epochs, lr=lr, seed=seed, init=init, command=command,
-                priors=priors, moves=moves, progress=progress)
-    except GraphoptError as err:
-        fail(err)
+    imitate(targets, out, epochs=epochs, lr=lr, seed=seed, init=init, command=command,
+            priors=priors, moves=moves, progress=progress)
     console.print(f"policy and checkpoint in {out}/")
 
 
@@ -167,41 +165,38 @@ def train(
     torch.set_num_threads(threads)
     items = PRETRAIN_CORPUS if corpus == "default" else tuple(
         c.strip() for c in corpus.split(",") if c.strip())
-    try:
-        _lock = check_run_folder(out)  # held while the run lasts
-        aware = init is not None and reads_prior(load_go_policy(init)[0])  # a bad folder fails now
-        tasks = parse_task(task)  # a bad --task fails now, not after the corpus is loaded
-        ppo, flags = ppo_options(PRETRAIN_PPO, ppo)
-        command = " ".join(["graphopt train",
-                            *([f"--corpus {corpus}"] if corpus != "default" else []),
-                            *([f"--cluster {cluster}"] if cluster else []),
-                            f"--updates {updates}", *([f"--minutes {minutes:g}"] if minutes else []),
-                            f"--task {task}", f"--seed {seed}",
-                            *([f"--init {init}"] if init else []), *flags])
-        if not items:
-            raise GraphoptError(f"--corpus {corpus!r}: no GRAPH@CLUSTER item")
-        problems, priors = [], []  # priors: a prior-aware policy's start plans
-        for item in items:
-            if (Path(item) / "manifest.json").is_file():  # a corpus: its train split
-                from graphopt.optim.learned.targets import load_targets, prior_plans
+    _lock = check_run_folder(out)  # held while the run lasts
+    aware = init is not None and reads_prior(load_go_policy(init)[0])  # a bad folder fails now
+    tasks = parse_task(task)  # a bad --task fails now, not after the corpus is loaded
+    ppo, flags = ppo_options(PRETRAIN_PPO, ppo)
+    command = " ".join(["graphopt train",
+                        *([f"--corpus {corpus}"] if corpus != "default" else []),
+                        *([f"--cluster {cluster}"] if cluster else []),
+                        f"--updates {updates}", *([f"--minutes {minutes:g}"] if minutes else []),
+                        f"--task {task}", f"--seed {seed}",
+                        *([f"--init {init}"] if init else []), *flags])
+    if not items:
+        raise UsageError(f"--corpus {corpus!r}: no GRAPH@CLUSTER item")
+    problems, priors = [], []  # priors: a prior-aware policy's start plans
+    for item in items:
+        if (Path(item) / "manifest.json").is_file():  # a corpus: its train split
+            from graphopt.optim.learned.targets import load_targets, prior_plans
 
-                with console.status(f"loading the train split of {item} ..."):
-                    targets = load_targets(item)
-                    problems += [t.problem for t in targets]
-                    if aware:
-                        priors += prior_plans(item, targets, seed)
-                continue
-            graph, where = split_item(item, cluster)
-            with console.status(f"loading {graph} ..."):
-                problems.append(Problem(load_source(graph), load_cluster(where)))
+            with console.status(f"loading the train split of {item} ..."):
+                targets = load_targets(item)
+                problems += [t.problem for t in targets]
                 if aware:
-                    priors.append(prior_plan(problems[-1], seed))
-        with evaluation_backend(backend, address):
-            res = pretrain(problems, out, task=tasks, updates=updates,
-                           seconds=None if minutes is None else minutes * 60, seed=seed,
-                           ppo=ppo, command=command, init=init, priors=priors if aware else None)
-    except GraphoptError as err:
-        fail(err)
+                    priors += prior_plans(item, targets, seed)
+            continue
+        graph, where = split_item(item, cluster)
+        with console.status(f"loading {graph} ..."):
+            problems.append(Problem(load_source(graph), load_cluster(where)))
+            if aware:
+                priors.append(prior_plan(problems[-1], seed))
+    with evaluation_backend(backend, address):
+        res = pretrain(problems, out, task=tasks, updates=updates,
+                       seconds=None if minutes is None else minutes * 60, seed=seed,
+                       ppo=ppo, command=command, init=init, priors=priors if aware else None)
     t = Table(title=f"pre-training: {res['updates']} updates, {res['total_evals']:,} plans "
                     f"simulated ({res['seconds']:.0f} s this run)")
     for col in ("graph", "cluster", "first batch mean / bound", "last batch mean / bound",

@@ -10,10 +10,11 @@ import typer
 from rich.table import Table
 
 from graphopt._files import check_output
-from graphopt.cli._common import compile_simulator, console, evaluation_backend, fail
+from graphopt.cli._common import console, evaluation_backend
+from graphopt.cli.warmup import compile_simulator
 from graphopt.cli.options import (address_option, budget_option, cluster_option, out_option,
                                   seed_option, split_item, trials_option)
-from graphopt.errors import MAX_SEED, GraphoptError
+from graphopt.errors import UsageError, MAX_SEED
 from graphopt.frontends import load_source
 
 app = typer.Typer()
@@ -57,32 +58,29 @@ def tune(
     from graphopt.optim.tune import tune as run_tune
     from graphopt.sim import Problem
 
+    check_output(out, "--out")
     try:
-        check_output(out, "--out")
-        try:
-            seed_list = [int(s) for s in seeds.split(",") if s.strip()]
-        except ValueError:
-            raise GraphoptError(f"--seeds {seeds!r}: expected whole numbers, e.g. 0,1,2") from None
-        if any(not 0 <= s <= MAX_SEED for s in seed_list):
-            raise GraphoptError(f"--seeds {seeds!r}: expected whole numbers in 0..{MAX_SEED}, "
-                                "e.g. 0,1,2")
-        if not seed_list:
-            raise GraphoptError(f"--seeds {seeds!r}: no seed")
-        problems = []
-        for item in (g.strip() for g in graphs.split(",") if g.strip()):
-            graph, where = split_item(item, cluster)
-            with console.status(f"loading {graph} ..."):
-                problems.append(Problem(load_source(graph), load_cluster(where)))
-        if not problems:
-            raise GraphoptError(f"{graphs!r}: no graph")
-        compile_simulator()
-        with evaluation_backend("ray", address, pool=False), \
-                console.status(f"tuning {method}: {trials} trials on Ray Tune ..."):
-            res = run_tune(problems, method, trials=trials, budget=budget, seeds=seed_list,
-                           task=task, keys=[k.strip() for k in keys.split(",") if k.strip()],
-                           seed=seed)
-    except GraphoptError as err:
-        fail(err)
+        seed_list = [int(s) for s in seeds.split(",") if s.strip()]
+    except ValueError:
+        raise UsageError(f"--seeds {seeds!r}: expected whole numbers, e.g. 0,1,2") from None
+    if any(not 0 <= s <= MAX_SEED for s in seed_list):
+        raise UsageError(f"--seeds {seeds!r}: expected whole numbers in 0..{MAX_SEED}, "
+                         "e.g. 0,1,2")
+    if not seed_list:
+        raise UsageError(f"--seeds {seeds!r}: no seed")
+    problems = []
+    for item in (g.strip() for g in graphs.split(",") if g.strip()):
+        graph, where = split_item(item, cluster)
+        with console.status(f"loading {graph} ..."):
+            problems.append(Problem(load_source(graph), load_cluster(where)))
+    if not problems:
+        raise UsageError(f"{graphs!r}: no graph")
+    compile_simulator()
+    with evaluation_backend("ray", address, pool=False), \
+            console.status(f"tuning {method}: {trials} trials on Ray Tune ..."):
+        res = run_tune(problems, method, trials=trials, budget=budget, seeds=seed_list,
+                       task=task, keys=[k.strip() for k in keys.split(",") if k.strip()],
+                       seed=seed)
     res["command"] = (f"graphopt tune {graphs} --method {method} "
                       + (f"--cluster {cluster} " if cluster else "")
                       + f"--trials {trials} --budget {budget} --seeds {seeds} --task {task} "

@@ -13,7 +13,7 @@ from typing import Any
 import graphopt
 from graphopt._files import check_record, write_error, inside, read_index, safe_name, write_json
 from graphopt.corpus.items import CorpusItem
-from graphopt.errors import GraphoptError, WriteError
+from graphopt.errors import BadFileError, WriteError
 
 __all__ = ["FORMAT", "VERSION", "build_corpus", "check_manifest", "load_manifest", "summarize"]
 
@@ -45,8 +45,8 @@ def load_manifest(folder: str | Path, missing_ok: bool = False) -> dict[str, Any
     if not path.exists():
         if missing_ok:
             return _empty_manifest()
-        raise GraphoptError(f"{folder}: not a corpus (no manifest.json); build one with "
-                            "'graphopt corpus build --out DIR'")
+        raise BadFileError(f"{folder}: not a corpus (no manifest.json); build one with "
+                           "'graphopt corpus build --out DIR'")
     return check_manifest(read_index(path, FORMAT, VERSION, "items", "a graphopt corpus manifest"),
                           path)
 
@@ -69,8 +69,8 @@ def check_manifest(doc: dict[str, Any], path: Path) -> dict[str, Any]:
                                          "bytes?": "count"})
             if record["file"] != f"graphs/{key}.npz":
                 inside(path.parent, record["file"], f"{where}: field 'file'")
-                raise GraphoptError(f"{where}: field 'file': expected 'graphs/{key}.npz', got "
-                                    f"{record['file']!r}")
+                raise BadFileError(f"{where}: field 'file': expected 'graphs/{key}.npz', got "
+                                   f"{record['file']!r}")
         else:
             check_record(record, where, {"reason": "str"})
     check_record(doc, str(path), {"builds?": "list"})

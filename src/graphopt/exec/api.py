@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from graphopt.errors import ExecutionError, GraphoptError
+from graphopt.errors import BadFileError, ExecutionError, UsageError
 from graphopt.exec.program import Program, compile_program
 from graphopt.exec.runner import AllocationPeak, materialize, pack_copies, run_inprocess
 from graphopt.exec.workers import CPUWorkers
@@ -37,9 +37,9 @@ def trace_source(spec: str) -> TracedProgram:
     """
     source = Source.parse(spec)
     if not source.runs:
-        raise GraphoptError(f"graph {spec!r}: only PyTorch programs run for real: zoo:NAME (e.g. "
-                            "zoo:rnnlm-2-quick), hf:MODEL_TYPE, pipe:NAME, py:FILE.py:FACTORY "
-                            "or a torch.export .pt2 file")
+        raise UsageError(f"graph {spec!r}: only PyTorch programs run for real: zoo:NAME (e.g. "
+                         "zoo:rnnlm-2-quick), hf:MODEL_TYPE, pipe:NAME, py:FILE.py:FACTORY "
+                         "or a torch.export .pt2 file")
     return source.program()
 
 
@@ -62,7 +62,7 @@ def save_program_timing(prob: Problem, traced: TracedProgram, cluster: Cluster,
     host = next((x for x in d if x.host), None)
     profile = getattr(prob, "profile", None)
     if not (profile is None or isinstance(profile, Profile)):  # several: not engine_problem's
-        raise GraphoptError("a program timing holds one profile")
+        raise BadFileError("a program timing holds one profile")
     meta = {"how": "graphopt.exec, one worker", "program_timing": {
         "graph": {"name": traced.graph.name, "fingerprint": traced.graph.fingerprint()},
         "calibration": _calibration_key(cluster), "profile": profile is not None,
@@ -97,8 +97,8 @@ def load_program_timing(path: str | os.PathLike, traced: TracedProgram,
         if not all(math.isfinite(x) and x >= 0 for x in numbers):
             raise ValueError
     except (KeyError, TypeError, ValueError):
-        raise GraphoptError(f"{path}: not a program timing written by graphopt optimize "
-                            "(remove it to time the program again)") from None
+        raise BadFileError(f"{path}: not a program timing written by graphopt optimize "
+                           "(remove it to time the program again)") from None
     return Problem(traced.graph, cluster.with_program_figures(*figures),
                    profile=profile if kept.get("profile") else None, max_fusion_size=1)
 
@@ -166,12 +166,12 @@ def parse_devices(spec: str) -> tuple[str, int]:
     # ASCII digits only: str.isdigit() accepts '²', which int() refuses
     if kind not in ("cpu", "cuda") or (count and not (count.isascii() and count.isdigit())) \
             or not 1 <= int(count or 1) <= MAX_WORKERS:
-        raise GraphoptError(f"--devices {spec!r}: expected cpu[:N] or cuda[:N] with N in "
-                            f"1..{MAX_WORKERS}")
+        raise UsageError(f"--devices {spec!r}: expected cpu[:N] or cuda[:N] with N in "
+                         f"1..{MAX_WORKERS}")
     n = int(count or 1)
     if kind == "cuda" and n > torch.cuda.device_count():
-        raise GraphoptError(f"--devices {spec!r}: this machine has {torch.cuda.device_count()} CUDA "
-                            "device(s)")
+        raise UsageError(f"--devices {spec!r}: this machine has {torch.cuda.device_count()} CUDA "
+                         "device(s)")
     return kind, n
 
 
@@ -194,8 +194,8 @@ def default_cluster(kind: str, count: int) -> str:
     for part, preset in _GPU_PRESETS:
         if part in name.upper():
             return f"{preset}:{count}"
-    raise GraphoptError(f"--devices {kind}:{count}: no preset for {name!r}; give --cluster "
-                        "(a preset or a cluster TOML file)")
+    raise UsageError(f"--devices {kind}:{count}: no preset for {name!r}; give --cluster "
+                     "(a preset or a cluster TOML file)")
 
 
 @dataclass

@@ -45,7 +45,7 @@ import numpy as np
 import torch
 
 from graphopt.cost.profile import Profile, _signatures
-from graphopt.errors import GraphoptError
+from graphopt.errors import UsageError
 from graphopt.exec.program import compile_program
 from graphopt.exec.workers import CPUWorkers, device_cores
 from graphopt.frontends.torch import TracedProgram, trace_program
@@ -266,7 +266,7 @@ def calibrate(devices: int = 2, timeout: float = 120.0, chain_ops: int = 300,
     >>> save_cluster(cluster, "cluster.toml")           # doctest: +SKIP
     """
     if devices < 1:
-        raise GraphoptError(f"--devices cpu:{devices}: expected at least one device")
+        raise UsageError(f"--devices cpu:{devices}: expected at least one device")
     chain = trace_program(_Chain(chain_ops).eval(), (torch.zeros(1),), training=False)
     with CPUWorkers(devices, timeout=timeout) as pool:
         pingpong = pool.pingpong(list(_SIZES)) if devices > 1 else {}

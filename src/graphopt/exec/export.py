@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from graphopt.cost import op_costs
-from graphopt.errors import ClusterError, PlanError
+from graphopt.errors import ClusterError, PlanError, UsageError
 from graphopt.sim.plan import check_made_for
 from graphopt.frontends.torch import TracedProgram
 from graphopt.hardware import Cluster, load_cluster
@@ -416,7 +416,6 @@ def parse_max_memory(text: str) -> dict[Device, int]:
         One line naming ``--max-memory``: an entry not ``DEVICE=SIZE``, an unknown or
         repeated device (a GPU index is ASCII digits, below 1024), or a bad size.
     """
-    from graphopt.errors import GraphoptError
 
     out: dict[Device, int] = {}
     for item in [p.strip() for p in str(text).split(",")]:
@@ -424,15 +423,15 @@ def parse_max_memory(text: str) -> dict[Device, int]:
         # ASCII digits only: str.isdigit() and int() also read '٠', '۱' and '²' (issue 49)
         dev: Device = int(key) if key.isascii() and key.isdigit() and len(key) <= 4 else key.lower()
         if not eq or dev not in ("cpu", "disk") and not (isinstance(dev, int) and dev < 1024):
-            raise GraphoptError(f"--max-memory {text!r}: expected DEVICE=SIZE entries, DEVICE a GPU "
-                                f"index (ASCII digits, 0..1023), cpu or disk, e.g. 0=2GiB,1=2GiB; "
-                                f"got {item!r}")
+            raise UsageError(f"--max-memory {text!r}: expected DEVICE=SIZE entries, DEVICE a GPU "
+                             f"index (ASCII digits, 0..1023), cpu or disk, e.g. 0=2GiB,1=2GiB; "
+                             f"got {item!r}")
         if dev in out:
-            raise GraphoptError(f"--max-memory {text!r}: device {dev} given twice")
+            raise UsageError(f"--max-memory {text!r}: device {dev} given twice")
         try:
             out[dev] = parse_size(size)
         except ValueError as err:
-            raise GraphoptError(f"--max-memory {text!r}: device {dev}: {err}") from None
+            raise UsageError(f"--max-memory {text!r}: device {dev}: {err}") from None
     return out
 
 

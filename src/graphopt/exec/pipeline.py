@@ -40,7 +40,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from graphopt.errors import ExecutionError, GraphoptError
+from graphopt.errors import ExecutionError, GraphoptError, UsageError
 from graphopt.exec.runner import AllocationPeak
 from graphopt.frontends.model import Model
 from graphopt.frontends.source import Source
@@ -499,7 +499,7 @@ def measure_pipelines(spec: str, plans: list[PipelinePlan], steps: int = 5, warm
         Seconds the processes may take in all; then they are stopped.
     stop : callable, optional
         Polled twice a second; once it returns True the processes are stopped and
-        :class:`Stopped` is raised (Ctrl-C under :func:`graphopt.dist.local.stop_on_interrupt`).
+        :class:`Stopped` is raised (Ctrl-C under :func:`graphopt.evaluate.interrupt.stop_on_interrupt`).
 
     Raises
     ------
@@ -510,15 +510,15 @@ def measure_pipelines(spec: str, plans: list[PipelinePlan], steps: int = 5, warm
         A process failed (its first line), or the processes ran past ``timeout``.
     """
     if not plans:
-        raise GraphoptError("no pipeline plan to run")
+        raise UsageError("no pipeline plan to run")
     world = plans[0].stages
     model = pipeline_model(spec, seed)
     for p in plans:
         if p.stages != world:
-            raise GraphoptError(f"plans of {world} and {p.stages} stages: run them apart")
+            raise UsageError(f"plans of {world} and {p.stages} stages: run them apart")
         if p.bounds[-1] != len(model.blocks):
-            raise GraphoptError(f"plan bounds {list(p.bounds)} end at block {p.bounds[-1]}; "
-                                f"{spec} has {len(model.blocks)} blocks")
+            raise UsageError(f"plan bounds {list(p.bounds)} end at block {p.bounds[-1]}; "
+                             f"{spec} has {len(model.blocks)} blocks")
         model.check_microbatches(p.microbatches)
     if not pipeline_available():
         raise ExecutionError("this PyTorch has no torch.distributed.pipelining with gloo")

@@ -39,7 +39,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from graphopt.errors import GraphoptError
+from graphopt.errors import UsageError
 
 __all__ = ["Model", "find_blocks", "square_loss"]
 
@@ -169,20 +169,20 @@ class Model:
     def check_microbatches(self, microbatches: int) -> None:
         """Refuse a microbatch count that does not divide the batch (one-line error)."""
         if microbatches < 1:
-            raise GraphoptError(f"--microbatches {microbatches}: give at least 1")
+            raise UsageError(f"--microbatches {microbatches}: give at least 1")
         if self.batch % microbatches:
-            raise GraphoptError(f"--microbatches {microbatches} does not divide {self.name}'s "
-                                f"batch of {self.batch}")
+            raise UsageError(f"--microbatches {microbatches} does not divide {self.name}'s "
+                             f"batch of {self.batch}")
 
     def require_blocks(self, stages: int = 2) -> None:
         """Refuse a model with fewer than ``stages`` blocks to split, naming the model."""
         if len(self.blocks) < 2:
-            raise GraphoptError(f"{self.name}: no blocks to split a pipeline at (a ModuleList "
-                                "or Sequential of two or more modules of one class, as a "
-                                "transformer's stack of layers is)")
+            raise UsageError(f"{self.name}: no blocks to split a pipeline at (a ModuleList "
+                             "or Sequential of two or more modules of one class, as a "
+                             "transformer's stack of layers is)")
         if stages > len(self.blocks):
-            raise GraphoptError(f"--stages {stages}: {self.name} has only {len(self.blocks)} "
-                                f"blocks ({self.blocks[0]} .. {self.blocks[-1]})")
+            raise UsageError(f"--stages {stages}: {self.name} has only {len(self.blocks)} "
+                             f"blocks ({self.blocks[0]} .. {self.blocks[-1]})")
 
     def with_blocks(self, blocks: tuple[str, ...]) -> Model:
         """The same model with other blocks (each must name a submodule)."""
@@ -190,5 +190,5 @@ class Model:
             try:
                 self.module.get_submodule(b)
             except AttributeError:
-                raise GraphoptError(f"{self.name}: no submodule {b!r} to split at") from None
+                raise UsageError(f"{self.name}: no submodule {b!r} to split at") from None
         return replace(self, blocks=tuple(blocks))

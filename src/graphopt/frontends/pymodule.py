@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from graphopt.errors import GraphoptError
+from graphopt.errors import BadFileError, UsageError
 from graphopt.frontends.model import Model
 from graphopt.ir.graph import Graph
 
@@ -55,29 +55,29 @@ def parse_spec(spec: str) -> tuple[Path, str, str]:
     path, dot_py, rest = spec.partition(".py:")
     factory, _, overrides = rest.partition(":")
     if not dot_py or not path or not factory.isidentifier():
-        raise GraphoptError(f"graph 'py:{spec}': expected py:FILE.py:FACTORY[:key=value,...], "
-                            "e.g. py:net.py:make:layers=4")
+        raise UsageError(f"graph 'py:{spec}': expected py:FILE.py:FACTORY[:key=value,...], "
+                         "e.g. py:net.py:make:layers=4")
     return Path(path + ".py"), factory, overrides
 
 
 def _load(path: Path, source: str):
     if not path.is_file():
-        raise GraphoptError(f"graph {source!r}: no file {path}")
+        raise UsageError(f"graph {source!r}: no file {path}")
     # one module name per file, so that a spawned worker importing it again gets the same
     name = "graphopt_user_" + hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]
     if name in sys.modules:
         return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
-        raise GraphoptError(f"graph {source!r}: {path} cannot be imported as Python")
+        raise BadFileError(f"graph {source!r}: {path} cannot be imported as Python")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses and pickling look the module up by name
     try:
         spec.loader.exec_module(module)
     except BaseException as err:  # the user's code raises anything, SystemExit included
         del sys.modules[name]
-        raise GraphoptError(f"graph {source!r}: importing {path} raised "
-                            f"{type(err).__name__}: {_first_line(err)}") from None
+        raise BadFileError(f"graph {source!r}: importing {path} raised "
+                           f"{type(err).__name__}: {_first_line(err)}") from None
     return module
 
 
@@ -102,29 +102,29 @@ def model(spec: str, seed: int = 0) -> Model:
     overrides = parse_overrides(source, text)
     factory = getattr(_load(path, source), name, None)
     if not callable(factory):
-        raise GraphoptError(f"graph {source!r}: {path} has no function {name!r}")
+        raise UsageError(f"graph {source!r}: {path} has no function {name!r}")
     torch.manual_seed(seed)
     try:
         made = factory(**overrides)
     except Exception as err:  # noqa: BLE001 - the user's code raises anything
-        raise GraphoptError(f"graph {source!r}: {name}() raised {type(err).__name__}: "
-                            f"{_first_line(err)}") from None
+        raise BadFileError(f"graph {source!r}: {name}() raised {type(err).__name__}: "
+                           f"{_first_line(err)}") from None
     if not isinstance(made, tuple) or not 2 <= len(made) <= 4:
-        raise GraphoptError(f"graph {source!r}: {name}() must return (module, inputs[, loss"
-                            f"[, target]]), got {type(made).__name__}")
+        raise BadFileError(f"graph {source!r}: {name}() must return (module, inputs[, loss"
+                           f"[, target]]), got {type(made).__name__}")
     module, inputs, loss, target = (*made, None, None)[:4]
     inputs = (inputs,) if isinstance(inputs, Tensor) else inputs
     if not isinstance(module, nn.Module):
-        raise GraphoptError(f"graph {source!r}: {name}() returned no nn.Module first "
-                            f"({type(module).__name__})")
+        raise BadFileError(f"graph {source!r}: {name}() returned no nn.Module first "
+                           f"({type(module).__name__})")
     if not isinstance(inputs, tuple | list) or not inputs or not all(
             isinstance(x, Tensor) for x in inputs):
-        raise GraphoptError(f"graph {source!r}: {name}()'s inputs must be a tensor or a "
-                            "tuple of tensors")
+        raise BadFileError(f"graph {source!r}: {name}()'s inputs must be a tensor or a "
+                           "tuple of tensors")
     if loss is not None and not callable(loss):
-        raise GraphoptError(f"graph {source!r}: {name}()'s loss must be callable")
+        raise BadFileError(f"graph {source!r}: {name}()'s loss must be callable")
     if target is not None and not isinstance(target, Tensor):
-        raise GraphoptError(f"graph {source!r}: {name}()'s target must be a tensor")
+        raise BadFileError(f"graph {source!r}: {name}()'s target must be a tensor")
     return Model(source, module, tuple(inputs), target, loss)
 
 

@@ -30,7 +30,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Any
 
-from graphopt.errors import GraphError, GraphoptError
+from graphopt.errors import GraphError, UsageError
 from graphopt.ir.generate import layered_graph, mlp_training_graph
 from graphopt.ir.graph import Graph
 
@@ -170,8 +170,8 @@ class Source:
             why = self._row.no_model if self._row is not None else (
                 "a torch.export program, not a module" if self.text.endswith(".pt2")
                 else "a graph file, with no PyTorch code behind it")
-            raise GraphoptError(f"graph {self.text!r}: {why}; a model that runs is zoo:NAME, "
-                                "hf:MODEL_TYPE, pipe:NAME or py:FILE.py:FACTORY")
+            raise UsageError(f"graph {self.text!r}: {why}; a model that runs is zoo:NAME, "
+                             "hf:MODEL_TYPE, pipe:NAME or py:FILE.py:FACTORY")
         return _call(self._row.model, self.rest, seed)
 
     def program(self):
@@ -243,13 +243,13 @@ def parse_overrides(source: str, text: str) -> dict[str, Any]:
     for part in filter(None, text.split(",")):
         key, eq, value = (t.strip() for t in part.partition("="))
         if not eq or not key.isidentifier() or not value:
-            raise GraphoptError(f"graph {source!r}: override {part!r} is not key=value, "
-                                "e.g. layers=2")
+            raise UsageError(f"graph {source!r}: override {part!r} is not key=value, "
+                             "e.g. layers=2")
         if key.startswith("_"):  # private fields and dunders are not settings
-            raise GraphoptError(f"graph {source!r}: override {key!r}: a setting's name does "
-                                "not begin with '_'")
+            raise UsageError(f"graph {source!r}: override {key!r}: a setting's name does "
+                             "not begin with '_'")
         if key in overrides:
-            raise GraphoptError(f"graph {source!r}: override {key!r} given twice")
+            raise UsageError(f"graph {source!r}: override {key!r} given twice")
         overrides[key] = _parse_value(value)
     return overrides
 
@@ -273,8 +273,8 @@ def split_source(item: str, cluster: str | None = None) -> tuple[str, str | None
     if not at:
         graph, where = item, cluster
     if not graph or not where:
-        raise GraphoptError(f"graph source {item!r}: expected GRAPH@CLUSTER, e.g. "
-                            "zoo:rnnlm-2@p100:2, or GRAPH with a cluster given apart")
+        raise UsageError(f"graph source {item!r}: expected GRAPH@CLUSTER, e.g. "
+                         "zoo:rnnlm-2@p100:2, or GRAPH with a cluster given apart")
     return graph, where
 
 
@@ -306,12 +306,12 @@ def _example(rest: str) -> Graph:
             if seed < 0:
                 raise ValueError(seed)
         except ValueError:
-            raise GraphoptError(f"graph {spec!r}: expected example:layered-N with an integer N, "
-                                "or example:layered-N-sSEED with a SEED >= 0") from None
+            raise UsageError(f"graph {spec!r}: expected example:layered-N with an integer N, "
+                             "or example:layered-N-sSEED with a SEED >= 0") from None
         if not 1 <= size <= MAX_EXAMPLE_OPS:
-            raise GraphoptError(f"graph {spec!r}: N must be 1..{MAX_EXAMPLE_OPS:,} (a larger "
-                                "random graph: graphopt.ir.generate.layered_graph)")
+            raise UsageError(f"graph {spec!r}: N must be 1..{MAX_EXAMPLE_OPS:,} (a larger "
+                             "random graph: graphopt.ir.generate.layered_graph)")
         width = max(1, min(20, size // 10))
         return layered_graph(max(1, size // width), width, seed=seed)
-    raise GraphoptError(f"unknown example graph {spec!r}; known: example:mlp, "
-                        "example:layered-N, example:layered-N-sSEED")
+    raise UsageError(f"unknown example graph {spec!r}; known: example:mlp, "
+                     "example:layered-N, example:layered-N-sSEED")

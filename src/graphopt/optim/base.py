@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Protocol
 
-from graphopt.dist.local import OBJECTIVES, check_objective
-from graphopt.errors import GraphoptError, check_fields
+from graphopt.evaluate.interrupt import stop_requested
+from graphopt.evaluate.objective import OBJECTIVES, Budget, check_objective
+from graphopt.errors import BudgetExhausted, UsageError, check_fields
 from graphopt.sim import Plan, Problem
 
 __all__ = ["TASKS", "OBJECTIVES", "PIPELINE", "Budget", "Optimizer", "check_objectives",
@@ -24,21 +24,6 @@ PIPELINE = "pipeline"
 
 #: The part of a :class:`Plan` each task decides.
 _PART = {"placement": "placement", "scheduling": "priority", "fusion": "fusion"}
-
-
-@dataclass(frozen=True)
-class Budget:
-    """Bounds on a search, simulator evaluations and wall-clock seconds (None: unbounded),
-    and what it minimises: ``objective`` ``"runtime"`` (step time) or ``"memory"`` (the
-    highest peak memory over devices); invalid plans rank last for both (see
-    :meth:`graphopt.dist.local.LocalEvaluator.score`, the one place it is scored)."""
-
-    evals: int | None = 1000
-    seconds: float | None = None
-    objective: str = "runtime"
-
-    def __post_init__(self) -> None:
-        check_objective(self.objective)
 
 
 def compose(task: frozenset[str], init: Plan | None, plan: Plan) -> Plan:
@@ -136,11 +121,11 @@ def get_optimizer(name: str, **kwargs) -> Optimizer:
     """
     _load_all()
     if name not in _REGISTRY:
-        raise GraphoptError(f"unknown method {name!r}; known methods: {', '.join(sorted(_REGISTRY))}")
+        raise UsageError(f"unknown method {name!r}; known methods: {', '.join(sorted(_REGISTRY))}")
     try:
         opt = _REGISTRY[name](**kwargs)
     except (TypeError, ValueError) as err:
-        raise GraphoptError(f"method {name}: {err}") from None
+        raise UsageError(f"method {name}: {err}") from None
     check_params(opt)
     return opt
 
@@ -177,13 +162,13 @@ def check_objectives(method: str, objective: str) -> None:
     --------
     >>> check_objectives("hdp", "memory")
     Traceback (most recent call last):
-    graphopt.errors.GraphoptError: method hdp cannot minimise memory; it takes runtime only
+    graphopt.errors.UsageError: method hdp cannot minimise memory; it takes runtime only
     """
     _load_all()
     takes = getattr(_REGISTRY.get(method), "objectives", OBJECTIVES)
     if check_objective(objective) not in takes:
-        raise GraphoptError(f"method {method} cannot minimise {objective}; it takes "
-                            f"{', '.join(takes)} only")
+        raise UsageError(f"method {method} cannot minimise {objective}; it takes "
+                         f"{', '.join(takes)} only")
 
 
 def tasks_of(method: str) -> frozenset[str]:
@@ -199,7 +184,7 @@ def tasks_of(method: str) -> frozenset[str]:
     """
     _load_all()
     if method not in _REGISTRY:
-        raise GraphoptError(f"unknown method {method!r}; known methods: {', '.join(sorted(_REGISTRY))}")
+        raise UsageError(f"unknown method {method!r}; known methods: {', '.join(sorted(_REGISTRY))}")
     return frozenset(getattr(_REGISTRY[method], "tasks", TASKS))
 
 
@@ -208,8 +193,8 @@ def parse_task(task: str | frozenset[str] | set[str]) -> frozenset[str]:
     parts = frozenset(t.strip() for t in task.split(",")) if isinstance(task, str) else frozenset(task)
     bad = parts - TASKS
     if bad or not parts:
-        raise GraphoptError(f"unknown task {sorted(bad) or task!r}; tasks are "
-                            f"{', '.join(sorted(TASKS))} (comma-separated)")
+        raise UsageError(f"unknown task {sorted(bad) or task!r}; tasks are "
+                         f"{', '.join(sorted(TASKS))} (comma-separated)")
     return parts
 
 
@@ -228,12 +213,17 @@ def optimize(problem: Problem, method: str = "single", task: str | frozenset[str
     budget = budget or Budget()
     tasks = parse_task(task)
     if not tasks <= tasks_of(method):
-        raise GraphoptError(f"method {method} serves the {', '.join(sorted(tasks_of(method)))} "
-                            f"task, not {', '.join(sorted(tasks - tasks_of(method)))}")
+        raise UsageError(f"method {method} serves the {', '.join(sorted(tasks_of(method)))} "
+                         f"task, not {', '.join(sorted(tasks - tasks_of(method)))}")
     check_objectives(method, budget.objective)
     opt = get_optimizer(method, **kwargs)
     t0 = time.perf_counter()
-    plan, stats = opt.optimize(problem, parse_task(task), budget, seed, init)
+    try:
+        plan, stats = opt.optimize(problem, parse_task(task), budget, seed, init)
+    except BudgetExhausted as err:
+        if stop_requested():  # a stop before the method had a plan: the caller ends the run
+            raise
+        raise UsageError(str(err)) from err  # a budget too small to simulate one plan
     stats = {"method": method, "seed": seed, "objective": budget.objective, **stats,
              "seconds": stats.get("seconds", time.perf_counter() - t0)}
     return plan.replace(meta={**plan.meta, "method": method, "seed": seed}), stats

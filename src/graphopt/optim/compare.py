@@ -15,9 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from graphopt.dist.local import BudgetExhausted, stop_on_interrupt, stop_requested
+from graphopt.evaluate.interrupt import stop_on_interrupt, stop_requested
+from graphopt.errors import BudgetExhausted, WriteError
 from graphopt._files import atomic_write, write_error
-from graphopt.errors import WriteError
 from graphopt.optim.base import Budget, check_objectives, optimize, parse_task
 from graphopt.sim import Plan, Problem, SimResult, simulate
 

@@ -30,7 +30,7 @@ import typing
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from graphopt.errors import GraphoptError
+from graphopt.errors import GraphoptError, UsageError
 from graphopt.optim.base import Budget, get_optimizer, optimize, parse_task
 from graphopt.sim import Problem, simulate
 from graphopt.sim.plan import INVALID_PENALTY
@@ -106,11 +106,11 @@ def search_space(method: str, keys: Sequence[str] | None = None) -> dict[str, Kn
     if keys:
         bad = [k for k in keys if k not in space]
         if bad:
-            raise GraphoptError(f"--keys {','.join(bad)}: not a numeric hyperparameter of "
-                                f"{method}; it has {', '.join(space) or 'none'}")
+            raise UsageError(f"--keys {','.join(bad)}: not a numeric hyperparameter of "
+                             f"{method}; it has {', '.join(space) or 'none'}")
         space = {k: space[k] for k in keys}
     if not space:
-        raise GraphoptError(f"{method} has no numeric hyperparameter to tune")
+        raise UsageError(f"{method} has no numeric hyperparameter to tune")
     return space
 
 
@@ -160,7 +160,7 @@ def tune(problems: Sequence[Problem], method: str, *, trials: int = 16, budget: 
     """Tune ``method``'s hyperparameters on ``problems`` with Ray Tune: ``trials``
     settings, the defaults first, each scored by :func:`score`, at most ``concurrent`` at
     once (default: one per CPU). Ray must be initialized
-    (:func:`graphopt.dist.ray.ray_session`).
+    (:func:`graphopt.evaluate.ray.ray_session`).
 
     Returns
     -------

@@ -25,7 +25,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from graphopt.errors import GraphoptError
+from graphopt.errors import UsageError
 from graphopt.zoo import get_entry
 
 __all__ = ["MODELS", "TENSAT_MODELS", "ZOO_BENCH", "make_model"]
@@ -230,9 +230,9 @@ def make_model(name: str, size: str = "bench", seed: int = 0
     torch.Size([1, 16])
     """
     if name not in MODELS:
-        raise GraphoptError(f"unknown model {name!r}; known: {', '.join(MODELS)}")
+        raise UsageError(f"unknown model {name!r}; known: {', '.join(MODELS)}")
     if size not in ("bench", "tiny"):
-        raise GraphoptError(f"unknown size {size!r}; expected bench or tiny")
+        raise UsageError(f"unknown size {size!r}; expected bench or tiny")
     with torch.random.fork_rng(), torch.no_grad():
         torch.manual_seed(seed)
         model, inputs = MODELS[name](size)

@@ -27,14 +27,11 @@ from egglog import (EGraph, Expr, String, StringLike, f64Like, function, i64, i6
                     relation, set_)
 from torch import fx
 
-from graphopt.errors import GraphoptError
+from graphopt.errors import RewriteError
 
 __all__ = ["FUSED", "L", "RewriteError", "T", "Translation", "W", "hi", "is_identity", "lo",
            "fx_order", "perm_compose", "shape_of", "to_terms"]
 
-
-class RewriteError(GraphoptError):
-    """A program cannot be rewritten: it fails to export, or its rewritten form differs."""
 
 
 class W(Expr):

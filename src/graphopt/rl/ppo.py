@@ -44,7 +44,10 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from torch import Tensor
 
 from graphopt._files import save_figure
-from graphopt.dist.local import BudgetExhausted, make_evaluator, stop_on_interrupt, stop_requested
+from graphopt.evaluate.backend import make_evaluator
+from graphopt.evaluate.interrupt import stop_on_interrupt, stop_requested
+from graphopt.errors import BudgetExhausted
+from graphopt.evaluate.local import LocalEvaluator
 from graphopt.runs.checkpoint import load_checkpoint, save_checkpoint
 from graphopt.rl.config import PPOConfig
 from graphopt.runs.run import CURVE_FILE, LOG_FILE, seed_everything, write_log
@@ -149,7 +152,7 @@ def train(policy: torch.nn.Module, envs: list, cfg: PPOConfig, *, seed: int,
 
     # the evaluator owns this call's evals and seconds; updates count over the whole run.
     # make_evaluator: the rollouts' simulations run on the backend in use (a Ray pool)
-    ev = make_evaluator(envs[0].problem, evals, seconds)
+    ev = make_evaluator(envs[0].problem, evals, seconds, default=LocalEvaluator)
 
     def done() -> bool:
         return ev.exhausted() or (updates is not None and state["update"] >= updates)

@@ -18,7 +18,8 @@ import numpy as np
 import torch
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from graphopt.dist.local import BudgetExhausted, stop_on_interrupt, stop_requested
+from graphopt.evaluate.interrupt import stop_on_interrupt, stop_requested
+from graphopt.errors import BudgetExhausted
 from graphopt.runs.checkpoint import load_checkpoint, save_checkpoint
 from graphopt.runs.run import CURVE_FILE, LOG_FILE, write_log
 from graphopt.sim import Plan

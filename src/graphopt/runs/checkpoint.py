@@ -37,7 +37,7 @@ from safetensors.torch import load as load_tensors
 from safetensors.torch import save as save_tensors
 from torch import nn
 
-from graphopt.errors import GraphoptError, WriteError
+from graphopt.errors import CheckpointError, WriteError
 from graphopt._files import atomic_write, read_json, regular_file, write_error
 
 __all__ = ["CheckpointError", "check_state", "load_checkpoint", "load_policy", "read_checkpoint",
@@ -48,9 +48,6 @@ FORMAT = "graphopt.rl.checkpoint"
 VERSION = 1
 WEIGHTS, META = "weights.safetensors", "checkpoint.json"
 
-
-class CheckpointError(GraphoptError):
-    """A checkpoint folder that cannot be resumed: corrupt, or from another run."""
 
 
 def _check_version(meta: dict, where: str) -> None:

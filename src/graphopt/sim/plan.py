@@ -18,7 +18,7 @@ __all__ = ["INVALID_PENALTY", "Plan", "check_made_for"]
 
 #: The one cost of an invalid plan (out of memory), in every score that ranks plans: it
 #: counts as this many times a valid plan's scale. The evaluator's score adds this many
-#: bounds per unit of relative memory overflow (``graphopt.dist.local``); ``tune``
+#: bounds per unit of relative memory overflow (``graphopt.evaluate.objective.score``); ``tune``
 #: counts an invalid plan's step time this many times over; PPO rewards it as
 #: ``−√INVALID_PENALTY`` (this many lower bounds); REINFORCE charges it
 #: ``INVALID_PENALTY**2`` seconds, a cost of √ = ``INVALID_PENALTY`` (grappler's 100 s).

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from graphopt.errors import GraphoptError
+from graphopt.errors import UsageError
 from graphopt._files import atomic_write
 from graphopt.ir.ops import op_class
 from graphopt.sim.problem import Problem, SimResult, Timeline
@@ -22,7 +22,7 @@ _US = 1e6  # trace timestamps are in microseconds
 def require_timeline(result: SimResult) -> Timeline:
     """The result's timeline; :class:`GraphoptError` when it was simulated without one."""
     if result.timeline is None:
-        raise GraphoptError("the result holds no timeline: simulate(..., timeline=True) first")
+        raise UsageError("the result holds no timeline: simulate(..., timeline=True) first")
     return result.timeline
 
 

@@ -25,7 +25,7 @@ from types import ModuleType
 import torch
 
 import graphopt
-from graphopt.errors import GraphoptError
+from graphopt.errors import BadFileError, GraphoptError
 from graphopt.ir import Graph, load_graph, save_graph
 from graphopt.zoo.models import FAMILIES
 from graphopt.zoo.models._common import count_parameters
@@ -125,7 +125,7 @@ def build(name: str | ZooEntry, cache: bool = True) -> Graph:
         try:
             graph = load_graph(path)
             if graph.meta.get("zoo", {}).get("cache_key") != cache_key(entry):
-                raise GraphoptError(f"{path}: holds a graph of another cache key")
+                raise BadFileError(f"{path}: holds a graph of another cache key")
             return graph
         except GraphoptError as err:
             warnings.warn(f"zoo cache file {path} is unusable ({err}); rebuilding {entry.name}",

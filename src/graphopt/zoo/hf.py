@@ -46,7 +46,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from graphopt.errors import FrontendError, GraphoptError
+from graphopt.errors import FrontendError, MissingDependencyError, UsageError
 from graphopt.ir.graph import Graph
 from graphopt.zoo.registry import parse_overrides
 
@@ -75,8 +75,8 @@ def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
     """
     model_type, _, rest = spec.partition(":")
     if not model_type:
-        raise GraphoptError(f"graph 'hf:{spec}': expected hf:MODEL_TYPE[:key=value,...], "
-                            "e.g. hf:bert:num_hidden_layers=2,seq=128")
+        raise UsageError(f"graph 'hf:{spec}': expected hf:MODEL_TYPE[:key=value,...], "
+                         "e.g. hf:bert:num_hidden_layers=2,seq=128")
     overrides = parse_overrides(f"hf:{spec}", rest)
     return model_type, overrides
 
@@ -85,7 +85,7 @@ def _transformers():
     try:
         import transformers
     except ImportError:
-        raise GraphoptError(f"hf: graphs need the 'transformers' package: {INSTALL_HINT}") \
+        raise MissingDependencyError(f"hf: graphs need the 'transformers' package: {INSTALL_HINT}") \
             from None
     transformers.logging.set_verbosity_error()
     return transformers
@@ -120,9 +120,9 @@ def _field_value(spec: str, key: str, value: Any, default: Any) -> Any:
         return [int(x) if x.strip().lstrip("-").isdigit() else float(x)
                 for x in str(value).split("/")]
     except ValueError:
-        raise GraphoptError(f"graph 'hf:{spec}': {key}={value!r}: a list field takes numbers "
-                            f"written a/b/c (its default is {'/'.join(map(str, default))}) "
-                            "or one number for every item") from None
+        raise UsageError(f"graph 'hf:{spec}': {key}={value!r}: a list field takes numbers "
+                         f"written a/b/c (its default is {'/'.join(map(str, default))}) "
+                         "or one number for every item") from None
 
 
 def _followers(default: Any, fields: dict[str, Any]) -> dict[str, Any]:
@@ -255,9 +255,9 @@ def _inputs(config: Any, main: str, shape: dict[str, Any], gen: torch.Generator
         frames = 2 * getattr(config, "max_source_positions", 1500)
         ids = {"input_features": torch.randn(batch, bins, frames, generator=gen)}
     else:
-        raise GraphoptError(f"hf:{config.model_type}: the model needs the input {main!r}, "
-                            "which this source does not make (it makes input_ids, "
-                            "pixel_values, input_values and input_features)")
+        raise UsageError(f"hf:{config.model_type}: the model needs the input {main!r}, "
+                         "which this source does not make (it makes input_ids, "
+                         "pixel_values, input_values and input_features)")
     if getattr(config, "is_encoder_decoder", False):
         ids["decoder_input_ids"] = torch.randint(0, vocab, (batch, seq), generator=gen)
     return ids
@@ -315,12 +315,12 @@ def _check_settings(spec: str, default: Any, overrides: dict[str, Any]) -> None:
         where = f"graph 'hf:{spec}': {key}={value!r}"
         items = value if isinstance(value, list) else [value]
         if not all(v is None or isinstance(v, (bool, int, float, str)) for v in items):
-            raise GraphoptError(f"{where}: an override is text, a number, true/false or a list "
-                                "of those")
+            raise UsageError(f"{where}: an override is text, a number, true/false or a list "
+                             "of those")
         if key in _NOT_SETTINGS:
-            raise GraphoptError(f"{where}: not a setting (the model type is the source's "
-                                f"'hf:MODEL_TYPE'; {', '.join(sorted(_NOT_SETTINGS - {key}))} are "
-                                "not settings either)")
+            raise UsageError(f"{where}: not a setting (the model type is the source's "
+                             f"'hf:MODEL_TYPE'; {', '.join(sorted(_NOT_SETTINGS - {key}))} are "
+                             "not settings either)")
         if key in _IMPLEMENTATIONS or key in default.attribute_map:
             pass
         elif key not in stored:
@@ -328,11 +328,11 @@ def _check_settings(spec: str, default: Any, overrides: dict[str, Any]) -> None:
             what = ("a property" if isinstance(attr, property) else
                     "a method" if callable(attr) or isinstance(attr, (classmethod, staticmethod))
                     else "not a stored field")
-            raise GraphoptError(f"{where}: {key!r} is {what} of {cls.__name__}, not a setting")
+            raise UsageError(f"{where}: {key!r} is {what} of {cls.__name__}, not a setting")
         name = default.attribute_map.get(key, key)
         if (name in _LAYER_FIELDS or key in _LAYER_FIELDS) and isinstance(value, int) \
                 and not isinstance(value, bool) and value < 1:
-            raise GraphoptError(f"{where}: a layer count is at least 1")
+            raise UsageError(f"{where}: a layer count is at least 1")
 
 
 def _int(config: Any, *names: str) -> int:
@@ -402,13 +402,13 @@ def _check_size(spec: str, config: Any, shape: dict[str, Any], main: str) -> tup
     max_params, max_bytes = limits()
     params, nbytes = estimate(config, shape, main)
     if params > max_params:
-        raise GraphoptError(f"graph 'hf:{spec}': about {params:,} parameters, more than the "
-                            f"{max_params:,} graphopt builds here (its weights are made for "
-                            "real; raise the bound with $GRAPHOPT_MAX_PARAMS)")
+        raise UsageError(f"graph 'hf:{spec}': about {params:,} parameters, more than the "
+                         f"{max_params:,} graphopt builds here (its weights are made for "
+                         "real; raise the bound with $GRAPHOPT_MAX_PARAMS)")
     if nbytes > max_bytes:
-        raise GraphoptError(f"graph 'hf:{spec}': a training step of about {nbytes:,} bytes "
-                            f"(weights, gradients, activations), more than the {max_bytes:,} "
-                            "graphopt takes (raise the bound with $GRAPHOPT_MAX_BYTES)")
+        raise UsageError(f"graph 'hf:{spec}': a training step of about {nbytes:,} bytes "
+                         f"(weights, gradients, activations), more than the {max_bytes:,} "
+                         "graphopt takes (raise the bound with $GRAPHOPT_MAX_BYTES)")
     return params, nbytes
 
 
@@ -427,22 +427,22 @@ def make(spec: str) -> tuple[nn.Module, tuple[Tensor, ...], dict[str, Any]]:
     for key, value in shape.items():
         if value is not None and (not isinstance(value, int) or isinstance(value, bool)
                                   or not 1 <= value <= _MAX_SHAPE[key]):
-            raise GraphoptError(f"graph 'hf:{spec}': {key}={value!r} must be an integer "
-                                f"1..{_MAX_SHAPE[key]:,}")
+            raise UsageError(f"graph 'hf:{spec}': {key}={value!r} must be an integer "
+                             f"1..{_MAX_SHAPE[key]:,}")
     limits()  # a bad $GRAPHOPT_MAX_PARAMS or $GRAPHOPT_MAX_BYTES fails before any work
     tf = _transformers()
     try:
         default = tf.AutoConfig.for_model(model_type)
     except ValueError:
-        raise GraphoptError(f"graph 'hf:{spec}': unknown transformers model type "
-                            f"{model_type!r} (transformers {tf.__version__}); e.g. bert, "
-                            "gpt2, t5, vit") from None
+        raise UsageError(f"graph 'hf:{spec}': unknown transformers model type "
+                         f"{model_type!r} (transformers {tf.__version__}); e.g. bert, "
+                         "gpt2, t5, vit") from None
     fields = {}
     for key, value in overrides.items():
         if not hasattr(default, key) and key not in _IMPLEMENTATIONS and key not in _NOT_SETTINGS:
-            raise GraphoptError(f"graph 'hf:{spec}': {key!r} is not a field of "
-                                f"{type(default).__name__} (nor one of "
-                                f"{', '.join([*SHAPE_KEYS, *_IMPLEMENTATIONS])})")
+            raise UsageError(f"graph 'hf:{spec}': {key!r} is not a field of "
+                             f"{type(default).__name__} (nor one of "
+                             f"{', '.join([*SHAPE_KEYS, *_IMPLEMENTATIONS])})")
         fields[default.attribute_map.get(key, key)] = _field_value(spec, key, value,
                                                                    getattr(default, key, None))
     _check_settings(spec, default, {k: fields[default.attribute_map.get(k, k)] for k in overrides})
@@ -458,8 +458,8 @@ def make(spec: str) -> tuple[nn.Module, tuple[Tensor, ...], dict[str, Any]]:
             # fields from others when it is made (Swin's hidden_size from embed_dim)
             config = tf.AutoConfig.for_model(model_type, **fields)
     except Exception as err:  # noqa: BLE001 - a configuration's validators raise anything
-        raise GraphoptError(f"graph 'hf:{spec}': transformers refuses these settings: "
-                            f"{_one_line(err)}") from None
+        raise UsageError(f"graph 'hf:{spec}': transformers refuses these settings: "
+                         f"{_one_line(err)}") from None
     main = getattr(tf.AutoModel._model_mapping.get(type(config), None), "main_input_name", None) \
         if hasattr(tf.AutoModel, "_model_mapping") else None
     _check_size(spec, config, shape, main or "input_ids")  # before any weight is made
@@ -469,8 +469,8 @@ def make(spec: str) -> tuple[nn.Module, tuple[Tensor, ...], dict[str, Any]]:
             warnings.simplefilter("ignore")
             model = tf.AutoModel.from_config(config)
     except Exception as err:  # noqa: BLE001 - transformers raises anything on a bad config
-        raise GraphoptError(f"graph 'hf:{spec}': transformers cannot build {model_type} "
-                            f"with these settings: {_one_line(err)}") from None
+        raise UsageError(f"graph 'hf:{spec}': transformers cannot build {model_type} "
+                         f"with these settings: {_one_line(err)}") from None
     gen = torch.Generator().manual_seed(0)
     inputs = _inputs(config, getattr(model, "main_input_name", "input_ids"), shape, gen)
     info = {"model_type": model_type, "class": type(model).__name__,

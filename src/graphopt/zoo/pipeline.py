@@ -49,7 +49,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from graphopt.errors import GraphoptError
+from graphopt.errors import MissingDependencyError, UsageError
 from graphopt.frontends.model import Model
 from graphopt.ir.graph import Graph
 from graphopt.zoo.registry import parse_overrides
@@ -114,8 +114,8 @@ def _transformers():
     try:
         import transformers
     except ImportError:
-        raise GraphoptError("pipe:gpt2, pipe:bert, pipe:t5 and pipe:vit need the "
-                            "'transformers' package: pip install 'graphopt[hf]'") from None
+        raise MissingDependencyError("pipe:gpt2, pipe:bert, pipe:t5 and pipe:vit need the "
+                                     "'transformers' package: pip install 'graphopt[hf]'") from None
     return transformers
 
 
@@ -309,39 +309,39 @@ def build_pipeline_model(spec: str, seed: int = 0) -> Model:
     source = spec if spec.startswith(PREFIX) else PREFIX + spec
     name, _, text = source[len(PREFIX):].partition(":")
     if name not in PIPELINE_MODELS:
-        raise GraphoptError(f"graph {source!r}: unknown pipeline model {name!r}; known: "
-                            f"{', '.join(PIPELINE_MODELS)}")
+        raise UsageError(f"graph {source!r}: unknown pipeline model {name!r}; known: "
+                         f"{', '.join(PIPELINE_MODELS)}")
     overrides: dict[str, Any] = parse_overrides(source, text)
     for key, value in overrides.items():
         if key not in _KEYS[name]:
-            raise GraphoptError(f"graph {source!r}: {name} has no override {key!r}; known: "
-                                f"{', '.join(sorted(_KEYS[name]))}")
+            raise UsageError(f"graph {source!r}: {name} has no override {key!r}; known: "
+                             f"{', '.join(sorted(_KEYS[name]))}")
         if key == "growth":
             ok = isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= 16
         else:
             ok = isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 1 << 20
         if not ok:
-            raise GraphoptError(f"graph {source!r}: override {key}={value!r} must be "
-                                f"{'a number in [0, 16]' if key == 'growth' else 'an integer >= 1'}")
+            raise UsageError(f"graph {source!r}: override {key}={value!r} must be "
+                             f"{'a number in [0, 16]' if key == 'growth' else 'an integer >= 1'}")
     sizes = {k: p.default for k, p in inspect.signature(PIPELINE_MODELS[name]).parameters.items()}
     sizes.update(overrides)
     if "heads" in sizes and sizes["hidden"] % sizes["heads"]:
-        raise GraphoptError(f"graph {source!r}: heads={sizes['heads']} must divide "
-                            f"hidden={sizes['hidden']}")
+        raise UsageError(f"graph {source!r}: heads={sizes['heads']} must divide "
+                         f"hidden={sizes['hidden']}")
     if "patch" in sizes and sizes["patch"] > sizes["image"]:
-        raise GraphoptError(f"graph {source!r}: patch={sizes['patch']} must be at most "
-                            f"image={sizes['image']}")
+        raise UsageError(f"graph {source!r}: patch={sizes['patch']} must be at most "
+                         f"image={sizes['image']}")
     max_params, max_bytes = limits()
     params, nbytes = estimate(name, sizes)
     if params > max_params:
-        raise GraphoptError(f"graph {source!r}: about {params:,} parameters, more than the "
-                            f"{max_params:,} graphopt builds here (raise the bound with "
-                            "$GRAPHOPT_MAX_PARAMS)")
+        raise UsageError(f"graph {source!r}: about {params:,} parameters, more than the "
+                         f"{max_params:,} graphopt builds here (raise the bound with "
+                         "$GRAPHOPT_MAX_PARAMS)")
     if nbytes > max_bytes:
-        raise GraphoptError(f"graph {source!r}: a training step of about {nbytes:,} bytes "
-                            f"(weights, gradients, batch, activations), more than the "
-                            f"{max_bytes:,} graphopt takes here (raise the bound with "
-                            "$GRAPHOPT_MAX_BYTES)")
+        raise UsageError(f"graph {source!r}: a training step of about {nbytes:,} bytes "
+                         f"(weights, gradients, batch, activations), more than the "
+                         f"{max_bytes:,} graphopt takes here (raise the bound with "
+                         "$GRAPHOPT_MAX_BYTES)")
     torch.manual_seed(seed)
     layers, inputs, target = PIPELINE_MODELS[name](**overrides)
     module = nn.Sequential(*layers).train()

@@ -17,7 +17,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from graphopt.errors import GraphoptError
+from graphopt.errors import UsageError
 from graphopt.frontends.source import parse_overrides
 from graphopt.zoo.models import FAMILIES
 
@@ -72,8 +72,8 @@ class ZooEntry:
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
-            raise GraphoptError(f"zoo entry {self.name!r}: unknown family {self.family!r}; "
-                                f"known: {', '.join(sorted(FAMILIES))}")
+            raise UsageError(f"zoo entry {self.name!r}: unknown family {self.family!r}; "
+                             f"known: {', '.join(sorted(FAMILIES))}")
         object.__setattr__(self, "config", MappingProxyType(dict(self.config)))
 
     def make(self) -> tuple[nn.Module, tuple[Tensor, ...]]:
@@ -192,9 +192,9 @@ def get_entry(name: str) -> ZooEntry:
         keywords = inspect.signature(FAMILIES[entry.family].make).parameters
         unknown = sorted(set(overrides) - set(keywords))
         if unknown:
-            raise GraphoptError(f"graph 'zoo:{name}': {', '.join(map(repr, unknown))} not a "
-                                f"size of the {entry.family} family; it takes "
-                                f"{', '.join(keywords)}")
+            raise UsageError(f"graph 'zoo:{name}': {', '.join(map(repr, unknown))} not a "
+                             f"size of the {entry.family} family; it takes "
+                             f"{', '.join(keywords)}")
         return entry.with_config(name, **overrides)
     base = name.removesuffix("-quick")
     if base != name and base in _BY_NAME:
@@ -203,7 +203,7 @@ def get_entry(name: str) -> ZooEntry:
     try:
         return _BY_NAME[name]
     except KeyError:
-        raise GraphoptError(f"unknown zoo model {name!r}; known: {', '.join(_BY_NAME)}") from None
+        raise UsageError(f"unknown zoo model {name!r}; known: {', '.join(_BY_NAME)}") from None
 
 
 def model(name: str, seed: int = 0):

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from graphopt.dist.local import LocalEvaluator
+from graphopt.evaluate.local import LocalEvaluator
 from graphopt.ir import Graph
 from graphopt.sim import Plan, Problem, SimResult
 

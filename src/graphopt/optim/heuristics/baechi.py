@@ -31,7 +31,7 @@ import numpy as np
 from scipy import sparse
 from scipy.optimize import linprog
 
-from graphopt.dist.local import LocalEvaluator
+from graphopt.evaluate.local import LocalEvaluator
 from graphopt.optim.base import Budget, compose, register
 from graphopt.optim.heuristics._common import coplace, fit_memory, result_stats, units, upward_rank
 from graphopt.optim.heuristics._listsched import ListScheduler

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from graphopt.dist.local import LocalEvaluator
+from graphopt.evaluate.local import LocalEvaluator
 from graphopt.optim.base import Budget, compose, register
 from graphopt.optim.heuristics._common import coplace, fit_memory, result_stats, upward_rank
 from graphopt.optim.heuristics._listsched import ListScheduler

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import sparse
 
-from graphopt.dist.local import LocalEvaluator
-from graphopt.errors import GraphoptError
+from graphopt.evaluate.local import LocalEvaluator
+from graphopt.errors import MissingDependencyError
 from graphopt.optim.base import Budget, compose, register
 from graphopt.optim.heuristics._common import repair_memory, result_stats, units
 from graphopt.sim import Plan, Problem
@@ -71,7 +71,7 @@ def metis_parts(problem: Problem, parts: int, seed: int = 0) -> np.ndarray:
     try:
         import pymetis
     except ModuleNotFoundError as err:
-        raise GraphoptError("method 'metis' needs the pymetis package: pip install pymetis") from err
+        raise MissingDependencyError("method 'metis' needs the pymetis package: pip install pymetis") from err
     g = problem.graph
     unit, k = units(g.coloc)
     if k <= parts:  # nothing to partition (METIS refuses): one unit per part

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from graphopt.ir.ops import OP_CLASSES
-from graphopt.dist.local import LocalEvaluator
+from graphopt.evaluate.local import LocalEvaluator
 from graphopt.optim.base import Budget, compose, register
 from graphopt.optim.heuristics._common import order_to_priority, result_stats, upward_rank
 from graphopt.sim import Plan, Problem, SimResult

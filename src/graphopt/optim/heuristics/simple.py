@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from graphopt.dist.local import LocalEvaluator
+from graphopt.evaluate.local import LocalEvaluator
 from graphopt.optim.base import Budget, compose, register
 from graphopt.optim.heuristics._common import result_stats, units
 from graphopt.sim import Plan, Problem, SimResult

@@ -20,7 +20,7 @@ of placements, simulate, √(step time) cost, moving-average baseline, REINFORCE
    with cost ``c = √(step time)``, an invalid placement (out of memory) costing
    √(``INVALID_PENALTY**2``), ``b`` an exponential moving average of valid costs, ``H`` the
    policy's entropy summed over groups and ``β = entropy_coef``. Every sample goes
-   through a :class:`~graphopt.dist.local.LocalEvaluator`, which counts the budget and
+   through a :class:`~graphopt.evaluate.local.LocalEvaluator`, which counts the budget and
    keeps the best plan.
 
 Only the placement is learned; priorities and fusion come from ``init`` (or stay the
@@ -65,8 +65,8 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from graphopt.dist.local import LocalEvaluator
-from graphopt.errors import MAX_THREADS, GraphoptError
+from graphopt.evaluate.local import LocalEvaluator
+from graphopt.errors import UsageError, MAX_THREADS
 from graphopt.ir.coarsen import bounded_groups, colocation_groups
 from graphopt.nn import AttentionLSTMPlacer
 from graphopt.optim.base import Budget, compose, register
@@ -139,7 +139,7 @@ class RLLSTM:
     def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,
                  init: Plan | None = None) -> tuple[Plan, dict]:
         if "placement" not in task:
-            raise GraphoptError(f"rl-lstm decides placement; task {sorted(task)} leaves it out")
+            raise UsageError(f"rl-lstm decides placement; task {sorted(task)} leaves it out")
         graph, base = problem.graph, init or Plan()
         hparams = run_hparams(self)
         config = {"method": "rl-lstm", "graph": graph.name, "nodes": graph.num_nodes,

@@ -33,7 +33,7 @@ import numpy as np
 
 from graphopt._files import check_record, inside, read_index, safe_name, write_json
 from graphopt.corpus import load_manifest
-from graphopt.errors import GraphoptError
+from graphopt.errors import BadFileError, GraphoptError, InfeasibleError, UsageError
 from graphopt.sim import Plan, Problem, simulate
 
 __all__ = ["FORMAT", "PRIOR_BUDGET", "VERSION", "Target", "assign_clusters", "check_index", "load_targets",
@@ -74,8 +74,8 @@ def check_index(doc: dict[str, Any], path: Path) -> dict[str, Any]:
                                     "expert_step_time?": "time?", "file?": "str"})
         safe_name(entry["item"], f"{where}: field 'item'")
         if key != f"{entry['item']}@{entry['cluster']}":
-            raise GraphoptError(f"{where}: the key is not its item@cluster "
-                                f"({entry['item']}@{entry['cluster']})")
+            raise BadFileError(f"{where}: the key is not its item@cluster "
+                               f"({entry['item']}@{entry['cluster']})")
         inside(path.parent, f"priors/{key}.json", f"{where}: field 'cluster'")
         if "file" in entry:
             inside(path.parent, entry["file"], f"{where}: field 'file'")
@@ -96,7 +96,7 @@ def assign_clusters(ids: list[str], clusters: tuple[str, ...] = DEFAULT_CLUSTERS
     {'a': 'p100:2', 'b': 'p100:4', 'c': 'p100:2'}
     """
     if not clusters:
-        raise GraphoptError("targets: no cluster given")
+        raise UsageError("targets: no cluster given")
     return {i: clusters[k % len(clusters)] for k, i in enumerate(sorted(ids))}
 
 
@@ -149,8 +149,8 @@ def load_targets(folder: str | Path, split: str = "train") -> list[Target]:
             raise GraphoptError(f"{folder / entry['file']}: {err}") from err
         out.append(Target(problem, plan, {**entry, "family": record["family"]}))
     if not out:
-        raise GraphoptError(f"{folder}: no target plans of the {split} split; run "
-                            f"'graphopt corpus search {folder}' first")
+        raise BadFileError(f"{folder}: no target plans of the {split} split; run "
+                           f"'graphopt corpus search {folder}' first")
     return out
 
 
@@ -203,14 +203,14 @@ def move_gains(problem: Problem, plan: Plan, unit: np.ndarray, chunk: int = 512)
     >>> g.shape == (p.num_nodes, 2), bool((g[:, 0] == 1).all()), bool((g[:, 1] > 1).any())
     (True, True, True)
     """
-    from graphopt.dist.local import LocalEvaluator
+    from graphopt.evaluate.local import LocalEvaluator
 
     place = np.asarray(plan.placement, np.int64)
     u, d = int(unit.max()) + 1, problem.num_devices
     ev = LocalEvaluator(problem)
     base = ev.evaluate(place[None])
     if not base.valid[0]:
-        raise GraphoptError(f"{problem.graph.name}: the start plan does not fit")
+        raise InfeasibleError(f"{problem.graph.name}: the start plan does not fit")
     members = np.split(np.argsort(unit, kind="stable"), np.cumsum(np.bincount(unit, minlength=u))[:-1])
     gains = np.ones((u, d))  # a node already wholly on a device: nothing moves, nothing simulated
     moves = [(k, dev) for k in range(u) for dev in range(d) if (place[members[k]] != dev).any()]
@@ -251,8 +251,8 @@ def _read_gains(path: Path, shape: tuple[int, int]) -> np.ndarray | None:
     bad = ~np.isfinite(gains) | (gains < 0)
     if bad.any():
         u, d = (int(i) for i in np.argwhere(bad)[0])
-        raise GraphoptError(f"{path}: move gain [{u}, {d}] is {gains[u, d]}; gains are finite "
-                            "numbers >= 0 (remove the file to compute them again)")
+        raise BadFileError(f"{path}: move gain [{u}, {d}] is {gains[u, d]}; gains are finite "
+                           "numbers >= 0 (remove the file to compute them again)")
     return gains
 
 
@@ -345,7 +345,7 @@ def search_targets(folder: str | Path, *, method: str = "portfolio", budget: int
     ids = sorted(i for i, r in records.items()
                  if r.get("split") == split and r.get("status") == "built")
     if not ids:
-        raise GraphoptError(f"{folder}: no built items of the {split} split")
+        raise BadFileError(f"{folder}: no built items of the {split} split")
     where = assign_clusters(ids, clusters)
     ids = ids[:limit] if limit is not None else ids
     doc = _index(folder)

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from graphopt.dist.local import BudgetExhausted, LocalEvaluator
-from graphopt.errors import GraphoptError
+from graphopt.errors import BudgetExhausted, UsageError
+from graphopt.evaluate.local import LocalEvaluator
 from graphopt.optim.base import Budget, register
 from graphopt.optim.partition.constraints import chip_memory, pipeline_units, valid_partitions
 from graphopt.optim.partition.repair import RepairModel, solve_throughput
@@ -53,7 +53,7 @@ class PartitionSearch:
 
     def __init__(self, problem: Problem, budget: Budget, repair_seconds: float = 0.5):
         if problem.num_devices < 1:
-            raise GraphoptError("partitioning needs a module of at least one chip")
+            raise UsageError("partitioning needs a module of at least one chip")
         self.problem = problem
         self.unit = pipeline_units(problem)
         self.num_units = int(self.unit.max()) + 1
@@ -118,8 +118,8 @@ def fraction(count: int, total: int) -> float | None:
 
 def _check_task(task: frozenset[str], name: str) -> None:
     if "placement" not in task:
-        raise GraphoptError(f"{name} partitions a graph onto chips: its task must include "
-                            f"placement, not {sorted(task)}")
+        raise UsageError(f"{name} partitions a graph onto chips: its task must include "
+                         f"placement, not {sorted(task)}")
 
 
 def balance_weights(problem: Problem, unit: np.ndarray, memory: bool = True) -> np.ndarray:

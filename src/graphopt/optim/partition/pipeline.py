@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from graphopt.errors import GraphoptError
+from graphopt.errors import GraphoptError, InfeasibleError, UsageError
 from graphopt.optim.base import PIPELINE, get_optimizer, register, tasks_of
 from graphopt.sim import Problem
 from graphopt.sim.pipeline import (SCHEDULES, LayerCosts, SplitCost, boundary_time,
@@ -68,11 +68,11 @@ class PipelineResult:
 
 def _check(num_layers: int, stages: int, microbatches: int) -> None:
     if stages < 1:
-        raise GraphoptError(f"--stages {stages}: give at least 1")
+        raise UsageError(f"--stages {stages}: give at least 1")
     if stages > num_layers:
-        raise GraphoptError(f"--stages {stages}: the model has only {num_layers} blocks to split")
+        raise UsageError(f"--stages {stages}: the model has only {num_layers} blocks to split")
     if microbatches < 1:
-        raise GraphoptError(f"--microbatches {microbatches}: give at least 1")
+        raise UsageError(f"--microbatches {microbatches}: give at least 1")
 
 
 def even_split(num_layers: int, stages: int) -> tuple[int, ...]:
@@ -170,7 +170,7 @@ def exact_split(problem: Problem, costs: LayerCosts, stages: int, microbatches: 
     nl = costs.num_layers
     _check(nl, stages * virtual, microbatches)
     if stages > problem.num_devices:
-        raise GraphoptError(f"--stages {stages}: the cluster has {problem.num_devices} devices")
+        raise UsageError(f"--stages {stages}: the cluster has {problem.num_devices} devices")
     if virtual > 1:
         return _exact_interleaved(problem, costs, stages, microbatches, schedule, capacity,
                                   overhead, cores, virtual)
@@ -255,9 +255,9 @@ def _exact_interleaved(problem, costs, stages, microbatches, schedule, capacity,
     nl, chunks = costs.num_layers, stages * virtual
     count = math.comb(nl - 1, chunks - 1)
     if count > MAX_INTERLEAVED_SPLITS:
-        raise GraphoptError(f"--virtual-stages {virtual}: the exact split prices every one of "
-                            f"{count:,} splits of {nl} blocks into {chunks} chunks, more than "
-                            f"{MAX_INTERLEAVED_SPLITS:,}; give fewer, or --methods even,params")
+        raise UsageError(f"--virtual-stages {virtual}: the exact split prices every one of "
+                         f"{count:,} splits of {nl} blocks into {chunks} chunks, more than "
+                         f"{MAX_INTERLEAVED_SPLITS:,}; give fewer, or --methods even,params")
     cap = problem.capacity[:stages] if capacity is None else np.asarray(capacity)[:stages]
     best, best_bounds = np.inf, None
     for cuts in itertools.combinations(range(1, nl), chunks - 1):
@@ -279,17 +279,17 @@ def _schedules(schedule: str, stages: int, microbatches: int, virtual: int,
     if schedule == "auto":  # torch's Schedule1F1B refuses fewer microbatches than stages
         return (("1f1b", 1), ("gpipe", 1)) if microbatches >= stages else (("gpipe", 1),)
     if schedule not in SCHEDULES:
-        raise GraphoptError(f"--schedule {schedule!r}: give one of {', '.join(SCHEDULES)} or auto")
+        raise UsageError(f"--schedule {schedule!r}: give one of {', '.join(SCHEDULES)} or auto")
     if schedule == "interleaved" and virtual < 2:
-        raise GraphoptError(f"--virtual-stages {virtual}: give 2 or more chunks a rank")
+        raise UsageError(f"--virtual-stages {virtual}: give 2 or more chunks a rank")
     v = virtual if schedule == "interleaved" else 1
     try:
         check_schedule(schedule, stages, microbatches, v)
     except ValueError as err:
         raise GraphoptError(str(err)) from None
     if stages * v > num_layers:
-        raise GraphoptError(f"--virtual-stages {v}: {stages} stages of {v} chunks need "
-                            f"{stages * v} blocks; the model has {num_layers}")
+        raise UsageError(f"--virtual-stages {v}: {stages} stages of {v} chunks need "
+                         f"{stages * v} blocks; the model has {num_layers}")
     return ((schedule, v),)
 
 
@@ -359,13 +359,13 @@ def plan_pipeline(problem: Problem, costs: LayerCosts, stages: int, microbatches
     nl = costs.num_layers
     _check(nl, stages, microbatches)
     if stages > problem.num_devices:
-        raise GraphoptError(f"--stages {stages}: the cluster {problem.cluster.name} has "
-                            f"{problem.num_devices} devices; give one with as many as stages")
+        raise UsageError(f"--stages {stages}: the cluster {problem.cluster.name} has "
+                         f"{problem.num_devices} devices; give one with as many as stages")
     scheds = _schedules(schedule, stages, microbatches, virtual, nl)
     for m in methods:
         if PIPELINE not in tasks_of(m):
-            raise GraphoptError(f"--methods: {m!r} is no pipeline method; give "
-                                f"{', '.join(SPLIT_METHODS)}")
+            raise UsageError(f"--methods: {m!r} is no pipeline method; give "
+                             f"{', '.join(SPLIT_METHODS)}")
     splitters = [get_optimizer(m) for m in methods]
 
     def better(a: SplitCost, b: SplitCost | None) -> bool:
@@ -375,8 +375,8 @@ def plan_pipeline(problem: Problem, costs: LayerCosts, stages: int, microbatches
     for method, splitter in zip(methods, splitters):
         scheds_of = [(sched, v) for sched, v in scheds if splitter.chunked or v == 1]
         if not scheds_of:
-            raise GraphoptError(f"--methods {method}: it places one chunk a stage; give "
-                                "--schedule 1f1b, gpipe or auto")
+            raise UsageError(f"--methods {method}: it places one chunk a stage; give "
+                             "--schedule 1f1b, gpipe or auto")
         best: SplitCost | None = None
         for sched, v in scheds_of:
             bounds = splitter.split(problem, costs, stages, microbatches, sched, v, overhead,
@@ -429,7 +429,7 @@ def plan_pipeline_auto(problem_for, candidates, stages: int, schedule: str = "au
         if best is None or (cost.fits, -cost.step_time) > (best[0].fits, -best[0].step_time):
             best = (cost, prob, costs, m)
     if best is None:
-        raise GraphoptError(f"--microbatches auto: no count among {list(candidates)} suits "
-                            f"--schedule {schedule} on {stages} stages{why}")
+        raise InfeasibleError(f"--microbatches auto: no count among {list(candidates)} suits "
+                              f"--schedule {schedule} on {stages} stages{why}")
     _, prob, costs, m = best
     return plan_pipeline(prob, costs, stages, m, schedule, methods, overhead, cores, virtual)

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from graphopt.errors import GraphoptError
+from graphopt.errors import InfeasibleError, MissingDependencyError
 from graphopt.optim.partition.constraints import memory_need
 from graphopt.optim.search.cpsat import _solve  # Ctrl-C stops the search, keeps its best
 from graphopt.sim import Problem
@@ -53,7 +53,7 @@ def _cp_model():
     try:
         from ortools.sat.python import cp_model
     except ModuleNotFoundError as err:
-        raise GraphoptError("multi-chip partitioning needs OR-Tools: pip install ortools") from err
+        raise MissingDependencyError("multi-chip partitioning needs OR-Tools: pip install ortools") from err
     return cp_model
 
 
@@ -125,9 +125,9 @@ class _Encoding:
         cap = np.floor(problem.capacity / kib).astype(np.int64)  # KiB
         if need.max(initial=0) > cap.max():
             u = int(np.flatnonzero(self.unit == need.argmax())[0])
-            raise GraphoptError(f"op {str(g.names[u])!r} and the ops it is kept with need "
-                                f"{need.max() / 1024:.1f} MiB of SRAM; no chip of "
-                                f"{problem.cluster.name} holds it")
+            raise InfeasibleError(f"op {str(g.names[u])!r} and the ops it is kept with need "
+                                  f"{need.max() / 1024:.1f} MiB of SRAM; no chip of "
+                                  f"{problem.cluster.name} holds it")
         self.used = [m.new_bool_var(f"used{c}") for c in range(d)]
         for c in range(d):
             count = sum(self.on[u][c] for u in range(n))

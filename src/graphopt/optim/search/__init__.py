@@ -5,7 +5,7 @@ and ``portfolio`` (every heuristic, then annealing from the best, in one budget)
 
 Every method searches the parts of a plan named in its task, keeps colocation groups
 whole (it places colocation *units*, not ops), prices plans only through a
-:class:`~graphopt.dist.local.LocalEvaluator`, starts from ``init`` when given, and
+:class:`~graphopt.evaluate.local.LocalEvaluator`, starts from ``init`` when given, and
 returns the best plan it evaluated, never worse than the initial plan.
 """
 

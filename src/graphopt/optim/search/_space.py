@@ -11,7 +11,7 @@ A search decides the parts of a plan named in its task:
 
 Parts outside the task come from the initial plan (or stay the compiler default).
 Candidates travel in batches (:class:`Decisions`, one row per candidate) and are priced
-only through a :class:`~graphopt.dist.local.LocalEvaluator`, which counts them against
+only through a :class:`~graphopt.evaluate.local.LocalEvaluator`, which counts them against
 the budget and keeps the fastest valid plan seen.
 """
 
@@ -21,7 +21,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from graphopt.dist.local import LocalEvaluator, runtime_bound, stop_requested
+from graphopt.evaluate.interrupt import stop_requested
+from graphopt.evaluate.local import LocalEvaluator
+from graphopt.evaluate.objective import runtime_bound
 from graphopt.optim.base import compose
 from graphopt.optim.heuristics._common import units
 from graphopt.optim.heuristics.schedulers import critical_path
@@ -118,7 +120,7 @@ class SearchSpace:
         consumer, duplicated into their consumers, or their consumers merged as siblings.
     upper_bound : float
         No valid plan takes longer: every kernel and every transfer one after another
-        (:func:`~graphopt.dist.local.runtime_bound`).
+        (:func:`~graphopt.evaluate.objective.runtime_bound`).
     given_plan, start_plan : Plan
         The plan the space was made with (``init``, or an empty plan), and the one the
         last :meth:`start` began from (its placement chosen when none was given).
@@ -333,7 +335,7 @@ class SearchSpace:
     def evaluate(self, ev: LocalEvaluator, dec: Decisions) -> np.ndarray:
         """Simulate the rows through ``ev`` and score them (lower is better): ``ev``'s
         objective where valid, above every valid plan where not
-        (:meth:`~graphopt.dist.local.LocalEvaluator.score`). The result is shorter than
+        (:meth:`~graphopt.evaluate.local.LocalEvaluator.score`). The result is shorter than
         ``dec`` when the budget ran out.
         """
         return self._price(ev, self.placements(dec), dec.priority, dec.fusion)[1]

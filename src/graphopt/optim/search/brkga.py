@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from graphopt.dist.local import BudgetExhausted, LocalEvaluator
-from graphopt.errors import GraphoptError
+from graphopt.errors import BudgetExhausted, UsageError
+from graphopt.evaluate.local import LocalEvaluator
 from graphopt.optim.base import Budget, register
 from graphopt.optim.search._space import SearchSpace
 from graphopt.sim import Plan, Problem
@@ -101,8 +101,8 @@ class BRKGA:
         # when both are in range so that a bad single value gets its own message
         e, m = self.elite_fraction, self.mutant_fraction
         if 0 <= e <= 1 and 0 <= m <= 1 and e + m > 1:
-            raise GraphoptError(f"brkga.elite_fraction + brkga.mutant_fraction = {e:g} + {m:g}: "
-                                "expected <= 1 (elites and mutants share one population)")
+            raise UsageError(f"brkga.elite_fraction + brkga.mutant_fraction = {e:g} + {m:g}: "
+                             "expected <= 1 (elites and mutants share one population)")
 
     @staticmethod
     def layout(problem: Problem, task: frozenset[str]) -> dict[str, slice]:
@@ -115,10 +115,10 @@ class BRKGA:
         a = np.asarray(value, dtype=np.float64)
         if a.ndim > 1 or (a.ndim == 1 and len(a) != genes):
             parts = ", ".join(f"{k} {s.start}:{s.stop}" for k, s in layout.items())
-            raise GraphoptError(f"brkga: {name} has shape {a.shape}; expected a scalar or "
-                                f"{genes} values, one per gene ({parts})")
+            raise UsageError(f"brkga: {name} has shape {a.shape}; expected a scalar or "
+                             f"{genes} values, one per gene ({parts})")
         if not (np.isfinite(a).all() and (a >= lo).all() and (a <= hi).all()):
-            raise GraphoptError(f"brkga: {name} must lie in [{lo}, {hi}], got {value!r}")
+            raise UsageError(f"brkga: {name} must lie in [{lo}, {hi}], got {value!r}")
         return np.broadcast_to(a, (genes,))
 
     def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,
@@ -146,8 +146,8 @@ class BRKGA:
         n_mutant = round(self.mutant_fraction * pop)
         n_child = pop - n_elite - n_mutant
         if n_child < 0 or n_elite >= pop:
-            raise GraphoptError(f"brkga: population {pop} cannot hold {n_elite} elites and "
-                                f"{n_mutant} mutants; lower the fractions or grow the population")
+            raise UsageError(f"brkga: population {pop} cannot hold {n_elite} elites and "
+                             f"{n_mutant} mutants; lower the fractions or grow the population")
         ev = LocalEvaluator.from_budget(problem, budget)
         interrupted, generations = False, 0
         keys, scores = np.zeros((0, genes)), np.zeros(0)  # a budget spent in the first population

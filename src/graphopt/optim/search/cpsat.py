@@ -46,8 +46,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from graphopt.dist.local import BudgetExhausted, LocalEvaluator
-from graphopt.errors import MAX_THREADS, GraphoptError
+from graphopt.errors import BudgetExhausted, MissingDependencyError, UsageError, MAX_THREADS
+from graphopt.evaluate.local import LocalEvaluator
 from graphopt.optim.base import Budget, register
 from graphopt.optim.search._space import Decisions, SearchSpace, priority_ranks
 from graphopt.sim import Plan, Problem
@@ -123,14 +123,14 @@ class CPSAT:
         try:
             from ortools.sat.python import cp_model
         except ModuleNotFoundError as err:
-            raise GraphoptError("cpsat needs OR-Tools: pip install ortools") from err
+            raise MissingDependencyError("cpsat needs OR-Tools: pip install ortools") from err
         if "fusion" in task:
-            raise GraphoptError(f"cpsat decides placement and scheduling; task {sorted(task)} "
-                                "asks for fusion, which its model does not have")
+            raise UsageError(f"cpsat decides placement and scheduling; task {sorted(task)} "
+                             "asks for fusion, which its model does not have")
         if problem.num_nodes > self.max_ops and not self.force:
-            raise GraphoptError(f"cpsat: graph {problem.graph.name!r} has {problem.num_nodes} ops, "
-                                f"more than max_ops={self.max_ops}; the exact model would not "
-                                "finish (pass force=True to try anyway)")
+            raise UsageError(f"cpsat: graph {problem.graph.name!r} has {problem.num_nodes} ops, "
+                             f"more than max_ops={self.max_ops}; the exact model would not "
+                             "finish (pass force=True to try anyway)")
         space = SearchSpace(problem, task, init)
         ev = LocalEvaluator.from_budget(problem, budget)
         interrupted = False
@@ -140,8 +140,8 @@ class CPSAT:
             if ev.exhausted():
                 raise BudgetExhausted("no evaluation left to simulate a solution")
             if budget.objective == "memory" and not self.transient_memory:
-                raise GraphoptError("cpsat: the memory objective needs transient_memory=true "
-                                    "(live tensors are most of a peak)")
+                raise UsageError("cpsat: the memory objective needs transient_memory=true "
+                                 "(live tensors are most of a peak)")
             model, x, s, unit = _build_model(cp_model.CpModel(), problem, space, start,
                                              self.time_steps, self.transient_memory,
                                              budget.objective)

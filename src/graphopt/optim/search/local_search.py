@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from graphopt.dist.local import BudgetExhausted, LocalEvaluator
+from graphopt.errors import BudgetExhausted
+from graphopt.evaluate.local import LocalEvaluator
 from graphopt.optim.base import Budget, register
 from graphopt.optim.search._space import SearchSpace
 from graphopt.sim import Plan, Problem

@@ -17,8 +17,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from graphopt.dist.local import BudgetExhausted, LocalEvaluator, stop_requested
-from graphopt.errors import GraphoptError
+from graphopt.evaluate.interrupt import stop_requested
+from graphopt.errors import BudgetExhausted, InfeasibleError, UsageError
+from graphopt.evaluate.local import LocalEvaluator
 from graphopt.optim.base import Budget, get_optimizer, register
 from graphopt.optim.search.annealing import SimulatedAnnealing
 from graphopt.sim import Plan, Problem
@@ -59,7 +60,7 @@ def run_heuristics(problem: Problem, task: frozenset[str], budget: Budget, seed:
     t0 = time.perf_counter()
     methods = [m.strip() for m in names.split(",") if m.strip()]
     if not methods:
-        raise GraphoptError(f"heuristics {names!r}: no method named")
+        raise UsageError(f"heuristics {names!r}: no method named")
     ev = LocalEvaluator(problem)  # prices the plans; the budget is checked against the total
     evals, found, chosen, history = 0, {}, None, []
     for i, name in enumerate(methods):
@@ -86,8 +87,8 @@ def run_heuristics(problem: Problem, task: frozenset[str], budget: Budget, seed:
         if res.valid and ev.best_plan is init:
             chosen = "init"
     if ev.best_plan is None:
-        raise GraphoptError(f"no heuristic of {', '.join(found)} found a plan that fits "
-                            f"{problem.graph.name} on {problem.cluster.name}")
+        raise InfeasibleError(f"no heuristic of {', '.join(found)} found a plan that fits "
+                              f"{problem.graph.name} on {problem.cluster.name}")
     return ev.best_plan, {"evals": evals + ev.evals, "seconds": time.perf_counter() - t0,
                           "step_time": ev.best_time, "valid": True, "chosen": chosen,
                           "heuristics": found, "history": history}

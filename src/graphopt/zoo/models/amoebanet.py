@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from graphopt.errors import GraphoptError
+from graphopt.errors import UsageError
 from graphopt.zoo.models._common import seeded
 
 __all__ = ["GENOTYPES", "AmoebaNet", "make"]
@@ -115,7 +115,7 @@ def _operation(name: str, channels: int, stride: int) -> nn.Module:
                                             groups=channels, bias=False),
                        nn.Conv2d(channels, channels, 1, bias=False), nn.BatchNorm2d(channels)]
         return nn.Sequential(*layers)
-    raise GraphoptError(f"AmoebaNet: unknown cell operation {name!r}")
+    raise UsageError(f"AmoebaNet: unknown cell operation {name!r}")
 
 
 class Cell(nn.Module):
@@ -176,10 +176,10 @@ class AmoebaNet(nn.Module):
                  stem_filters: int = 32, classes: int = 1000):
         super().__init__()
         if filters < 4 or filters % 4:
-            raise GraphoptError(f"AmoebaNet: filters must be a positive multiple of 4 (the stem "
-                                f"cells use filters / 4), got {filters}")
+            raise UsageError(f"AmoebaNet: filters must be a positive multiple of 4 (the stem "
+                             f"cells use filters / 4), got {filters}")
         if cell not in GENOTYPES:
-            raise GraphoptError(f"AmoebaNet: unknown genotype {cell!r}; known: {sorted(GENOTYPES)}")
+            raise UsageError(f"AmoebaNet: unknown genotype {cell!r}; known: {sorted(GENOTYPES)}")
         spec = GENOTYPES[cell]
         self.stem = nn.Sequential(nn.Conv2d(3, stem_filters, 3, 2, 1, bias=False),
                                   nn.BatchNorm2d(stem_filters))

@@ -29,7 +29,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from graphopt.errors import GraphoptError
+from graphopt.errors import UsageError
 from graphopt.zoo.models._common import LSTMCell, seeded, token_batch
 
 __all__ = ["GNMT", "make"]
@@ -88,8 +88,8 @@ class GNMT(nn.Module):
                  dropout: float = 0.2):
         super().__init__()
         if layers < 2:
-            raise GraphoptError(f"GNMT needs layers >= 2 (a bidirectional layer and a forward one), "
-                                f"got {layers}")
+            raise UsageError(f"GNMT needs layers >= 2 (a bidirectional layer and a forward one), "
+                             f"got {layers}")
         H = hidden
         self.hidden = H
         self.drop = nn.Dropout(dropout)

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from scipy.optimize import linear_sum_assignment
 
-from graphopt.errors import GraphoptError
+from graphopt.errors import UsageError
 from graphopt.optim.learned.go.env import GOEnv
 from graphopt.optim.learned.go.method import load_go_policy, new_policy, reads_prior
 from graphopt.optim.learned.go.policy import GOPolicy
@@ -192,20 +192,20 @@ def imitate(targets: list[Target], out: str | Path, *, epochs: int = 20, lr: flo
         ``history`` (one row per epoch), ``epochs``, ``seconds``.
     """
     if not targets:
-        raise GraphoptError("imitate: no target plans")
+        raise UsageError("imitate: no target plans")
     if init is not None and policy_config:
-        raise GraphoptError(f"imitate: a policy from {init} has its own shape; got {sorted(policy_config)}")
+        raise UsageError(f"imitate: a policy from {init} has its own shape; got {sorted(policy_config)}")
     policy: GOPolicy = (new_policy(seed, prior=priors is not None, **policy_config)
                         if init is None else load_go_policy(str(init))[0])
     if (priors is not None) != reads_prior(policy):
-        raise GraphoptError(f"imitate: the policy from {init} "
-                            + ("does not read start plans, and priors were given"
+        raise UsageError(f"imitate: the policy from {init} "
+                         + ("does not read start plans, and priors were given"
                                if priors is not None else "reads a start plan; give priors"))
     too_many = [t.problem.cluster.name for t in targets
                 if t.problem.num_devices > policy.config.max_devices]
     if too_many:
-        raise GraphoptError(f"imitate: the policy places on at most {policy.config.max_devices} "
-                            f"devices; cluster {too_many[0]} has more")
+        raise UsageError(f"imitate: the policy places on at most {policy.config.max_devices} "
+                         f"devices; cluster {too_many[0]} has more")
     if priors is None:
         envs = [GOEnv(t.problem, PLACEMENT, "groups", placement_flips=0.0) for t in targets]
         samples = [(e.inputs(), *unit_targets(e, t.plan), e.problem.num_devices)
@@ -220,7 +220,7 @@ def imitate(targets: list[Target], out: str | Path, *, epochs: int = 20, lr: flo
         samples = [(e.inputs(), g, e.home.numpy(), e.problem.num_devices)
                    for e, g in zip(envs, moves) if e.home is not None]  # one device: no move
         if not samples:
-            raise GraphoptError("imitate: no target on more than one device, so no move to rank")
+            raise UsageError("imitate: no target on more than one device, so no move to rank")
     # epochs stays out: a finished run can be extended by asking for more
     config = {"method": "go-imitate", "lr": lr, "seed": seed, "policy": policy.config_dict(),
               **({"priors": True} if priors is not None else {}),

@@ -28,8 +28,8 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from graphopt.dist.local import BudgetExhausted, LocalEvaluator
-from graphopt.errors import MAX_THREADS, GraphoptError
+from graphopt.errors import BadFileError, BudgetExhausted, UsageError, MAX_THREADS
+from graphopt.evaluate.local import LocalEvaluator
 from graphopt.ir.ops import OP_VOCAB
 from graphopt.optim.learned.go.policy import GOPolicy, GOPolicyConfig, PriorGOPolicy, PriorGOPolicyConfig
 from graphopt.optim.base import Budget, compose, register
@@ -112,17 +112,17 @@ def load_go_policy(folder: str | Path | None = None) -> tuple[GOPolicy, dict]:
         c.pair_in, len(PRIOR_DEVICE_FEATURES))] if reads_prior(policy) else [])
     for reads, makes in widths:
         if reads != makes:
-            raise GraphoptError(f"{folder or SHIPPED}: policy reads {reads} features, "
-                                f"this graphopt makes {makes}")
+            raise BadFileError(f"{folder or SHIPPED}: policy reads {reads} features, "
+                               f"this graphopt makes {makes}")
     return policy, info
 
 
 def _check(problem: Problem, task: frozenset[str], policy: GOPolicy, name: str) -> None:
     if problem.num_devices > policy.config.max_devices:
-        raise GraphoptError(f"{name}: the policy places on at most {policy.config.max_devices} "
-                            f"devices; cluster {problem.cluster.name} has {problem.num_devices}")
+        raise UsageError(f"{name}: the policy places on at most {policy.config.max_devices} "
+                         f"devices; cluster {problem.cluster.name} has {problem.num_devices}")
     if not task:
-        raise GraphoptError(f"{name}: empty task")
+        raise UsageError(f"{name}: empty task")
 
 
 def _result(env: GOEnv, plan: Plan | None, step_time: float, init: Plan | None,
@@ -339,7 +339,7 @@ class GOOne:
     def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,
                  init: Plan | None = None) -> tuple[Plan, dict]:
         if budget.evals is None and budget.seconds is None:
-            raise GraphoptError(f"{self.name}: needs an evaluation or time budget")
+            raise UsageError(f"{self.name}: needs an evaluation or time budget")
         t0 = time.perf_counter()
         seed_everything(seed, self.threads)
         policy = self._policy(seed)

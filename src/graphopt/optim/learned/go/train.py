@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
-from graphopt.errors import GraphoptError
+from graphopt.errors import UsageError
 from graphopt.optim.learned.go.env import GOEnv
 from graphopt.optim.learned.go.method import (PRETRAIN_PPO, _check, load_go_policy, new_policy,
                                               reads_prior)
@@ -35,14 +35,14 @@ def pretrain(problems: list[Problem], out: str | Path, *,
     """
     ppo = ppo or PRETRAIN_PPO
     if init is not None and policy_config:
-        raise GraphoptError(f"pretrain: a policy from {init} has its own shape; got {sorted(policy_config)}")
+        raise UsageError(f"pretrain: a policy from {init} has its own shape; got {sorted(policy_config)}")
     policy = (new_policy(seed, prior=priors is not None, **policy_config) if init is None
               else load_go_policy(init)[0])
     for p in problems:
         _check(p, task, policy, "pretrain")
     aware = reads_prior(policy)
     if aware and (priors is None or len(priors) != len(problems)):
-        raise GraphoptError("pretrain: a prior-aware policy needs a start plan per graph")
+        raise UsageError("pretrain: a prior-aware policy needs a start plan per graph")
     envs = [GOEnv(p, task, units, priors[i] if aware else None, prior_inputs=aware)
             for i, p in enumerate(problems)]
     result = train(policy, envs, ppo, seed=seed, updates=updates, seconds=seconds,

@@ -86,8 +86,8 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from graphopt.dist.local import LocalEvaluator
-from graphopt.errors import MAX_THREADS, GraphoptError
+from graphopt.evaluate.local import LocalEvaluator
+from graphopt.errors import UsageError, MAX_THREADS
 from graphopt.ir.features import layer_order
 from graphopt.nn import AttentionLSTMPlacer
 from graphopt.optim.learned.hdp.grouper import Grouper
@@ -208,7 +208,7 @@ class HDP:
     def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,
                  init: Plan | None = None) -> tuple[Plan, dict]:
         if "placement" not in task:
-            raise GraphoptError(f"hdp decides placement; task {sorted(task)} leaves it out")
+            raise UsageError(f"hdp decides placement; task {sorted(task)} leaves it out")
         graph, base, devices = problem.graph, init or Plan(), problem.num_devices
         num_groups = self.num_groups or min(256, 20 * devices)
         hparams = run_hparams(self)

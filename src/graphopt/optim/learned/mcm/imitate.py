@@ -53,7 +53,7 @@ import numpy as np
 import torch
 
 from graphopt._files import check_record, read_index, safe_name, write_json
-from graphopt.errors import GraphoptError
+from graphopt.errors import BadFileError, GraphoptError, UsageError
 from graphopt.optim.learned.go.env import GOEnv
 from graphopt.optim.learned.go.imitate import PLACEMENT, fit, unit_targets
 from graphopt.optim.learned.mcm.method import MAX_CHIPS, _check, load_mcm_policy, new_policy
@@ -121,13 +121,13 @@ def _index(folder: Path) -> dict[str, Any]:
                                 "interval?": "time?", "start_interval?": "time?"})
         safe_name(e["graph"], f"{where}: field 'graph'")  # graphs/<graph>.npz stays in the folder
         if key != f"{e['graph']}@{e['preset']}":
-            raise GraphoptError(f"{where}: the key is not its graph@preset "
-                                f"({e['graph']}@{e['preset']})")
+            raise BadFileError(f"{where}: the key is not its graph@preset "
+                               f"({e['graph']}@{e['preset']})")
         if "error" not in e:
             check_record(e, where, {"chips": "list", "interval": "time?"})
             if not all(type(c) is int and 0 <= c < 2**31 for c in e["chips"]):
-                raise GraphoptError(f"{where}: field 'chips': expected chip indices (whole "
-                                    "numbers >= 0)")
+                raise BadFileError(f"{where}: field 'chips': expected chip indices (whole "
+                                   "numbers >= 0)")
     return doc
 
 
@@ -198,7 +198,7 @@ def load_targets(folder: str | Path) -> list[tuple[Problem, Plan, dict]]:
     folder = Path(folder)
     doc = _index(folder)
     if not any("error" not in e for e in doc["entries"].values()):
-        raise GraphoptError(f"{folder}: no MCM targets (run 'graphopt corpus mcm-targets' first)")
+        raise BadFileError(f"{folder}: no MCM targets (run 'graphopt corpus mcm-targets' first)")
     graphs: dict[str, Any] = {}
     out = []
     for key in sorted(doc["entries"]):
@@ -210,8 +210,8 @@ def load_targets(folder: str | Path) -> list[tuple[Problem, Plan, dict]]:
         problem = Problem(graphs[e["graph"]], load_cluster(e["preset"]))
         chips = np.asarray(e["chips"], np.int64)
         if chips.shape != (problem.num_nodes,):
-            raise GraphoptError(f"{folder / 'targets.json'}: entry {key}: {len(chips)} chips "
-                                f"for {problem.num_nodes} ops")
+            raise BadFileError(f"{folder / 'targets.json'}: entry {key}: {len(chips)} chips "
+                               f"for {problem.num_nodes} ops")
         out.append((problem, Plan(placement=chips), e))
     return out
 
@@ -250,9 +250,9 @@ def imitate(targets: list[tuple[Problem, Plan, dict]], out: str | Path, *, epoch
     ``seconds``.
     """
     if not targets:
-        raise GraphoptError("imitate: no target partitions")
+        raise UsageError("imitate: no target partitions")
     if init is not None and policy_config:
-        raise GraphoptError(f"imitate: a policy from {init} has its own shape; got {sorted(policy_config)}")
+        raise UsageError(f"imitate: a policy from {init} has its own shape; got {sorted(policy_config)}")
     if init is None:
         # start at the prior alone (the head's output zero): it already puts most units on
         # their target's chip (85% of the compute of the default targets), and the head

@@ -42,12 +42,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from graphopt.errors import MAX_THREADS, GraphoptError
+from graphopt.errors import BadFileError, BudgetExhausted, UsageError, MAX_THREADS
 from graphopt.ir.ops import OP_VOCAB
 from graphopt.optim.learned.mcm.chiplet import ChipletPolicy, ChipletPolicyConfig
 from graphopt.optim.base import PIPELINE, TASKS, Budget, register
 from graphopt.optim.partition.constraints import pipeline_units, valid_partitions
-from graphopt.dist.local import BudgetExhausted
 from graphopt.optim.partition.methods import (
     PartitionSearch,
     _check_task,
@@ -176,17 +175,17 @@ def load_mcm_policy(folder: str | Path | None = None) -> tuple[ChipletPolicy, di
     folder = folder or SHIPPED
     policy, info = load_policy(folder, _build)
     if policy.config.in_dim != len(UNIT_FEATURES):
-        raise GraphoptError(f"{folder}: policy reads {policy.config.in_dim} features, "
-                            f"this graphopt makes {len(UNIT_FEATURES)}")
+        raise BadFileError(f"{folder}: policy reads {policy.config.in_dim} features, "
+                           f"this graphopt makes {len(UNIT_FEATURES)}")
     return policy, info
 
 
 def _check(problem: Problem, task: frozenset[str], policy: ChipletPolicy, name: str) -> None:
     _check_task(task, name)
     if problem.num_devices > policy.config.max_devices:
-        raise GraphoptError(f"{name}: the policy's chiplet head serves at most "
-                            f"{policy.config.max_devices} chips; {problem.cluster.name} has "
-                            f"{problem.num_devices}")
+        raise UsageError(f"{name}: the policy's chiplet head serves at most "
+                         f"{policy.config.max_devices} chips; {problem.cluster.name} has "
+                         f"{problem.num_devices}")
 
 
 def _greedy_field():
@@ -306,7 +305,7 @@ class MCMOne:
     def optimize(self, problem: Problem, task: frozenset[str], budget: Budget, seed: int,
                  init: Plan | None = None) -> tuple[Plan, dict]:
         if budget.evals is None and budget.seconds is None:
-            raise GraphoptError(f"{self.name}: needs an evaluation or time budget")
+            raise UsageError(f"{self.name}: needs an evaluation or time budget")
         seed_everything(seed, self.threads)
         policy = self._policy(seed)
         _check(problem, task, policy, self.name)

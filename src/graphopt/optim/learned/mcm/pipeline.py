@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from graphopt.errors import GraphoptError
+from graphopt.errors import UsageError
 from graphopt.optim.learned.go.env import GOEnv
 from graphopt.optim.learned.mcm.method import load_mcm_policy
 from graphopt.optim.partition.constraints import pipeline_units
@@ -67,8 +67,8 @@ def mcm_split(problem: Problem, costs: LayerCosts, stages: int,
     """
     policy, _ = load_mcm_policy(checkpoint)
     if stages > policy.config.max_devices:
-        raise GraphoptError(f"--stages {stages}: the chiplet policy of method mcm serves at "
-                            f"most {policy.config.max_devices} stages")
+        raise UsageError(f"--stages {stages}: the chiplet policy of method mcm serves at "
+                         f"most {policy.config.max_devices} stages")
     fwd = np.arange(problem.num_nodes) if costs.forward is None else np.flatnonzero(costs.forward)
     sub = Problem(problem.graph.subgraph(fwd), problem.cluster.take(stages))
     unit = pipeline_units(sub)

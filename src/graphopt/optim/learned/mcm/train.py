@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
-from graphopt.errors import GraphoptError
+from graphopt.errors import UsageError
 from graphopt.optim.learned.mcm.method import (MAX_CHIPS, PRETRAIN_PPO, MCMEnv, _check,
                                               load_mcm_policy, new_policy)
 from graphopt.rl.config import PPOConfig
@@ -27,7 +27,7 @@ def pretrain(problems: list[Problem], out: str | Path, *, updates: int = 300,
     from a saved MCM policy (e.g. an imitation one) instead of a fresh one."""
     ppo = ppo or PRETRAIN_PPO
     if init is not None and policy_config:
-        raise GraphoptError(f"pretrain: a policy from {init} has its own shape; got {sorted(policy_config)}")
+        raise UsageError(f"pretrain: a policy from {init} has its own shape; got {sorted(policy_config)}")
     policy = new_policy(seed, max_devices=MAX_CHIPS, **policy_config) if init is None \
         else load_mcm_policy(init)[0]
     for p in problems:

@@ -41,8 +41,8 @@ import torch
 from scipy.optimize import linear_sum_assignment
 
 from graphopt._files import atomic_write, check_record, inside, npz_arrays, read_index, safe_name, write_json
-from graphopt.dist.local import stop_requested
-from graphopt.errors import GraphoptError
+from graphopt.evaluate.interrupt import stop_requested
+from graphopt.errors import BadFileError, GraphoptError, InfeasibleError, UsageError
 from graphopt.optim.base import Budget
 from graphopt.optim.learned.regal.config import ImitateConfig
 from graphopt.optim.learned.regal.head import REGALHead
@@ -161,7 +161,7 @@ def elite_targets(problem: Problem, evals: int = LONG_EVALS, seed: int = 0,
     _, st = brkga.evolve(space, Budget(evals, objective=objective), seed, keep_elite=True)
     elite = canonical_devices(space, st["elite_keys"])
     if not len(elite):
-        raise GraphoptError(f"{problem.graph.name}: no elite after {evals} evaluations")
+        raise InfeasibleError(f"{problem.graph.name}: no elite after {evals} evaluations")
     mean, var = elite_moments(space, elite)
     alpha, beta = fit_beta(mean, var)
     arrays = {"mean": mean, "var": var, "alpha": alpha, "beta": beta,
@@ -202,8 +202,8 @@ def _index(folder: Path, corpus: Path, settings: dict) -> dict:
         inside(doc["corpus"], item["graph"], f"{where}: field 'graph'")
     differ = [k for k, v in settings.items() if doc.get(k) != v]
     if differ:
-        raise GraphoptError(f"{path}: targets made with other {', '.join(differ)} "
-                            f"({', '.join(f'{k}={doc.get(k)!r}' for k in differ)}); use a new folder")
+        raise BadFileError(f"{path}: targets made with other {', '.join(differ)} "
+                           f"({', '.join(f'{k}={doc.get(k)!r}' for k in differ)}); use a new folder")
     return doc
 
 
@@ -292,8 +292,8 @@ def load_targets(folder: str | Path) -> tuple[dict, list[tuple[str, Problem, dic
 
     folder = Path(folder)
     if not (folder / "index.json").is_file():
-        raise GraphoptError(f"{folder}: no REGAL targets (no index.json); make them with "
-                            "'graphopt corpus regal-targets CORPUS --out DIR'")
+        raise BadFileError(f"{folder}: no REGAL targets (no index.json); make them with "
+                           "'graphopt corpus regal-targets CORPUS --out DIR'")
     doc = _index(folder, Path(), {})
     corpus, c = Path(doc["corpus"]), load_cluster(doc["cluster"])
     out = []
@@ -305,8 +305,8 @@ def load_targets(folder: str | Path) -> tuple[dict, list[tuple[str, Problem, dic
         problem = Problem(load_graph(corpus / item["graph"]), c)
         genes = RegalSpace(problem, TASK).num_genes
         if arrays["mean"].shape != (genes,):
-            raise GraphoptError(f"{path}: {arrays['mean'].shape} genes; its graph's chromosome "
-                                f"has {genes}")
+            raise BadFileError(f"{path}: {arrays['mean'].shape} genes; its graph's chromosome "
+                               f"has {genes}")
         out.append((k, problem, arrays))
     return doc, out
 
@@ -366,16 +366,16 @@ def imitate_regal(targets: str | Path, out: str | Path, config: ImitateConfig,
     """
     doc, items = load_targets(targets)
     if not items:
-        raise GraphoptError(f"{targets}: no targets in index.json")
+        raise BadFileError(f"{targets}: no targets in index.json")
     if config.min_gain > 0:
         missing = [k for k, _, _ in items if "gain_pct" not in doc["items"][k]]
         if missing:
-            raise GraphoptError(f"{targets}: {len(missing)} targets without gain_pct (made "
-                                "before it was kept); run 'graphopt corpus regal-targets' on "
-                                "the folder again to add it")
+            raise BadFileError(f"{targets}: {len(missing)} targets without gain_pct (made "
+                               "before it was kept); run 'graphopt corpus regal-targets' on "
+                               "the folder again to add it")
         items = [r for r in items if doc["items"][r[0]]["gain_pct"] >= config.min_gain]
         if not items:
-            raise GraphoptError(f"{targets}: no target gains {config.min_gain}% or more")
+            raise BadFileError(f"{targets}: no target gains {config.min_gain}% or more")
     fams = sorted({doc["items"][k]["family"] for k, _, _ in items})
     val = _val_families(fams, config.val_share)
     data = []
@@ -386,7 +386,7 @@ def imitate_regal(targets: str | Path, out: str | Path, config: ImitateConfig,
     train = [r for r in data if not r[1]]
     valid = [r for r in data if r[1]]
     if not train:
-        raise GraphoptError(f"{targets}: every family held out for validation; lower --val-share")
+        raise UsageError(f"{targets}: every family held out for validation; lower --val-share")
 
     seed_everything(config.seed, threads=1)
     head = REGALHead(input_dim(), config.dim, config.layers, config.max_devices)

@@ -32,7 +32,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from graphopt.errors import GraphoptError
+from graphopt.errors import BadFileError, UsageError
 from graphopt.ir.features import layer_share
 from graphopt.ir.generate import layered_graph
 from graphopt.optim.learned.regal.head import REGALHead
@@ -95,8 +95,8 @@ def _graph(spec: str):
         shape, seed = base.removeprefix("layered:").split(":")
         layers, width = (int(x) for x in shape.split("x"))
         if not (layers >= 1 and width >= 1 and layers * width <= MAX_EXAMPLE_OPS):
-            raise GraphoptError(f"corpus entry {spec!r}: expected L, W >= 1 and L*W <= "
-                                f"{MAX_EXAMPLE_OPS:,} ops")
+            raise UsageError(f"corpus entry {spec!r}: expected L, W >= 1 and L*W <= "
+                             f"{MAX_EXAMPLE_OPS:,} ops")
         g = layered_graph(layers, width, seed=int(seed))
     else:
         g = load_source(base)
@@ -104,7 +104,7 @@ def _graph(spec: str):
         return g
     factor = float(scale)
     if not (np.isfinite(factor) and factor > 0):
-        raise GraphoptError(f"corpus entry {spec!r}: SCALE must be a finite number > 0")
+        raise UsageError(f"corpus entry {spec!r}: SCALE must be a finite number > 0")
     with np.errstate(over="ignore"):  # sizes that overflow to inf: the graph's check names them
         return rescale(g, factor)
 
@@ -125,8 +125,8 @@ def load_corpus(specs: tuple[str, ...] | list[str], cluster: str = CLUSTER) -> l
         try:
             out.append(Problem(_graph(s), c))
         except ValueError as err:
-            raise GraphoptError(f"corpus entry {s!r}: expected zoo:NAME or layered:LxW:SEED, "
-                                f"optionally *SCALE ({err})") from None
+            raise UsageError(f"corpus entry {s!r}: expected zoo:NAME or layered:LxW:SEED, "
+                             f"optionally *SCALE ({err})") from None
     return out
 
 
@@ -149,8 +149,8 @@ class RegalSpace(SearchSpace):
 
     def __init__(self, problem: Problem, task: frozenset[str], init: Plan | None = None):
         if "fusion" in task:
-            raise GraphoptError("regal decides placement and scheduling (REGAL's chromosome); "
-                                "drop fusion from the task")
+            raise UsageError("regal decides placement and scheduling (REGAL's chromosome); "
+                             "drop fusion from the task")
         super().__init__(problem, task, init)
 
     @property
@@ -263,8 +263,8 @@ def load_regal_policy(checkpoint: str | Path | None = None) -> tuple[REGALHead, 
         return REGALHead(input_dim(), cfg.dim, cfg.layers, cfg.max_devices), {"untrained": True}
     head, info = load_policy(checkpoint or SHIPPED, lambda c: REGALHead(**c))
     if head.in_dim != input_dim():
-        raise GraphoptError(f"{checkpoint or SHIPPED}: policy reads {head.in_dim} features, this "
-                            f"graphopt makes {input_dim()}")
+        raise BadFileError(f"{checkpoint or SHIPPED}: policy reads {head.in_dim} features, this "
+                           f"graphopt makes {input_dim()}")
     return head, info
 
 
@@ -351,8 +351,8 @@ class REGAL:
                  init: Plan | None = None) -> tuple[Plan, dict]:
         head, info = _shipped() if self.checkpoint is None else load_regal_policy(self.checkpoint)
         if problem.num_devices > head.max_devices:
-            raise GraphoptError(f"regal: the policy has {head.max_devices} device slots; cluster "
-                                f"{problem.cluster.name} has {problem.num_devices} devices")
+            raise UsageError(f"regal: the policy has {head.max_devices} device slots; cluster "
+                             f"{problem.cluster.name} has {problem.num_devices} devices")
         space = RegalSpace(problem, task, init)
         # one thread: the pass over a few thousand nodes takes a millisecond, and with the
         # simulator's threads beside it more threads wait on each other for a tenth of a

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from graphopt.dist.local import stop_requested
+from graphopt.evaluate.interrupt import stop_requested
 from graphopt.ir import Graph
 from graphopt.ir.features import layer_order, layer_share, node_features
 from graphopt.optim.learned.regal.head import REGALHead

@@ -1,7 +1,7 @@
 """Evaluation on Ray: batches of plans simulated by a pool of Ray actors, on one machine
 or a cluster (the ``ray`` extra).
 
-:class:`RayEvaluator` is a :class:`~graphopt.dist.local.LocalEvaluator` in everything but
+:class:`RayEvaluator` is a :class:`~graphopt.evaluate.local.LocalEvaluator` in everything but
 where a batch is simulated: the budget, the objective, the best plan and the history are
 its base class's, so every method runs on it unchanged and returns the same plan for the
 same seed (the simulator is deterministic, and a batch is split into contiguous parts
@@ -15,7 +15,7 @@ whose results are put back in order).
   held; the new actor fetches its problems again. The result is the same, nothing is
   lost. Ray does the recovery: graphopt schedules nothing itself.
 - :func:`ray_backend` starts (or joins, with ``address``) Ray, makes a pool and makes it
-  the backend of every evaluator built by a method (:func:`~graphopt.dist.local.use_evaluator`).
+  the backend of every evaluator built by a method (:func:`~graphopt.evaluate.backend.use_evaluator`).
 - :func:`map_tasks` runs independent jobs (benchmark rows) as Ray tasks, gathered in order.
 
 This module imports ray; nothing imports it but the commands given ``--backend ray``.
@@ -38,8 +38,9 @@ import numpy as np
 import ray
 from ray.exceptions import RayTaskError
 
-from graphopt.dist.local import LocalEvaluator, use_evaluator
-from graphopt.errors import GraphoptError
+from graphopt.evaluate.backend import use_evaluator
+from graphopt.evaluate.local import LocalEvaluator
+from graphopt.errors import GraphoptError, UsageError
 from graphopt.sim import BatchResult, Problem, simulate_batch
 
 __all__ = ["RayEvaluator", "SimulatorPool", "map_tasks", "ray_backend", "ray_session"]
@@ -92,7 +93,7 @@ class SimulatorPool:
     Examples
     --------
     Starting Ray takes seconds, so the examples of this module are not run as doctests;
-    ``tests/dist/test_ray.py`` runs the same on one Ray for the module.
+    ``tests/evaluate/test_ray.py`` runs the same on one Ray for the module.
 
     >>> import ray
     >>> from graphopt.hardware import load_cluster
@@ -110,8 +111,8 @@ class SimulatorPool:
         if workers is None:
             workers = max(int(ray.cluster_resources().get("CPU", 1)) // threads, 1)
         if workers < 1 or threads < 1:
-            raise GraphoptError(f"a Ray pool needs at least one worker and one thread each; "
-                                f"got {workers} worker(s) of {threads} thread(s)")
+            raise UsageError(f"a Ray pool needs at least one worker and one thread each; "
+                             f"got {workers} worker(s) of {threads} thread(s)")
         self.threads = threads
         # Ray's default for actors: a CPU to place one, none held while it lives, so an
         # idle pool blocks no task; SPREAD puts the actors on as many nodes as it can
@@ -167,7 +168,7 @@ class SimulatorPool:
 
 @dataclass
 class RayEvaluator(LocalEvaluator):
-    """A :class:`~graphopt.dist.local.LocalEvaluator` whose batches are simulated by a
+    """A :class:`~graphopt.evaluate.local.LocalEvaluator` whose batches are simulated by a
     :class:`SimulatorPool`: the same budget accounting, objective, best plan and history;
     the same results, row for row.
 
@@ -197,8 +198,8 @@ class RayEvaluator(LocalEvaluator):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.pool is None:
-            raise GraphoptError("RayEvaluator needs a pool: RayEvaluator(problem, ..., "
-                                "pool=SimulatorPool())")
+            raise UsageError("RayEvaluator needs a pool: RayEvaluator(problem, ..., "
+                             "pool=SimulatorPool())")
         self.pool.send(self.problem)
 
     def _simulate_batch(self, problem: Problem, placements: np.ndarray,
@@ -212,20 +213,20 @@ def _check_reachable(address: str | None, timeout: float = 5.0) -> None:
 
     >>> _check_reachable("127.0.0.1:1")
     Traceback (most recent call last):
-    graphopt.errors.GraphoptError: --address 127.0.0.1:1: no Ray cluster answers there (Connection refused)
+    graphopt.errors.UsageError: --address 127.0.0.1:1: no Ray cluster answers there (Connection refused)
     """
     if not address or address == "auto":
         return
     host, _, port = address.removeprefix("ray://").rpartition(":")
     if not host or not port.isdigit():
-        raise GraphoptError(f"--address {address}: expected auto, HOST:PORT or "
-                            "ray://HOST:PORT")
+        raise UsageError(f"--address {address}: expected auto, HOST:PORT or "
+                         "ray://HOST:PORT")
     try:
         socket.create_connection((host, int(port)), timeout=timeout).close()
     except OSError as err:
         reason = err.strerror or type(err).__name__
-        raise GraphoptError(f"--address {address}: no Ray cluster answers there ({reason})"
-                            ) from None
+        raise UsageError(f"--address {address}: no Ray cluster answers there ({reason})"
+                         ) from None
 
 
 @contextlib.contextmanager

@@ -14,9 +14,10 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from graphopt.dist.local import BudgetExhausted, LocalEvaluator, use_evaluator  # noqa: E402
-from graphopt.dist.ray import RayEvaluator, map_tasks, ray_backend  # noqa: E402
-from graphopt.errors import GraphoptError, PlanError  # noqa: E402
+from graphopt.errors import BudgetExhausted, GraphoptError, PlanError  # noqa: E402
+from graphopt.evaluate.backend import use_evaluator  # noqa: E402
+from graphopt.evaluate.local import LocalEvaluator  # noqa: E402
+from graphopt.evaluate.ray import RayEvaluator, map_tasks, ray_backend  # noqa: E402
 from graphopt.hardware import load_cluster  # noqa: E402
 from graphopt.ir.generate import layered_graph, mlp_training_graph  # noqa: E402
 from graphopt.optim import Budget, optimize  # noqa: E402
@@ -185,7 +186,7 @@ def test_the_command_line_never_imports_ray():
 
 def test_tune_writes_a_file_that_p_reads(pool, tmp_path):
     from graphopt.benchmarks import save_json
-    from graphopt.cli._common import method_params
+    from graphopt.cli.params import method_params
     from graphopt.optim.tune import score, tune
 
     small = Problem(mlp_training_graph(), load_cluster("p100:2"))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from graphopt.dist.local import BudgetExhausted, LocalEvaluator
-from graphopt.errors import GraphoptError
+from graphopt.errors import BudgetExhausted, GraphoptError
+from graphopt.evaluate.local import LocalEvaluator
 from graphopt.hardware import load_cluster
 from graphopt.ir.generate import layered_graph, mlp_training_graph
 from graphopt.optim import Budget, optimize
