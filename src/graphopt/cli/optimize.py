@@ -115,20 +115,14 @@ def optimize(
     from graphopt.sim import Problem
 
     if task == "pipeline":
-        from graphopt.cli.pipeline import DEFAULT_METHODS, optimize_pipeline
+        from graphopt.cli.pipeline import DEFAULT_METHODS, optimize_pipeline, refuse_unused
 
         chosen = split_methods(DEFAULT_METHODS if methods == _DEFAULT_METHODS else methods)
-        ignored = [opt for opt, given in (
-            ("--init", init is not None), ("-p", bool(param)),
-            ("--objective", objective != "runtime"), ("--time", seconds is not None),
-            ("--memory-fraction", memory_fraction is not None),
-            ("--devices", devices is not None), ("--backend", backend != "local"),
-            ("--virtual-stages", virtual_stages != 2 and schedule != "interleaved"))
-            if given]
-        if ignored:
-            raise UsageError(f"{ignored[0]}: not an option of --task pipeline (its "
-                             "options: --stages, --microbatches, --schedule, "
-                             "--virtual-stages, --methods, --measure, --out)")
+        refuse_unused({"--init": init is not None, "-p": bool(param),
+                       "--objective": objective != "runtime", "--time": seconds is not None,
+                       "--memory-fraction": memory_fraction is not None,
+                       "--devices": devices is not None, "--backend": backend != "local",
+                       "--virtual-stages": virtual_stages != 2 and schedule != "interleaved"})
         check_output(out, "--out", folder=True)
         _lock = lock_folder(out)  # held while the run lasts: a second run into --out is refused
         optimize_pipeline(graph, cluster, stages, microbatches, schedule, chosen, out,
@@ -178,14 +172,7 @@ def optimize(
                           on_start=lambda m: status.update(f"running {m} on {g.name} ..."),
                           params=params)
     if traced is not None:
-        from graphopt.evaluate.interrupt import stop_on_interrupt, stop_requested
-
-        with stop_on_interrupt():  # a signal while measuring keeps the plans
-            _measure(traced, results, devices or f"cpu:{c.num_devices}", measure_steps,
-                     seed, stop_requested)
-            stopped = stop_requested()
-        if stopped and results:
-            results[-1].stats["interrupted"] = True
+        _measure(traced, results, devices or f"cpu:{c.num_devices}", measure_steps, seed)
     ref = {r.method: r.step_time for r in results if r.result.valid}
     t = Table(title=f"{g.name} ({g.num_nodes:,} ops) on {c.name}, task {task}, objective "
                     f"{objective}, lower bound {prob.lower_bound * 1e3:.3f} ms")
@@ -249,9 +236,11 @@ def _measurable(graph: str, count: int, devices: str | None):
         raise UsageError(f"--measure: {err}") from err
 
 
-def _measure(traced, results: list, devices: str, steps: int, seed: int, stop=None) -> None:
+def _measure(traced, results: list, devices: str, steps: int, seed: int) -> None:
     """Run each result's plan for real, the plans in turns on one set of devices, and set
-    its ``measured`` (left None where ``stop()`` ended the run before a round)."""
+    its ``measured``. A signal (Ctrl-C, SIGTERM, SIGHUP) ends the rounds: those done are
+    kept (none: ``measured`` stays None), and the last result says it was interrupted."""
+    from graphopt.evaluate.interrupt import stop_on_interrupt, stop_requested
     from graphopt.exec.api import PlacedProgram, measure_plans, parse_devices
     from graphopt.exec.workers import CPUWorkers
 
@@ -260,7 +249,10 @@ def _measure(traced, results: list, devices: str, steps: int, seed: int, stop=No
         pool = CPUWorkers(count) if kind == "cpu" and count > 1 else None
         try:
             placed = [PlacedProgram(traced, r.plan, devices, seed=seed, pool=pool) for r in results]
-            timings = measure_plans(placed, steps=steps, stop=stop)
+            with stop_on_interrupt():
+                timings = measure_plans(placed, steps=steps, stop=stop_requested)
+                if stop_requested() and results:
+                    results[-1].stats["interrupted"] = True
         finally:
             if pool is not None:
                 pool.close()

@@ -36,6 +36,16 @@ def _sizes(bounds) -> str:
     return "/".join(str(b - a) for a, b in zip(bounds, bounds[1:]))
 
 
+def refuse_unused(given: dict[str, bool]) -> None:
+    """Refuse, in one line, the first option given (True) that ``--task pipeline`` does
+    not take: it would be ignored."""
+    unused = [option for option, was_given in given.items() if was_given]
+    if unused:
+        raise UsageError(f"{unused[0]}: not an option of --task pipeline (its options: "
+                         "--stages, --microbatches, --schedule, --virtual-stages, --methods, "
+                         "--measure, --out)")
+
+
 def optimize_pipeline(graph: str, cluster: str | None, stages: int, microbatches: str,
                       schedule: str, methods: list[str], out: Path | None, measure: bool,
                       steps: int, seed: int, virtual: int = 2) -> None:
