@@ -34,6 +34,7 @@ import statistics
 import time
 
 from graphopt.benchmarks import geomean, say
+from graphopt.errors import ExecutionError
 from graphopt.exec.pipeline import (measure_pipelines, pipeline_model, pipeline_problem,
                                     reference_loss, runtime_overhead)
 from graphopt.optim.partition.pipeline import (even_split, microbatch_candidates,
@@ -150,8 +151,14 @@ def run(models=MODELS, stages=(2,), microbatches: int | None = None, steps: int 
             # the machine's speed drifts with the load others put on it: calibrated again
             # before every row, a few seconds before its measurement
             calibration = calibrate(2).calibration
-            row = _row(spec, k, None if microbatches is None else max(microbatches, k), steps,
-                       _cluster(calibration, k), overhead, host_cores())
+            try:
+                row = _row(spec, k, None if microbatches is None else max(microbatches, k),
+                           steps, _cluster(calibration, k), overhead, host_cores())
+            except ExecutionError as err:  # a model torch cannot pipeline so: said, not hidden
+                res.setdefault("failed", []).append({"model": spec, "stages": k,
+                                                     "error": str(err)})
+                say(f"{spec} on {k} stages: {err}")
+                continue
             row["calibration"] = dataclasses.asdict(calibration)
             res["rows"].append(row)
             say(f"[{len(res['rows'])}/{total}] {spec} on {k} stages: {row['seconds']:.1f} s, "
@@ -276,5 +283,7 @@ def to_markdown(res: dict) -> str:
               + " GFLOP/s, copy "
               + ", ".join(f"{r['calibration']['copy_bandwidth'] / 1e9:.1f}" for r in res["rows"])
               + " GB/s"]
+    lines += [f"failed: {_name(f['model'])} on {f['stages']} stages: {f['error']}"
+              for f in res.get("failed", ())]
     return "\n".join(lines)
 
