@@ -214,3 +214,21 @@ def test_encoder_decoder_split_inside_the_encoder_has_the_unsplit_loss():
     plan = PipelinePlan(spec, (0, 1, 4), "1f1b", 2, "test", blocks=model.blocks)
     m = measure_pipelines(spec, [plan], steps=1, warmup=0)[0]
     assert m.loss == pytest.approx(reference_loss(model, 2), rel=1e-5, abs=1e-6)
+
+
+@pytest.mark.skipif(not pipeline_available(), reason="no torch.distributed.pipelining with gloo")
+def test_a_skip_connection_past_the_next_stage_is_one_line():
+    # Llama's rotary tables reach every layer: torch's tracer cannot run their backward
+    # across three stages, and says so in one line naming the model
+    pytest.importorskip("transformers")
+    from graphopt.errors import ExecutionError
+    from graphopt.exec.pipeline import measure_pipelines, pipeline_model
+    from graphopt.sim.pipeline import PipelinePlan
+
+    spec = ("hf:llama:num_hidden_layers=3,hidden_size=16,intermediate_size=32,"
+            "num_attention_heads=2,num_key_value_heads=1,vocab_size=64,seq=4,batch=3")
+    model = pipeline_model(spec)
+    plan = PipelinePlan(spec, (0, 1, 2, 3), "gpipe", 3, "test", blocks=model.blocks)
+    with pytest.raises(ExecutionError, match="skip connection") as err:
+        measure_pipelines(spec, [plan], steps=1, warmup=0)
+    assert "\n" not in str(err.value)

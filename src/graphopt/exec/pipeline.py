@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import operator
 import dataclasses
 import os
 import socket
@@ -398,6 +399,24 @@ def cut(module: nn.Module, split_spec: dict[str, str], mb_args: tuple):
     return sendable(pipeline(module, mb_args=tuple(mb_args), split_spec=spec))
 
 
+def _refuse_skips(model: Model, top: torch.fx.GraphModule) -> None:
+    """Refuse, in one line, a split where a stage sends a floating-point value past the
+    next stage: torch's tracer frontend cannot run the backward of such a skip connection
+    (it takes every float it sends to need a gradient). Llama-style rotary tables reach
+    every layer, so those models split into 2 stages but not into 3 or more."""
+    stages = [n for n in top.graph.nodes if n.op == "call_module"]
+    index = {n: k for k, n in enumerate(stages)}
+    for k, node in enumerate(stages):
+        for value in node.users:
+            readers = {index[u] for u in value.users if u in index} if value.target is \
+                operator.getitem else {index[value]} if value in index else set()
+            if len(readers) > 1:
+                raise ExecutionError(
+                    f"{model.name}: stage {k} sends a value to stages {sorted(readers)}, past "
+                    "the next one (a skip connection, e.g. rotary tables every layer reads); "
+                    "torch.distributed.pipelining cannot run its backward: split into 2 stages")
+
+
 def _stages(model: Model, bounds: list[int], microbatches: int, rank: int, world: int) -> list:
     """This rank's stages of a plan (chunks rank, rank + K, ..., as torch numbers them),
     cut from a copy of the model by the pipelining tracer."""
@@ -407,6 +426,7 @@ def _stages(model: Model, bounds: list[int], microbatches: int, rank: int, world
     if pipe.num_stages != chunks:
         raise ExecutionError(f"{model.name}: the pipelining tracer cut {pipe.num_stages} "
                              f"stages, not {chunks} (a block that does not run in order)")
+    _refuse_skips(model, pipe.split_gm)
     return [pipe.build_stage(c, torch.device("cpu")) for c in range(rank, chunks, world)]
 
 
@@ -561,8 +581,12 @@ def measure_pipelines(spec: str, plans: list[PipelinePlan], steps: int = 5, warm
     for msg in msgs:
         if msg[0] == "error":
             if os.environ.get("GRAPHOPT_DEBUG"):
-                print(msg[3])
-            raise ExecutionError(f"pipeline stage {msg[1]} failed: {msg[2]}".splitlines()[0])
+                print("\n".join(m[3] for m in msgs if m[0] == "error"))
+            # the first failure not caused by another stage's: a stage that dies resets
+            # its neighbours' connections
+            first = next((m for m in msgs if m[0] == "error" and "Connection reset" not in m[2]),
+                         msg)
+            raise ExecutionError(f"pipeline stage {first[1]} failed: {first[2]}".splitlines()[0])
         got[msg[1]] = msg
     if len(got) != world:
         raise ExecutionError(f"pipeline processes ended without results from stages "
