@@ -8,6 +8,7 @@ import typer
 from typer.testing import CliRunner
 
 from graphopt.cli import app
+from graphopt.cli.errors import OneLineUsageErrors
 from graphopt.cli.options import (MAX_BUDGET, MAX_TRIALS, budget_option, cluster_option,
                                   default_cluster, methods_option, seed_option, split_item,
                                   trials_option)
@@ -15,10 +16,16 @@ from graphopt.errors import MAX_SEED
 
 runner = CliRunner()
 
-probe = typer.Typer()
+# a group with graphopt's one handler of errors, as the graphopt command has
+probe = typer.Typer(cls=OneLineUsageErrors)
 
 
-@probe.command()
+@probe.callback()
+def _group() -> None:
+    pass
+
+
+@probe.command("probe")
 def _probe(cluster: str | None = cluster_option(), seed: int = seed_option(),
            budget: int = budget_option(10), trials: int = trials_option(16),
            methods: str = methods_option("sa")) -> None:
@@ -26,7 +33,7 @@ def _probe(cluster: str | None = cluster_option(), seed: int = seed_option(),
 
 
 def _run(*args: str):
-    return runner.invoke(probe, list(args))
+    return runner.invoke(probe, ["probe", *args])
 
 
 def _one_line_error(r, text: str) -> None:

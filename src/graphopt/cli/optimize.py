@@ -245,14 +245,14 @@ def _measure(traced, results: list, devices: str, steps: int, seed: int) -> None
     from graphopt.exec.workers import CPUWorkers
 
     kind, count = parse_devices(devices)
-    with console.status(f"measuring {len(results)} plans in turns on {devices} ..."):
+    with console.status(f"measuring {len(results)} plans in turns on {devices} ..."), \
+            stop_on_interrupt():
         pool = CPUWorkers(count) if kind == "cpu" and count > 1 else None
         try:
             placed = [PlacedProgram(traced, r.plan, devices, seed=seed, pool=pool) for r in results]
-            with stop_on_interrupt():
-                timings = measure_plans(placed, steps=steps, stop=stop_requested)
-                if stop_requested() and results:
-                    results[-1].stats["interrupted"] = True
+            timings = measure_plans(placed, steps=steps, stop=stop_requested)
+            if stop_requested() and results:
+                results[-1].stats["interrupted"] = True
         finally:
             if pool is not None:
                 pool.close()

@@ -580,8 +580,6 @@ def measure_pipelines(spec: str, plans: list[PipelinePlan], steps: int = 5, warm
     got = {}
     for msg in msgs:
         if msg[0] == "error":
-            if os.environ.get("GRAPHOPT_DEBUG"):
-                print("\n".join(m[3] for m in msgs if m[0] == "error"))
             # the first failure not caused by another stage's: a stage that dies resets
             # its neighbours' connections
             first = next((m for m in msgs if m[0] == "error" and "Connection reset" not in m[2]),

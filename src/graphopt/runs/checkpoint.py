@@ -310,7 +310,7 @@ def check_state(state: object, fresh: dict, source: str) -> None:
     --------
     >>> check_state({"update": "3"}, {"update": 0}, "ckpt/checkpoint.json")
     Traceback (most recent call last):
-    graphopt.runs.checkpoint.CheckpointError: ckpt/checkpoint.json: state 'update' is a str, expected a number
+    graphopt.errors.CheckpointError: ckpt/checkpoint.json: state 'update' is a str, expected a number
     """
     if not isinstance(state, dict):
         raise CheckpointError(f"{source}: state is a {_kind(state)}, expected an object")

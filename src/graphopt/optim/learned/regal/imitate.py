@@ -361,7 +361,7 @@ def imitate_regal(targets: str | Path, out: str | Path, config: ImitateConfig,
     ------
     GraphoptError
         No targets, or none left for training after the validation families.
-    graphopt.runs.checkpoint.CheckpointError
+    graphopt.errors.CheckpointError
         ``out`` holds a checkpoint of another run.
     """
     doc, items = load_targets(targets)

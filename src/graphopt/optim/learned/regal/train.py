@@ -170,7 +170,7 @@ def train_regal(corpus: Sequence[Problem], config: RegalConfig, search: Search,
 
     Raises
     ------
-    graphopt.runs.checkpoint.CheckpointError
+    graphopt.errors.CheckpointError
         ``folder`` holds a checkpoint of another run.
     """
     gen = seed_everything(config.seed, threads=1)
