@@ -407,10 +407,14 @@ def _refuse_skips(model: Model, top: torch.fx.GraphModule) -> None:
     stages = [n for n in top.graph.nodes if n.op == "call_module"]
     index = {n: k for k, n in enumerate(stages)}
     for k, node in enumerate(stages):
+        out = next(iter(getattr(top, node.target).graph.find_nodes(op="output"))).args[0]
+        outs = out if isinstance(out, tuple | list) else (out,)
         for value in node.users:
-            readers = {index[u] for u in value.users if u in index} if value.target is \
-                operator.getitem else {index[value]} if value in index else set()
-            if len(readers) > 1:
+            i = value.args[1] if value.target is operator.getitem else 0
+            readers = {index[u] for u in (value.users if value.target is operator.getitem
+                                          else (value,)) if u in index}
+            val = outs[i].meta.get("val") if isinstance(outs[i], torch.fx.Node) else None
+            if len(readers) > 1 and isinstance(val, torch.Tensor) and val.is_floating_point():
                 raise ExecutionError(
                     f"{model.name}: stage {k} sends a value to stages {sorted(readers)}, past "
                     "the next one (a skip connection, e.g. rotary tables every layer reads); "
