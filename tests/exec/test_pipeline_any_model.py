@@ -202,8 +202,11 @@ def test_transformers_model_on_two_processes_has_the_unsplit_loss():
 
 
 @pytest.mark.skipif(not pipeline_available(), reason="no torch.distributed.pipelining with gloo")
-def test_encoder_decoder_split_inside_the_encoder_has_the_unsplit_loss():
-    # the decoder's ids are first read on the second stage: they enter at the first
+@pytest.mark.parametrize("bounds", [(0, 1, 4), (0, 2, 4)])
+def test_encoder_decoder_splits_have_the_unsplit_loss(bounds):
+    # inside the encoder: the decoder's ids are first read on the second stage, they
+    # enter at the first; at the decoder: the encoder's output, an output of the model
+    # too, leaves from the last stage (it was dropped, the loss one term short)
     pytest.importorskip("transformers")
     from graphopt.exec.pipeline import measure_pipelines, pipeline_model, reference_loss
     from graphopt.sim.pipeline import PipelinePlan
@@ -211,9 +214,9 @@ def test_encoder_decoder_split_inside_the_encoder_has_the_unsplit_loss():
     spec = ("hf:t5:num_layers=2,num_decoder_layers=2,d_model=32,d_ff=64,num_heads=4,d_kv=8,"
             "vocab_size=100,seq=8,batch=4")
     model = pipeline_model(spec)
-    plan = PipelinePlan(spec, (0, 1, 4), "1f1b", 2, "test", blocks=model.blocks)
+    plan = PipelinePlan(spec, bounds, "1f1b", 2, "test", blocks=model.blocks)
     m = measure_pipelines(spec, [plan], steps=1, warmup=0)[0]
-    assert m.loss == pytest.approx(reference_loss(model, 2), rel=1e-5, abs=1e-6)
+    assert m.loss == pytest.approx(reference_loss(model, 2), rel=1e-5, abs=1e-6) > 1.5
 
 
 @pytest.mark.skipif(not pipeline_available(), reason="no torch.distributed.pipelining with gloo")

@@ -373,30 +373,30 @@ def _contiguous(graph: torch.fx.Graph, node):
 
 
 class _Relay(nn.Module):
-    """A model whose inputs all pass through the first stage: torch's schedules give the
-    batch to stage 0 alone, so an input a later stage reads first (an encoder-decoder's
-    decoder ids, split inside the encoder) is copied there and sent on as an activation."""
+    """The model, every input entering at the first stage and every output leaving the
+    last: torch's schedules give the batch to stage 0 alone (an encoder-decoder's decoder
+    ids, first read in a later stage, are copied at the start and sent on), and return the
+    last stage's outputs alone (a T5 split at its decoder lost the encoder's output, a
+    model output too: the loss differed by one term)."""
 
     def __init__(self, module: nn.Module) -> None:
         super().__init__()
         self.module = module
 
     def forward(self, *inputs):
-        return self.module(*(x.clone() for x in inputs))
+        out = self.module(*(x.clone() for x in inputs))
+        return torch.utils._pytree.tree_map_only(torch.Tensor, torch.clone, out)
 
 
 def cut(module: nn.Module, split_spec: dict[str, str], mb_args: tuple):
     """``torch.distributed.pipelining``'s ``pipeline()`` of ``module`` cut at
     ``split_spec`` (``{module name: "beginning"}``), traced on one microbatch ``mb_args``,
-    made :func:`sendable`; with more than one input, every input enters at the first
-    stage (:class:`_Relay`)."""
+    made :func:`sendable`, every input entering at the first stage and every output
+    leaving the last (:class:`_Relay`)."""
     from torch.distributed.pipelining import SplitPoint, pipeline
 
-    prefix = ""
-    if len(mb_args) > 1:
-        module, prefix = _Relay(module), "module."
-    spec = {prefix + name: SplitPoint[where.upper()] for name, where in split_spec.items()}
-    return sendable(pipeline(module, mb_args=tuple(mb_args), split_spec=spec))
+    spec = {"module." + name: SplitPoint[where.upper()] for name, where in split_spec.items()}
+    return sendable(pipeline(_Relay(module), mb_args=tuple(mb_args), split_spec=spec))
 
 
 def _refuse_skips(model: Model, top: torch.fx.GraphModule) -> None:
