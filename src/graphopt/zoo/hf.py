@@ -281,14 +281,14 @@ def _physical_memory() -> int:
         return 16 << 30
 
 
-def limits() -> tuple[int, int]:
+def limits(runs: bool = False) -> tuple[int, int]:
     """``(max_params, max_bytes)``: the most parameters an ``hf:`` model may have (its
     weights are made for real, 4 bytes each, when it is built: by default an eighth of
-    this machine's memory in parameters, half of it in bytes) and the most bytes one
-    training step of it may take by the estimate (weights, gradients and activations: by
-    default the memory of :data:`~graphopt.hardware.presets.MAX_DEVICES` machines like this
-    one, the largest cluster graphopt models). ``$GRAPHOPT_MAX_PARAMS`` and
-    ``$GRAPHOPT_MAX_BYTES`` set them.
+    this machine's memory in parameters) and the most bytes one training step of it may
+    take by the estimate (weights, gradients and activations: by default the memory of
+    :data:`~graphopt.hardware.presets.MAX_DEVICES` machines like this one, the largest
+    cluster graphopt models; for a model that ``runs`` here, as a ``pipe:`` model does,
+    half of this machine's). ``$GRAPHOPT_MAX_PARAMS`` and ``$GRAPHOPT_MAX_BYTES`` set them.
 
     Raises
     ------
@@ -300,7 +300,7 @@ def limits() -> tuple[int, int]:
 
     ram = _physical_memory()
     return (env_limit("GRAPHOPT_MAX_PARAMS", ram // 8, "parameters"),
-            env_limit("GRAPHOPT_MAX_BYTES", ram * MAX_DEVICES))
+            env_limit("GRAPHOPT_MAX_BYTES", ram // 2 if runs else ram * MAX_DEVICES))
 
 
 def _check_settings(spec: str, default: Any, overrides: dict[str, Any]) -> None:

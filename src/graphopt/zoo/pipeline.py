@@ -54,7 +54,7 @@ from graphopt.frontends.model import Model
 from graphopt.ir.graph import Graph
 from graphopt.zoo.registry import parse_overrides
 
-__all__ = ["PIPELINE_MODELS", "build", "build_pipeline_model", "estimate", "limits", "model"]
+__all__ = ["PIPELINE_MODELS", "build", "build_pipeline_model", "estimate", "model"]
 
 #: The prefix of a pipeline model's source.
 PREFIX = "pipe:"
@@ -276,25 +276,6 @@ def estimate(name: str, sizes: dict[str, Any]) -> tuple[int, int]:
     return params, 4 * (3 * params + activations)
 
 
-def limits() -> tuple[int, int]:
-    """``(max_params, max_bytes)`` of a pipeline model: these models are built and run
-    for real (``graphopt run --pipeline``), so by default an eighth of this machine's
-    memory in parameters and half of it in bytes; ``$GRAPHOPT_MAX_PARAMS`` and
-    ``$GRAPHOPT_MAX_BYTES`` set them.
-
-    Raises
-    ------
-    GraphoptError
-        A variable that is not a whole number from 1 to 2**62, naming it.
-    """
-    from graphopt._files import env_limit
-    from graphopt.zoo.hf import _physical_memory
-
-    ram = _physical_memory()
-    return (env_limit("GRAPHOPT_MAX_PARAMS", ram // 8, "parameters"),
-            env_limit("GRAPHOPT_MAX_BYTES", ram // 2))
-
-
 def build_pipeline_model(spec: str, seed: int = 0) -> Model:
     """The model ``spec`` names (``NAME[:key=value,...]``, with or without ``pipe:``),
     its weights and batch drawn from ``seed``.
@@ -331,7 +312,9 @@ def build_pipeline_model(spec: str, seed: int = 0) -> Model:
     if "patch" in sizes and sizes["patch"] > sizes["image"]:
         raise UsageError(f"graph {source!r}: patch={sizes['patch']} must be at most "
                          f"image={sizes['image']}")
-    max_params, max_bytes = limits()
+    from graphopt.zoo.hf import limits
+
+    max_params, max_bytes = limits(runs=True)  # these models are built and run for real
     params, nbytes = estimate(name, sizes)
     if params > max_params:
         raise UsageError(f"graph {source!r}: about {params:,} parameters, more than the "
