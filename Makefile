@@ -35,9 +35,9 @@ run: $(STAMP)
 		--budget 1000 --out runs/gnmt-2
 
 # CI has two cores; a test file runs whole on one worker (its fixtures and worker pools
-# are per file). How long the suite takes depends on the machine and its load: 10.0 min
-# on two workers of a 2-core machine at load average 2-3 (2026-11-29, before a 112 s
-# bad-input case was cut to seconds). Time it with `time make test` and read `uptime`'s
+# are per file). How long the suite takes depends on the machine and its load: 8.1 min
+# (9.9 min with the install) on two workers of a 2-core machine at load average 2.8, on a
+# fresh clone (2026-12-02). Time it with `time make test` and read `uptime`'s
 # load average beside the figure.
 # The simulator is compiled once first (about a minute on a fresh clone), so that the
 # workers load it from numba's cache rather than both compiling it.
