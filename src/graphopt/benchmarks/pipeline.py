@@ -37,7 +37,7 @@ from graphopt.benchmarks import geomean, say
 from graphopt.errors import ExecutionError
 from graphopt.exec.pipeline import (measure_pipelines, pipeline_model, pipeline_problem,
                                     reference_loss, runtime_overhead)
-from graphopt.optim.partition.pipeline import (even_split, microbatch_candidates,
+from graphopt.optim.partition.pipeline import (first_choice, microbatch_candidates,
                                                plan_pipeline, plan_pipeline_auto)
 from graphopt.sim.pipeline import PipelinePlan, split_cost
 
@@ -85,14 +85,12 @@ def _row(spec: str, stages: int, microbatches: int | None, steps: int, cluster,
     plans = [PipelinePlan(spec, r.cost.bounds, r.cost.schedule, r.cost.microbatches, r.method,
                           virtual=r.cost.virtual) for r in results]
     sims = [r.cost for r in results]
-    if model.batch % stages == 0:  # what a user writes first: even, 1F1B, M = K
-        first_prob, first_costs = problem(stages)
-        even = even_split(first_costs.num_layers, stages)  # auto's even may interleave
-        plans.append(PipelinePlan(spec, even, "1f1b", stages, "even-first"))
-        sims.append(split_cost(first_prob, first_costs, even, stages, "1f1b", overhead,
-                               cores))
+    for first in first_choice(problem, stages, model.batch, overhead, cores):
+        # what a user writes first (auto's even may interleave)
+        plans.append(PipelinePlan(spec, first.cost.bounds, "1f1b", stages, first.method))
+        sims.append(first.cost)
         # and graphopt's split at that count: the split's worth where M = K
-        ex = plan_pipeline(first_prob, first_costs, stages, stages, "1f1b", ("exact",),
+        ex = plan_pipeline(*problem(stages), stages, stages, "1f1b", ("exact",),
                            overhead, cores)[0].cost
         plans.append(PipelinePlan(spec, ex.bounds, "1f1b", stages, "exact-first"))
         sims.append(ex)

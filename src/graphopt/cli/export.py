@@ -10,7 +10,7 @@ from rich.table import Table
 from graphopt._files import check_output
 from graphopt.cli._common import GRAPH_HELP, console
 from graphopt.cli.options import cluster_option, out_option
-from graphopt.errors import PlanError, UsageError
+from graphopt.errors import GraphoptError, PlanError, UsageError
 from graphopt.frontends.source import Source
 
 app = typer.Typer()
@@ -138,14 +138,16 @@ def _forward(g, source: str):
 
 
 def _is_pipeline_plan(path: Path) -> bool:
-    """Whether ``path`` names a pipeline plan (its format field; read again by its loader)."""
+    """Whether ``path`` names a pipeline plan by its ``format`` field (read again by its
+    loader, which checks the rest)."""
+    from graphopt._files import read_json
     from graphopt.sim.pipeline import PIPELINE_FORMAT
 
     try:
-        with open(path, "rb") as f:
-            return f'"format": "{PIPELINE_FORMAT}"'.encode() in f.read(4096)
-    except OSError:
+        doc = read_json(path)
+    except GraphoptError:
         return False  # the plan's own loader names what is wrong
+    return isinstance(doc, dict) and doc.get("format") == PIPELINE_FORMAT
 
 
 def _export_pipeline_plan(path: Path, graph: str | None, fmt: str, out: Path,

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from graphopt.cli._common import console
 from graphopt.errors import ExecutionError, GraphoptError, UsageError
-from graphopt.optim.partition.pipeline import DEFAULT_SPLIT_METHODS
+from graphopt.optim.partition.pipeline import DEFAULT_SPLIT_METHODS, FIRST_CHOICE, first_choice
 
 #: ``--methods``' default for the pipeline task (``mcm`` is asked for by name).
 DEFAULT_METHODS = ",".join(DEFAULT_SPLIT_METHODS)
@@ -110,7 +110,7 @@ def optimize_pipeline(graph: str, cluster: str | None, stages: int, microbatches
                 model.check_microbatches(int(microbatches))
                 results = plan_pipeline(*problem(int(microbatches)), stages, int(microbatches),
                                         schedule, methods, overhead, cores, virtual)
-            results += _first_choice(model, problem, stages, overhead, cores)
+            results += first_choice(problem, stages, model.batch, overhead, cores)
         count = results[0].cost.microbatches
         plans = [PipelinePlan(graph, r.cost.bounds, r.cost.schedule, r.cost.microbatches,
                               r.method, _simulated(r.cost, model.batch, overhead, cores, measure),
@@ -180,24 +180,6 @@ def optimize_pipeline(graph: str, cluster: str | None, stages: int, microbatches
     if interrupted:
         console.print("interrupted: the plans are kept, without measured figures")
         raise typer.Exit(130)
-
-
-#: The row of what a user writes first: even blocks, 1F1B, as many microbatches as stages.
-FIRST_CHOICE = "even-first"
-
-
-def _first_choice(model, problem, stages: int, overhead: float, cores: int | None) -> list:
-    """:data:`FIRST_CHOICE`, priced as the methods are (none where the stages do not
-    divide the batch, or 1F1B cannot run them)."""
-    from graphopt.optim.partition.pipeline import PipelineResult, even_split
-    from graphopt.sim.pipeline import split_cost
-
-    if stages < 2 or model.batch % stages:
-        return []
-    prob, costs = problem(stages)
-    cost = split_cost(prob, costs, even_split(costs.num_layers, stages), stages, "1f1b",
-                      overhead, cores)
-    return [PipelineResult(FIRST_CHOICE, cost)]
 
 
 def _simulated(cost, batch: int, overhead: float, cores: int | None, profiled: bool) -> dict:

@@ -45,6 +45,7 @@ from graphopt.errors import ExecutionError, GraphoptError, UsageError
 from graphopt.exec.runner import AllocationPeak
 from graphopt.frontends.model import Model
 from graphopt.frontends.source import Source
+from graphopt.frontends.torch import first_line
 from graphopt.hardware import Cluster
 from graphopt.sim import Problem
 from graphopt.sim.pipeline import LayerCosts, PipelinePlan, layer_costs, op_layers
@@ -338,9 +339,7 @@ def _worker(rank: int, world: int, port: int, spec: str, seed: int, plans: list[
     try:
         _work(rank, world, port, spec, seed, plans, steps, warmup, threads, queue)
     except BaseException as err:  # noqa: BLE001 - reported to the parent, one message
-        lines = [line for line in str(err).splitlines() if line.strip()]
-        queue.put(("error", rank, f"{type(err).__name__}: {lines[0] if lines else ''}",
-                   traceback.format_exc()))
+        queue.put(("error", rank, first_line(err), traceback.format_exc()))
         raise SystemExit(1) from None
 
 

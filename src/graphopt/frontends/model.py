@@ -41,7 +41,7 @@ from torch import Tensor, nn
 
 from graphopt.errors import UsageError
 
-__all__ = ["Model", "find_blocks", "square_loss"]
+__all__ = ["Model", "find_blocks", "square_loss", "summed_outputs"]
 
 
 def square_loss(output: Any, target: Tensor | None = None) -> Tensor:
@@ -52,17 +52,30 @@ def square_loss(output: Any, target: Tensor | None = None) -> Tensor:
     state's mean is about zero, and a split model's loss checked against the unsplit
     one's would then agree whatever the split computed.
 
+    >>> import torch
     >>> float(square_loss((torch.ones(2, 3), torch.arange(3), torch.full((4,), 2.0))))
     5.0
+    """
+    return summed_outputs(output, lambda t: t.square().mean())
+
+
+def summed_outputs(output: Any, each: Callable[[Tensor], Tensor]) -> Tensor:
+    """``each(t)`` summed over the floating-point tensors of a model's ``output``, in
+    order: the loss of a model given none (the PyTorch frontend's: their means).
+
+    Raises
+    ------
+    ValueError
+        The output holds no floating-point tensor.
     """
     leaves = [t for t in torch.utils._pytree.tree_leaves(output)
               if isinstance(t, Tensor) and t.is_floating_point()]
     if not leaves:
         raise ValueError("the model's output holds no floating-point tensor to take a loss "
-                         "from; give a loss")
-    total = leaves[0].square().mean()
+                         "from; pass loss=")
+    total = each(leaves[0])
     for t in leaves[1:]:
-        total = total + t.square().mean()
+        total = total + each(t)
     return total
 
 
@@ -157,6 +170,16 @@ class Model:
         """The loss a pipeline run computes of ``output`` against ``target``: :attr:`loss`,
         or :func:`square_loss`."""
         return (self.loss or square_loss)(output, target)
+
+    def trace(self):
+        """The traced training step (forward, loss, backward, SGD update) of one batch
+        (:class:`graphopt.frontends.torch.TracedProgram`): with :attr:`loss` where the
+        model has one, else the PyTorch frontend's default loss."""
+        from graphopt.frontends.torch import trace_program
+
+        loss = None if self.loss is None else (lambda out: self.loss(out, self.target))
+        return trace_program(self.module, self.inputs, training=True, optimizer="sgd",
+                             loss=loss, name=self.name)
 
     def microbatch(self, microbatches: int, index: int = 0) -> tuple[tuple[Tensor, ...], Tensor | None]:
         """Microbatch ``index`` of ``microbatches``: its inputs and target, each cut along

@@ -36,6 +36,7 @@ from torch import Tensor, nn
 
 from graphopt.errors import BadFileError, UsageError
 from graphopt.frontends.model import Model
+from graphopt.frontends.torch import first_line
 from graphopt.ir.graph import Graph
 
 __all__ = ["build", "model", "parse_spec"]
@@ -77,13 +78,8 @@ def _load(path: Path, source: str):
     except BaseException as err:  # the user's code raises anything, SystemExit included
         del sys.modules[name]
         raise BadFileError(f"graph {source!r}: importing {path} raised "
-                           f"{type(err).__name__}: {_first_line(err)}") from None
+                           f"{first_line(err)}") from None
     return module
-
-
-def _first_line(err: BaseException) -> str:
-    lines = str(err).strip().splitlines()
-    return lines[0] if lines else ""
 
 
 def model(spec: str, seed: int = 0) -> Model:
@@ -107,8 +103,7 @@ def model(spec: str, seed: int = 0) -> Model:
     try:
         made = factory(**overrides)
     except Exception as err:  # noqa: BLE001 - the user's code raises anything
-        raise BadFileError(f"graph {source!r}: {name}() raised {type(err).__name__}: "
-                           f"{_first_line(err)}") from None
+        raise BadFileError(f"graph {source!r}: {name}() raised {first_line(err)}") from None
     if not isinstance(made, tuple) or not 2 <= len(made) <= 4:
         raise BadFileError(f"graph {source!r}: {name}() must return (module, inputs[, loss"
                            f"[, target]]), got {type(made).__name__}")
@@ -130,9 +125,4 @@ def model(spec: str, seed: int = 0) -> Model:
 
 def build(spec: str) -> Graph:
     """The training-step graph of ``py:spec`` (forward, loss, backward, SGD update)."""
-    from graphopt.frontends.torch import from_torch
-
-    m = model(spec)
-    loss = None if m.loss is None else (lambda out: m.loss_of(out, m.target))
-    return from_torch(m.module, m.inputs, training=True, optimizer="sgd", loss=loss,
-                      name=m.name)
+    return model(spec).trace().graph

@@ -184,14 +184,11 @@ class Source:
         GraphoptError
             The source has no program (see :attr:`runs`).
         """
-        from graphopt.frontends.torch import load_program, trace_program
-
         if not self.has_model and not self.scheme and self.text.endswith(".pt2"):
+            from graphopt.frontends.torch import load_program
+
             return load_program(self.text)
-        m = self.model()
-        loss = None if m.loss is None else (lambda out: m.loss_of(out, m.target))
-        return trace_program(m.module, m.inputs, training=True, optimizer="sgd", loss=loss,
-                             name=m.name)
+        return self.model().trace()
 
     def forward_graph(self) -> Graph:
         """The forward (inference) graph: the scheme's own, else traced from the model,

@@ -46,14 +46,15 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from graphopt.ir.formulas import UnknownOpWarning, op_cost
+from graphopt.frontends.model import summed_outputs
 from graphopt.errors import FrontendError, GraphFormatError, GraphoptError
 from graphopt._files import regular_file
 from graphopt.ir.graph import Graph, GraphBuilder
 from graphopt.ir.ops import OP_VOCAB, op_class
 
 __all__ = ["ATEN_TO_IR", "KEEP_UNDECOMPOSED", "MAX_EXPANSION", "MAX_INPUT_BYTES", "TracedProgram",
-           "from_exported", "from_torch", "load_archive", "load_exported", "load_program",
-           "trace_exported", "trace_program"]
+           "first_line", "from_exported", "from_torch", "load_archive", "load_exported",
+           "load_program", "trace_exported", "trace_program"]
 
 #: The most bytes of example inputs drawn for a program loaded without them: a ``.pt2``
 #: file declares their shapes, so this bounds what an outside file can make us allocate.
@@ -494,7 +495,7 @@ def load_archive(path: str | os.PathLike) -> torch.export.ExportedProgram:
         except Exception as err:  # torch raises many types for a malformed archive
             if attempt or not _register_output_types(err):
                 raise GraphFormatError(f"{path}: torch.export.load failed: "
-                                       f"{_first_line(err)}") from err
+                                       f"{first_line(err)}") from err
     if "model" not in programs:
         raise GraphFormatError(f"{path}: holds no program named 'model' (it has "
                                f"{sorted(programs) or 'none'}); save it with torch.export.save")
@@ -543,7 +544,8 @@ def _portable_kernels() -> Iterator[None]:
         torch.backends.mkldnn.enabled = was
 
 
-def _first_line(err: BaseException) -> str:
+def first_line(err: BaseException) -> str:
+    """``"Type: the message's first line"``: an error a model raised, as one line."""
     lines = str(err).strip().splitlines()
     return f"{type(err).__name__}: {lines[0] if lines else ''}".rstrip(": ")
 
@@ -555,19 +557,11 @@ def _traced(cls: str, what: str, fn: Callable[[], Any]) -> Any:
     except GraphoptError:
         raise
     except Exception as err:  # export and tracing raise anything a model can raise
-        raise FrontendError(f"cannot {what} {cls}: {_first_line(err)}") from err
+        raise FrontendError(f"cannot {what} {cls}: {first_line(err)}") from err
 
 
 def _mean_loss(output: Any) -> Tensor:
-    leaves = [t for t in torch.utils._pytree.tree_leaves(output)
-              if isinstance(t, Tensor) and t.is_floating_point()]
-    if not leaves:
-        raise ValueError("the model's output holds no floating-point tensor to take a loss "
-                         "from; pass loss=")
-    total = leaves[0].mean()
-    for t in leaves[1:]:
-        total = total + t.mean()
-    return total
+    return summed_outputs(output, Tensor.mean)
 
 
 def _trace_step(model: torch.nn.Module, inputs: tuple, optimizer: str,
@@ -1032,4 +1026,4 @@ def _check_archive(path: Path) -> None:
     except (zipfile.BadZipFile, OSError, ValueError, KeyError, AttributeError, RuntimeError,
             EOFError, pickle.UnpicklingError) as err:
         raise GraphFormatError(f"{path}: unreadable or unsafe torch.export archive "
-                               f"({_first_line(err)})") from err
+                               f"({first_line(err)})") from err

@@ -50,7 +50,8 @@ from graphopt.errors import FrontendError, MissingDependencyError, UsageError
 from graphopt.ir.graph import Graph
 from graphopt.zoo.registry import parse_overrides
 
-__all__ = ["INSTALL_HINT", "SHAPE_KEYS", "build", "estimate", "limits", "make", "model", "parse_spec"]
+__all__ = ["INSTALL_HINT", "SHAPE_KEYS", "build", "estimate", "limits", "make", "model", "parse_spec",
+           "refuse_over"]
 
 #: What to run when ``transformers`` is missing.
 INSTALL_HINT = "pip install 'graphopt[hf]'"
@@ -399,17 +400,30 @@ def estimate(config: Any, shape: dict[str, Any], main: str) -> tuple[int, int]:
 def _check_size(spec: str, config: Any, shape: dict[str, Any], main: str) -> tuple[int, int]:
     """Refuse, before the model is built, one whose :func:`estimate` exceeds
     :func:`limits`, naming the spec, the estimate and the variable that raises it."""
-    max_params, max_bytes = limits()
     params, nbytes = estimate(config, shape, main)
+    refuse_over(f"graph 'hf:{spec}'", params, nbytes)
+    return params, nbytes
+
+
+def refuse_over(source: str, params: int, nbytes: int, runs: bool = False) -> None:
+    """Refuse a model estimated at ``params`` parameters and ``nbytes`` bytes a training
+    step when it exceeds :func:`limits` (``runs``: of a model run here), naming ``source``,
+    the estimate and the variable that raises the bound.
+
+    Raises
+    ------
+    UsageError
+        Over either bound.
+    """
+    max_params, max_bytes = limits(runs)
     if params > max_params:
-        raise UsageError(f"graph 'hf:{spec}': about {params:,} parameters, more than the "
+        raise UsageError(f"{source}: about {params:,} parameters, more than the "
                          f"{max_params:,} graphopt builds here (its weights are made for "
                          "real; raise the bound with $GRAPHOPT_MAX_PARAMS)")
     if nbytes > max_bytes:
-        raise UsageError(f"graph 'hf:{spec}': a training step of about {nbytes:,} bytes "
+        raise UsageError(f"{source}: a training step of about {nbytes:,} bytes "
                          f"(weights, gradients, activations), more than the {max_bytes:,} "
-                         "graphopt takes (raise the bound with $GRAPHOPT_MAX_BYTES)")
-    return params, nbytes
+                         "graphopt takes here (raise the bound with $GRAPHOPT_MAX_BYTES)")
 
 
 def make(spec: str) -> tuple[nn.Module, tuple[Tensor, ...], dict[str, Any]]:

@@ -312,19 +312,10 @@ def build_pipeline_model(spec: str, seed: int = 0) -> Model:
     if "patch" in sizes and sizes["patch"] > sizes["image"]:
         raise UsageError(f"graph {source!r}: patch={sizes['patch']} must be at most "
                          f"image={sizes['image']}")
-    from graphopt.zoo.hf import limits
+    from graphopt.zoo.hf import refuse_over
 
-    max_params, max_bytes = limits(runs=True)  # these models are built and run for real
-    params, nbytes = estimate(name, sizes)
-    if params > max_params:
-        raise UsageError(f"graph {source!r}: about {params:,} parameters, more than the "
-                         f"{max_params:,} graphopt builds here (raise the bound with "
-                         "$GRAPHOPT_MAX_PARAMS)")
-    if nbytes > max_bytes:
-        raise UsageError(f"graph {source!r}: a training step of about {nbytes:,} bytes "
-                         f"(weights, gradients, batch, activations), more than the "
-                         f"{max_bytes:,} graphopt takes here (raise the bound with "
-                         "$GRAPHOPT_MAX_BYTES)")
+    # these models are built and run for real
+    refuse_over(f"graph {source!r}", *estimate(name, sizes), runs=True)
     torch.manual_seed(seed)
     layers, inputs, target = PIPELINE_MODELS[name](**overrides)
     module = nn.Sequential(*layers).train()
@@ -339,8 +330,4 @@ def model(spec: str, seed: int = 0) -> Model:
 
 def build(spec: str) -> Graph:
     """The training-step graph of ``pipe:spec`` over its whole batch."""
-    from graphopt.frontends.torch import from_torch
-
-    m = model(spec)
-    return from_torch(m.module, m.inputs, training=True, optimizer="sgd",
-                      loss=lambda out: m.loss_of(out, m.target), name=m.name)
+    return model(spec).trace().graph

@@ -42,10 +42,10 @@ from graphopt.sim import Problem
 from graphopt.sim.pipeline import (SCHEDULES, LayerCosts, SplitCost, boundary_time,
                                    check_schedule, in_flight, split_cost)
 
-__all__ = ["DEFAULT_SPLIT_METHODS", "MAX_INTERLEAVED_SPLITS", "SPLIT_METHODS", "EvenSplit",
-           "ExactSplit", "ParamsSplit", "PipelineResult", "contiguous_split", "exact_split",
-           "even_split", "microbatch_candidates", "params_split", "plan_pipeline",
-           "plan_pipeline_auto"]
+__all__ = ["DEFAULT_SPLIT_METHODS", "FIRST_CHOICE", "MAX_INTERLEAVED_SPLITS", "SPLIT_METHODS",
+           "EvenSplit", "ExactSplit", "ParamsSplit", "PipelineResult", "contiguous_split",
+           "exact_split", "even_split", "first_choice", "microbatch_candidates", "params_split",
+           "plan_pipeline", "plan_pipeline_auto"]
 
 #: The methods of the pipeline task, in the order they are reported (``mcm`` is the
 #: multi-chip method :class:`graphopt.optim.learned.mcm.method.MCM`, which serves it too).
@@ -386,6 +386,28 @@ def plan_pipeline(problem: Problem, costs: LayerCosts, stages: int, microbatches
                 best = cost
         out.append(PipelineResult(method, best))
     return out
+
+
+#: The row of what a user writes first: even blocks, 1F1B, as many microbatches as stages.
+FIRST_CHOICE = "even-first"
+
+
+def first_choice(problem_for, stages: int, batch: int, overhead: float = 0.0,
+                 cores: int | None = None) -> list[PipelineResult]:
+    """:data:`FIRST_CHOICE`, priced as the methods are: none where fewer than 2 stages or
+    the stages do not divide the ``batch``.
+
+    Parameters
+    ----------
+    problem_for : callable
+        ``problem_for(M) -> (Problem, LayerCosts)`` of one microbatch of ``M``.
+    """
+    if stages < 2 or batch % stages:
+        return []
+    prob, costs = problem_for(stages)
+    even = even_split(costs.num_layers, stages)
+    return [PipelineResult(FIRST_CHOICE, split_cost(prob, costs, even, stages, "1f1b", overhead,
+                                                    cores))]
 
 
 def microbatch_candidates(batch: int, stages: int, limit: int = 6) -> list[int]:
